@@ -1,0 +1,45 @@
+# ridge — the two commands a newcomer runs: `make demo` and `make test`.
+# Both build their own virtual environment (.venv) on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8080
+APT_PACKAGES ?=
+
+.PHONY: demo test test-fast lint typecheck engines deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+deps: $(STAMP)
+	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
+
+## The gateway in front of the simulated demo fleet, on http://127.0.0.1:$(PORT)
+demo: $(STAMP)
+	$(BIN)/ridge demo --port $(PORT)
+
+## The real engine environment and model (cached in .engines/; seconds when cached)
+engines:
+	bash deploy/vllm-cpu/setup.sh
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway routing backends tests
+
+## Everything: type checks, lint, unit, integration and real-engine tests
+test: deps engines typecheck lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+## Without the real engines
+test-fast: deps typecheck lint
+	$(BIN)/pytest -q -p no:cacheprovider -m "not real_engine"
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,90 @@
+"""The upstream seam: one ``BackendClient.send`` that every transport implements.
+
+``send`` returns as soon as the engine's response headers arrive; the body is then read whole
+(``read``) or relayed chunk by chunk as it arrives (``chunks``). Transport failures are
+normalised into three errors, so the gateway's retry rules do not depend on the transport:
+
+- :class:`UpstreamConnectError`: refused, reset or closed before the first response byte —
+  nothing reached the client yet, so the request may be retried on another endpoint;
+- :class:`UpstreamTimeout`: no response headers within the first-byte timeout;
+- :class:`UpstreamStreamError`: the body broke off (reset, closed, idle too long) mid-way.
+
+Closing a response before its end closes its connection, which is how an engine learns that
+the client went away and stops generating.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class UpstreamError(Exception):
+    """Base of the normalised transport errors."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """Refused, reset or closed before the first response byte: safe to retry elsewhere."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """No response headers within the first-byte timeout."""
+
+
+class UpstreamStreamError(UpstreamError):
+    """The response body broke off part-way (reset, closed, or silent past the idle timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds. ``first_byte``: until response headers; ``idle``: longest gap between chunks."""
+
+    connect: float
+    first_byte: float
+    idle: float
+
+
+class UpstreamResponse(Protocol):
+    """An engine's response whose headers have arrived."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def read(self) -> bytes:
+        """The whole body (raises UpstreamStreamError if it breaks off)."""
+        ...
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive (raises UpstreamStreamError if it breaks off)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the connection; before the body's end this aborts the request upstream."""
+        ...
+
+
+class BackendClient(Protocol):
+    """One shared connection pool to every engine."""
+
+    async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        """POST ``body`` to ``url``; returns once the response headers are in."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def nodelay_socket(addr_info: tuple[object, ...]) -> socket.socket:
+    """A TCP socket with Nagle's algorithm off, so small SSE chunks leave at once.
+
+    ``addr_info`` is one entry of ``socket.getaddrinfo``: (family, type, proto, ...).
+    """
+    family, kind, proto = addr_info[0], addr_info[1], addr_info[2]
+    assert isinstance(family, int) and isinstance(kind, int) and isinstance(proto, int)
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock

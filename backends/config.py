@@ -1,0 +1,210 @@
+"""The fleet file: pools of engines, their levers, and the model and hardware facts.
+
+One YAML file declares the whole fleet. The gateway routes over it, the simulator starts it,
+and the deploy renderer turns each pool's levers into engine launch flags. Loading a bad file
+raises :class:`FleetConfigError`, whose message names the file, the field and the problem.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class Role(StrEnum):
+    MIXED = "mixed"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChunkedPrefill(_Strict):
+    """Chunked prefill: long prompts split into chunks of at most ``token_budget`` tokens per step."""
+
+    enabled: bool = True
+    token_budget: PositiveInt = 2048
+
+
+class Speculative(_Strict):
+    """Speculative decoding: ``num_draft_tokens`` (K) drafted per verify step by ``method``."""
+
+    method: Literal["ngram", "eagle", "eagle3", "medusa", "mtp", "draft_model"] = "ngram"
+    num_draft_tokens: PositiveInt = 4
+    draft_model: str | None = None
+
+
+class Levers(_Strict):
+    """The engine configuration a pool was launched with: what it relaxes, not how it is routed."""
+
+    prefix_caching: bool = False
+    chunked_prefill: ChunkedPrefill | None = None
+    speculative: Speculative | None = None
+
+
+class ModelFacts(_Strict):
+    """The served model's shape. Units: counts, and bytes per element for ``dtype_bytes``."""
+
+    params: PositiveFloat = Field(description="parameter count N")
+    layers: PositiveInt
+    hidden_size: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+    dtype_bytes: PositiveFloat = Field(description="bytes per weight / KV element (fp16 = 2)")
+    max_context: PositiveInt = 4096
+
+
+class HardwareFacts(_Strict):
+    """One accelerator's peak rates. Units: FLOP/s and bytes/s."""
+
+    name: str = "unknown"
+    peak_flops: PositiveFloat = Field(description="peak dense FLOP/s")
+    mem_bandwidth: PositiveFloat = Field(description="memory bandwidth in bytes/s")
+    kv_cache_bytes: PositiveFloat | None = Field(
+        default=None, description="bytes of KV cache per engine; None = engine default"
+    )
+
+
+class SimulatorKnobs(_Strict):
+    """Settings only the simulator reads: how this pool behaves when simulated."""
+
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    acceptance_rate: float = Field(default=0.7, ge=0, lt=1)
+    draft_cost: float = Field(default=0.05, ge=0)
+    kv_link_bandwidth: PositiveFloat = 50e9
+    seed: int = 0
+    profile: str | None = Field(
+        default=None,
+        description="a hardware profile of backends.sim.profiles (calibrated overheads, memory); "
+        "None = the profile named by hardware.name if there is one",
+    )
+    mean_output_tokens: PositiveFloat | None = Field(
+        default=None,
+        description="mean of a sampled natural stop length (finish_reason stop); None = always "
+        "generate max_tokens",
+    )
+
+
+class Pool(_Strict):
+    """A set of identical engine replicas sharing one configuration (its levers)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]
+    engine: Engine
+    role: Role = Role.MIXED
+    models: Annotated[list[str], Field(min_length=1)]
+    endpoints: Annotated[list[AnyHttpUrl], Field(min_length=1)]
+    levers: Levers = Levers()
+    model: ModelFacts
+    hardware: HardwareFacts
+    pair: str | None = Field(
+        default=None, description="for role prefill: the decode pool it hands KV to"
+    )
+    simulator: SimulatorKnobs = SimulatorKnobs()
+
+    @field_validator("endpoints")
+    @classmethod
+    def _distinct(cls, value: list[AnyHttpUrl]) -> list[AnyHttpUrl]:
+        urls = [str(u) for u in value]
+        if len(set(urls)) != len(urls):
+            raise ValueError("endpoint listed twice")
+        return value
+
+    def endpoint_urls(self) -> list[str]:
+        """Base URLs without a trailing slash."""
+        return [str(u).rstrip("/") for u in self.endpoints]
+
+
+class Fleet(_Strict):
+    """The whole fleet: every pool ridge may route to."""
+
+    pools: Annotated[list[Pool], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Fleet:
+        names = [p.name for p in self.pools]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"pool names must be unique, repeated: {sorted(dup)}")
+        urls = [u for p in self.pools for u in p.endpoint_urls()]
+        shared = {u for u in urls if urls.count(u) > 1}
+        if shared:
+            raise ValueError(f"an endpoint belongs to one pool only, shared: {sorted(shared)}")
+        for pool in self.pools:
+            _check_pair(pool, {p.name: p for p in self.pools})
+        return self
+
+    def pool(self, name: str) -> Pool:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _check_pair(pool: Pool, by_name: dict[str, Pool]) -> None:
+    if pool.role is Role.PREFILL:
+        if pool.pair is None:
+            raise ValueError(f"pool {pool.name!r}: role prefill needs 'pair' (a decode pool)")
+        other = by_name.get(pool.pair)
+        if other is None or other.role is not Role.DECODE:
+            raise ValueError(f"pool {pool.name!r}: pair {pool.pair!r} is not a decode pool")
+    elif pool.pair is not None:
+        raise ValueError(f"pool {pool.name!r}: only a prefill pool names a 'pair'")
+
+
+class FleetConfigError(ValueError):
+    """A fleet file that cannot be used; the message names the file, the field and the problem."""
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Read and validate a fleet file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise FleetConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise FleetConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_fleet(raw, source=str(path))
+
+
+def parse_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
+    """Validate already-parsed YAML; errors name ``source`` and each bad field. Top-level keys
+    starting with ``x-`` are ignored (a place for YAML anchors)."""
+    if not isinstance(raw, dict):
+        raise FleetConfigError(f"{source}: expected a mapping with a 'pools' list at the top")
+    # top-level keys starting with "x-" hold YAML anchors for reuse, as in compose files
+    body = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    try:
+        return Fleet.model_validate(body)
+    except ValidationError as exc:
+        raise FleetConfigError(_describe(source, exc)) from exc
+
+
+def _describe(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid fleet configuration"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""The httpx transport for :class:`backends.client.BackendClient`.
+
+Kept as an alternative and as the other side of the transport benchmark
+(``bench/transport.py``); the default is aiohttp, which measured faster. One
+``httpx.AsyncClient`` is shared by every request; sockets are created with TCP_NODELAY by
+asyncio. Timeouts as in :mod:`backends.aiohttp_client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+
+from backends.client import Timeouts, UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
+
+
+class HttpxResponse:
+    """An httpx streaming response behind the UpstreamResponse protocol."""
+
+    def __init__(self, resp: httpx.Response, idle_s: float) -> None:
+        self._resp = resp
+        self._idle_s = idle_s
+
+    @property
+    def status(self) -> int:
+        return self._resp.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._resp.headers
+
+    async def read(self) -> bytes:
+        try:
+            async with asyncio.timeout(self._idle_s):
+                return await self._resp.aread()
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        stream = self._resp.aiter_raw()
+        while True:
+            try:
+                async with asyncio.timeout(self._idle_s):
+                    chunk = await anext(stream)
+            except StopAsyncIteration:
+                return
+            except (httpx.HTTPError, OSError, TimeoutError) as exc:
+                raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc
+            yield chunk
+
+    async def close(self) -> None:
+        await self._resp.aclose()
+
+
+class HttpxClient:
+    """BackendClient over one shared httpx.AsyncClient."""
+
+    def __init__(self, timeouts: Timeouts, max_connections: int) -> None:
+        self._timeouts = timeouts
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=256),
+        )
+
+    async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpxResponse:
+        request = self._client.build_request("POST", url, content=body, headers=dict(headers))
+        try:
+            async with asyncio.timeout(self._timeouts.first_byte):
+                resp = await self._client.send(request, stream=True)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"no response within {self._timeouts.first_byte:g} s") from exc
+        except (httpx.TransportError, OSError) as exc:
+            raise UpstreamConnectError(str(exc) or type(exc).__name__) from exc
+        return HttpxResponse(resp, self._timeouts.idle)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

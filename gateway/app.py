@@ -1,0 +1,102 @@
+"""The app factory: ``create_app(settings, fleet)`` wires settings, registry, poller, upstream
+client, telemetry and routes. Everything lives on the app (``app.state.gateway``) and is
+created in the lifespan, inside the running event loop; nothing is module-level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import aiohttp
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from backends.aiohttp_client import AiohttpClient
+from backends.client import BackendClient, Timeouts
+from backends.config import Fleet
+from backends.httpx_client import HttpxClient
+from backends.probe import HttpProbe, MetricsSource
+from backends.registry import EndpointRegistry, Poller
+from gateway.errors import install_error_handlers
+from gateway.proxy import Proxy
+from gateway.routes import router
+from gateway.runtime import Gateway
+from gateway.settings import Settings, UpstreamSettings
+from gateway.telemetry import Telemetry
+
+log = logging.getLogger("ridge")
+
+ClientFactory = Callable[[UpstreamSettings], BackendClient]
+ProbeFactory = Callable[[aiohttp.ClientSession, float], MetricsSource]
+
+TRANSPORTS: dict[str, Callable[[Timeouts, int], BackendClient]] = {
+    "aiohttp": AiohttpClient,
+    "httpx": HttpxClient,
+}
+
+
+def default_client(upstream: UpstreamSettings) -> BackendClient:
+    timeouts = Timeouts(
+        connect=upstream.connect_timeout_s,
+        first_byte=upstream.first_byte_timeout_s,
+        idle=upstream.stream_idle_timeout_s,
+    )
+    return TRANSPORTS[upstream.transport](timeouts, upstream.max_connections)
+
+
+def create_app(
+    settings: Settings,
+    fleet: Fleet,
+    *,
+    metrics_registry: CollectorRegistry | None = None,
+    client_factory: ClientFactory = default_client,
+    probe_factory: ProbeFactory = HttpProbe,
+) -> FastAPI:
+    """A ridge app for ``fleet``. The factories are seams for tests."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _running(
+            app, settings, fleet, metrics_registry or CollectorRegistry(), client_factory,
+            probe_factory,
+        ):
+            yield
+
+    app = FastAPI(title="ridge", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(router)
+    return app
+
+
+@asynccontextmanager
+async def _running(
+    app: FastAPI,
+    settings: Settings,
+    fleet: Fleet,
+    metrics: CollectorRegistry,
+    client_factory: ClientFactory,
+    probe_factory: ProbeFactory,
+) -> AsyncIterator[None]:
+    registry = EndpointRegistry(fleet)
+    telemetry = Telemetry(metrics, frozenset(m for p in fleet.pools for m in p.models))
+    client = client_factory(settings.upstream)
+    probe_session = aiohttp.ClientSession()
+    poller = Poller(
+        registry,
+        probe_factory(probe_session, settings.registry.probe_timeout_s),
+        interval_s=settings.registry.poll_interval_s,
+    )
+    proxy = Proxy(registry, client, telemetry, settings.upstream.retries)
+    app.state.gateway = Gateway(settings, fleet, registry, telemetry, proxy)
+    try:
+        poller.start()
+        if not await poller.wait_until_polled(settings.registry.startup_wait_s):
+            log.warning("endpoints not all probed within %.1f s of start-up; serving anyway",
+                        settings.registry.startup_wait_s)
+        yield
+    finally:
+        await poller.stop()
+        await client.aclose()
+        await probe_session.close()

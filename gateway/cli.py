@@ -1,0 +1,122 @@
+"""The ``ridge`` command.
+
+- ``ridge serve --config FLEET.yaml [--host H] [--port P]``: the gateway in front of a fleet.
+- ``ridge demo [--port P] [--speed X]``: the gateway in front of the simulated demo fleet
+  (``deploy/demo-fleet.yaml``), all in one process.
+
+Settings also come from the environment (prefix ``RIDGE_``, see :mod:`gateway.settings`);
+flags win over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from backends.config import Fleet, FleetConfigError, load_fleet
+from gateway.app import create_app
+from gateway.settings import Settings
+
+DEMO_FLEET = Path(__file__).resolve().parent.parent / "deploy" / "demo-fleet.yaml"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = _settings(args)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            path = args.config or settings.config
+            if not path:
+                print("ridge: no fleet file: pass --config FILE or set RIDGE_CONFIG",
+                      file=sys.stderr)
+                return 2
+            fleet = load_fleet(path)
+            asyncio.run(serve(settings, fleet))
+        else:
+            fleet = load_fleet(args.config or DEMO_FLEET)
+            asyncio.run(demo(settings, fleet, speed=args.speed, seed=args.seed))
+    except FleetConfigError as exc:
+        print(f"ridge: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ridge", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_p = sub.add_parser("serve", help="run the gateway in front of a fleet")
+    serve_p.add_argument("--config", help="fleet YAML file (or RIDGE_CONFIG)")
+    demo_p = sub.add_parser("demo", help="run the gateway with the simulated demo fleet")
+    demo_p.add_argument("--config", help=f"fleet file to simulate (default {DEMO_FLEET.name})")
+    demo_p.add_argument("--speed", type=float, default=1.0, help="simulated time speed-up")
+    demo_p.add_argument("--seed", type=int, default=0)
+    for p in (serve_p, demo_p):
+        p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+        p.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
+    return Settings(**overrides)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening socket with TCP_NODELAY, which accepted connections inherit, so small SSE
+    chunks leave at once instead of waiting on Nagle's algorithm."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(settings: Settings, fleet: Fleet) -> None:
+    """Serve the gateway until interrupted."""
+    app = create_app(settings, fleet)
+    config = uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=10)
+    sock = listening_socket(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    logging.getLogger("ridge").info("ridge listening on http://%s:%s", host, port)
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+async def demo(settings: Settings, fleet: Fleet, *, speed: float, seed: int) -> None:
+    """Start the simulated fleet, then the gateway in front of it; stop both on exit."""
+    from backends.sim.fleet import start_fleet
+
+    running = await start_fleet(fleet, speed=speed, seed=seed)
+    try:
+        _print_demo_banner(settings, fleet)
+        await serve(settings, fleet)
+    finally:
+        await running.stop()
+
+
+def _print_demo_banner(settings: Settings, fleet: Fleet) -> None:
+    base = f"http://{settings.host}:{settings.port}"
+    model = fleet.pools[0].models[0]
+    print(f"ridge demo: {len(fleet.pools)} simulated pools behind {base}", flush=True)
+    for pool in fleet.pools:
+        print(f"  pool {pool.name:<12} {pool.engine.value:<7} {pool.role.value:<8} "
+              f"{len(pool.endpoints)} endpoint(s)", flush=True)
+    print(f"try: curl {base}/v1/chat/completions -H 'content-type: application/json' "
+          f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", "
+          f"\"content\": \"Hello\"}}]}}'", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Frozen snapshots the router decides over. Built by the gateway from the registry; never mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """One endpoint's engine metrics, normalised across engines. ``None`` = the engine does not say.
+
+    Gauges are instantaneous; ``*_total`` fields are the engine's cumulative counters (since start).
+    Units: requests, tokens, a fraction in [0, 1] for ``kv_cache_usage``, FLOPs and bytes.
+    """
+
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    preemptions_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    estimated_flops_total: float | None = None
+    estimated_read_bytes_total: float | None = None
+    estimated_write_bytes_total: float | None = None
+    kv_block_size: int | None = None
+    kv_blocks_total: int | None = None
+
+    @property
+    def queued(self) -> float:
+        """Requests the engine holds (running + waiting), 0 where unknown."""
+        return (self.running or 0.0) + (self.waiting or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSnapshot:
+    """An endpoint as the router sees it at one instant."""
+
+    url: str
+    pool: str
+    healthy: bool
+    in_flight: int = 0
+    metrics: EngineMetrics = field(default_factory=EngineMetrics)
+
+    @property
+    def load(self) -> float:
+        """Requests on this endpoint: the gateway's in-flight count plus the engine's running and
+        waiting (the engine's figures lag by one poll; the gateway's are live)."""
+        return self.in_flight + self.metrics.queued
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """A pool as the router sees it at one instant."""
+
+    name: str
+    engine: str
+    role: str
+    models: tuple[str, ...]
+    endpoints: tuple[EndpointSnapshot, ...]
+
+    def serves(self, model: str) -> bool:
+        return model in self.models
+
+    @property
+    def healthy_endpoints(self) -> tuple[EndpointSnapshot, ...]:
+        return tuple(e for e in self.endpoints if e.healthy)

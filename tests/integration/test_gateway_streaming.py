@@ -1,0 +1,111 @@
+"""Streams relayed as they arrive, client disconnects cancelling the engine's work, and the
+first routing spreading load."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from tests.fakes.engine import FakeEngine
+from tests.fakes.harness import RunningRidge, fleet_of, running_ridge
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[list[FakeEngine]]:
+    fakes = [FakeEngine(), FakeEngine()]
+    for f in fakes:
+        await f.start()
+    yield fakes
+    for f in fakes:
+        await f.stop()
+
+
+async def _wait_for(predicate: object, timeout_s: float) -> bool:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(predicate())
+
+
+async def test_chunks_are_relayed_as_they_arrive(engines: list[FakeEngine]) -> None:
+    engine = engines[0]
+    engine.tokens, engine.token_interval_s = 10, 0.1
+    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge, aiohttp.ClientSession() as s:
+        arrivals: list[float] = []
+        started = time.monotonic()
+        async with s.post(ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            async for line in r.content:
+                if line.startswith(b"data: {"):
+                    arrivals.append(time.monotonic() - started)
+    # 1 role chunk + 10 content chunks + 1 finish chunk, paced 100 ms apart upstream.
+    assert len(arrivals) == 12
+    content = arrivals[1:11]
+    gaps = [b - a for a, b in zip(content, content[1:], strict=False)]
+    # relayed one by one: the first token long before the end, and no gap collapses to 0 the
+    # way a buffered relay would, nor stalls the way Nagle + delayed ACK would (~40 ms extra).
+    assert arrivals[1] < 0.6 and arrivals[-1] > 0.9
+    assert all(0.05 < g < 0.2 for g in gaps), gaps
+
+
+async def test_client_leaving_a_stream_stops_the_engine(engines: list[FakeEngine]) -> None:
+    engine = engines[0]
+    engine.tokens, engine.token_interval_s = 1000, 0.02
+    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge:
+        async with aiohttp.ClientSession() as s, s.post(
+            ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}
+        ) as r:
+            await r.content.readline()
+            assert await _wait_for(lambda: engine.running == 1, 2)
+        # the client closed its connection mid-stream
+        assert await _wait_for(lambda: engine.running == 0, 3), "engine still generating"
+        assert await _settled(ridge)
+        assert ridge.metrics.get_sample_value(
+            "ridge_requests_total", {"model": "m", "pool": "p", "status": "499"}
+        ) == 1
+    assert engine.served == 0
+
+
+async def test_client_leaving_a_non_streaming_request_stops_the_engine(
+    engines: list[FakeEngine],
+) -> None:
+    engine = engines[0]
+    engine.tokens, engine.token_interval_s = 1000, 0.02  # a 20 s answer
+    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as s:
+            with pytest.raises(TimeoutError):
+                async with s.post(ridge.url + "/v1/chat/completions", json=CHAT) as r:
+                    await r.read()
+        assert await _wait_for(lambda: engine.running == 0, 3), "engine still generating"
+        assert await _settled(ridge)
+    assert engine.served == 0
+
+
+async def test_least_loaded_endpoint_takes_the_next_request(engines: list[FakeEngine]) -> None:
+    for e in engines:
+        e.tokens, e.token_interval_s = 20, 0.02
+    async with running_ridge(fleet_of({"p": [e.url for e in engines]})) as ridge, \
+            aiohttp.ClientSession() as s:
+        async def one() -> None:
+            async with s.post(ridge.url + "/v1/chat/completions", json=CHAT) as r:
+                assert r.status == 200
+                await r.read()
+
+        await asyncio.gather(*(one() for _ in range(8)))
+    assert sorted(e.served for e in engines) == [4, 4]
+
+
+async def _settled(ridge: RunningRidge) -> bool:
+    def idle() -> bool:
+        snap = ridge.gateway.registry.snapshot()
+        return all(ep.in_flight == 0 for pool in snap for ep in pool.endpoints)
+
+    return await _wait_for(idle, 3)
