@@ -6,8 +6,9 @@ created in the lifespan, inside the running event loop; nothing is module-level.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from types import MappingProxyType
 
 import aiohttp
 from fastapi import FastAPI
@@ -31,10 +32,10 @@ log = logging.getLogger("ridge")
 ClientFactory = Callable[[UpstreamSettings], BackendClient]
 ProbeFactory = Callable[[aiohttp.ClientSession, float], MetricsSource]
 
-TRANSPORTS: dict[str, Callable[[Timeouts, int], BackendClient]] = {
+TRANSPORTS: Mapping[str, Callable[[Timeouts, int], BackendClient]] = MappingProxyType({
     "aiohttp": AiohttpClient,
     "httpx": HttpxClient,
-}
+})
 
 
 def default_client(upstream: UpstreamSettings) -> BackendClient:

@@ -7,6 +7,8 @@ it reaches the client as the engine wrote it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 # (HTTP status) -> OpenAI error type, as OpenAI's API and vLLM name them.
-ERROR_TYPES = {
+ERROR_TYPES: Mapping[int, str] = MappingProxyType({
     400: "invalid_request_error",
     404: "not_found_error",
     405: "invalid_request_error",
@@ -24,7 +26,7 @@ ERROR_TYPES = {
     502: "bad_gateway",
     503: "service_unavailable",
     504: "timeout",
-}
+})
 
 
 class GatewayError(Exception):

@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
@@ -150,14 +151,14 @@ class Proxy:
         if tried:
             self._telemetry.retries.labels(endpoint.pool).inc()
         tried.add(url)
-        self._book.acquire(url)
+        self._hold(endpoint)
         call.endpoint = endpoint
         try:
             call.response = await self._client.send(
                 url + call.parsed.endpoint.value, call.parsed.body, _FORWARD_HEADERS
             )
         except UpstreamConnectError as exc:
-            self._book.release(url)
+            self._free(endpoint)
             self._book.mark_failed(url, str(exc))
             call.endpoint = None
             call.last_error = str(exc)
@@ -166,11 +167,19 @@ class Proxy:
             raise GatewayError(504, f"the engine did not answer in time: {exc}",
                                code="upstream_timeout") from exc
         except BaseException:
-            self._book.release(url)
+            self._free(endpoint)
             call.endpoint = None
             raise
         call.status = call.response.status
         return True
+
+    def _hold(self, endpoint: EndpointSnapshot) -> None:
+        self._book.acquire(endpoint.url)
+        self._telemetry.in_flight.labels(endpoint.pool).inc()
+
+    def _free(self, endpoint: EndpointSnapshot) -> None:
+        self._book.release(endpoint.url)
+        self._telemetry.in_flight.labels(endpoint.pool).dec()
 
     async def _read(self, call: Call) -> bytes:
         assert call.response is not None
@@ -236,7 +245,7 @@ class Proxy:
         if call.response is not None:
             await call.response.close()
         if call.endpoint is not None:
-            self._book.release(call.endpoint.url)
+            self._free(call.endpoint)
         self._telemetry.record(RequestRecord(
             model=call.parsed.model, pool=call.pool, status=call.status or CLIENT_CLOSED,
             e2e_s=self._clock() - call.started, ttft_s=call.ttft_s,
@@ -244,7 +253,7 @@ class Proxy:
         ))
 
 
-_FORWARD_HEADERS = {"content-type": "application/json", "accept": "*/*"}
+_FORWARD_HEADERS = MappingProxyType({"content-type": "application/json", "accept": "*/*"})
 
 
 class RelayResponse(StreamingResponse):

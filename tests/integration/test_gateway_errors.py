@@ -129,11 +129,11 @@ async def test_no_healthy_endpoint_503(engines: list[FakeEngine]) -> None:
 
 
 async def test_reset_before_first_byte_is_retried_on_another_endpoint(
-    engines: list[FakeEngine],
+    engines: list[FakeEngine], transport: str,
 ) -> None:
     engines[0].mode = "reset"
     fleet = fleet_of({"p": [engines[0].url, engines[1].url]})
-    async with running_ridge(fleet) as ridge:
+    async with running_ridge(fleet, quick_settings(upstream={"transport": transport})) as ridge:
         for _ in range(4):
             status, reply = await _post(ridge.url, CHAT)
             assert status == 200, reply
@@ -141,19 +141,20 @@ async def test_reset_before_first_byte_is_retried_on_another_endpoint(
     assert engines[1].served == 4
 
 
-async def test_every_endpoint_failing_gives_502(engines: list[FakeEngine]) -> None:
+async def test_every_endpoint_failing_gives_502(engines: list[FakeEngine], transport: str) -> None:
     for e in engines:
         e.mode = "reset"
     fleet = fleet_of({"p": [e.url for e in engines]})
-    async with running_ridge(fleet) as ridge:
+    async with running_ridge(fleet, quick_settings(upstream={"transport": transport})) as ridge:
         status, reply = await _post(ridge.url, CHAT)
     assert status == 502 and _is_openai_error(reply)
     assert reply["error"]["code"] == "upstream_unreachable"
     assert len(engines[0].bodies) + len(engines[1].bodies) == 2  # tried once, retried once
 
 
-async def test_endpoint_killed_before_the_request_is_retried(engines: list[FakeEngine]) -> None:
-    settings = quick_settings(registry={"poll_interval_s": 60.0})
+async def test_endpoint_killed_before_the_request_is_retried(engines: list[FakeEngine], transport: str) -> None:
+    settings = quick_settings(registry={"poll_interval_s": 60.0},
+                              upstream={"transport": transport})
     fleet = fleet_of({"p": [e.url for e in engines]})
     async with running_ridge(fleet, settings) as ridge:
         await engines[0].stop()  # the registry still thinks it healthy: connect is refused
@@ -163,9 +164,9 @@ async def test_endpoint_killed_before_the_request_is_retried(engines: list[FakeE
         assert not status.healthy
 
 
-async def test_upstream_timeout_504(engines: list[FakeEngine]) -> None:
+async def test_upstream_timeout_504(engines: list[FakeEngine], transport: str) -> None:
     engines[0].mode, engines[0].delay_s = "slow", 3.0
-    settings = quick_settings(upstream={"first_byte_timeout_s": 0.5})
+    settings = quick_settings(upstream={"first_byte_timeout_s": 0.5, "transport": transport})
     async with running_ridge(fleet_of({"p": [engines[0].url]}), settings) as ridge:
         started = time.monotonic()
         status, reply = await _post(ridge.url, CHAT)
@@ -174,9 +175,10 @@ async def test_upstream_timeout_504(engines: list[FakeEngine]) -> None:
     assert reply["error"]["code"] == "upstream_timeout"
 
 
-async def test_engine_4xx_reaches_the_client_as_written(engines: list[FakeEngine]) -> None:
+async def test_engine_4xx_reaches_the_client_as_written(engines: list[FakeEngine], transport: str) -> None:
     engines[0].mode = "error_400"
-    async with running_ridge(fleet_of({"p": [engines[0].url]})) as ridge:
+    settings = quick_settings(upstream={"transport": transport})
+    async with running_ridge(fleet_of({"p": [engines[0].url]}), settings) as ridge:
         status, reply = await _post(ridge.url, CHAT)
         stream_status, stream_reply = await _post(ridge.url, {**CHAT, "stream": True})
     expected = {"error": {"message": "This model's maximum context length is 2048",
@@ -186,10 +188,11 @@ async def test_engine_4xx_reaches_the_client_as_written(engines: list[FakeEngine
 
 
 async def test_endpoint_dying_mid_stream_ends_with_an_error_event(
-    engines: list[FakeEngine],
+    engines: list[FakeEngine], transport: str,
 ) -> None:
     engines[0].mode, engines[0].tokens, engines[0].token_interval_s = "die_mid", 20, 0.01
-    async with running_ridge(fleet_of({"p": [engines[0].url]})) as ridge:
+    settings = quick_settings(upstream={"transport": transport})
+    async with running_ridge(fleet_of({"p": [engines[0].url]}), settings) as ridge:
         client = openai.AsyncOpenAI(base_url=ridge.url + "/v1", api_key="x", max_retries=0)
         got: list[str] = []
         with pytest.raises(openai.APIError, match="broke off"):
@@ -215,6 +218,7 @@ async def test_no_in_flight_slot_or_task_is_left_behind(engines: list[FakeEngine
         await _settled(ridge)
         snap = ridge.gateway.registry.snapshot()
         assert all(ep.in_flight == 0 for pool in snap for ep in pool.endpoints)
+        assert ridge.metrics.get_sample_value("ridge_requests_in_flight", {"pool": "p"}) == 0
         leftover = _ridge_tasks()
         assert len(leftover) <= before, leftover
 

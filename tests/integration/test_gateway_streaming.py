@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from tests.fakes.engine import FakeEngine
-from tests.fakes.harness import RunningRidge, fleet_of, running_ridge
+from tests.fakes.harness import RunningRidge, fleet_of, quick_settings, running_ridge
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -36,10 +36,11 @@ async def _wait_for(predicate: object, timeout_s: float) -> bool:
     return bool(predicate())
 
 
-async def test_chunks_are_relayed_as_they_arrive(engines: list[FakeEngine]) -> None:
+async def test_chunks_are_relayed_as_they_arrive(engines: list[FakeEngine], transport: str) -> None:
     engine = engines[0]
     engine.tokens, engine.token_interval_s = 10, 0.1
-    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge, aiohttp.ClientSession() as s:
+    settings = quick_settings(upstream={"transport": transport})
+    async with running_ridge(fleet_of({"p": [engine.url]}), settings) as ridge, aiohttp.ClientSession() as s:
         arrivals: list[float] = []
         started = time.monotonic()
         async with s.post(ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
@@ -56,10 +57,11 @@ async def test_chunks_are_relayed_as_they_arrive(engines: list[FakeEngine]) -> N
     assert all(0.05 < g < 0.2 for g in gaps), gaps
 
 
-async def test_client_leaving_a_stream_stops_the_engine(engines: list[FakeEngine]) -> None:
+async def test_client_leaving_a_stream_stops_the_engine(engines: list[FakeEngine], transport: str) -> None:
     engine = engines[0]
     engine.tokens, engine.token_interval_s = 1000, 0.02
-    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge:
+    settings = quick_settings(upstream={"transport": transport})
+    async with running_ridge(fleet_of({"p": [engine.url]}), settings) as ridge:
         async with aiohttp.ClientSession() as s, s.post(
             ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}
         ) as r:
@@ -75,11 +77,12 @@ async def test_client_leaving_a_stream_stops_the_engine(engines: list[FakeEngine
 
 
 async def test_client_leaving_a_non_streaming_request_stops_the_engine(
-    engines: list[FakeEngine],
+    engines: list[FakeEngine], transport: str,
 ) -> None:
     engine = engines[0]
     engine.tokens, engine.token_interval_s = 1000, 0.02  # a 20 s answer
-    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge:
+    settings = quick_settings(upstream={"transport": transport})
+    async with running_ridge(fleet_of({"p": [engine.url]}), settings) as ridge:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as s:
             with pytest.raises(TimeoutError):
                 async with s.post(ridge.url + "/v1/chat/completions", json=CHAT) as r:

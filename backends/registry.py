@@ -1,0 +1,335 @@
+"""The endpoint registry: live state of every engine endpoint, and the poller that refreshes it.
+
+:class:`EndpointRegistry` is built from a :class:`backends.config.Fleet` and holds, per
+endpoint: healthy flag, the gateway's in-flight count, the last :class:`EngineMetrics`, the
+last error, consecutive health failures and the time of the last poll. The router reads it
+through :meth:`EndpointRegistry.snapshot` (frozen :class:`PoolSnapshot` objects, rebuilt only
+after a change). The app creates one registry; there is no module-level state. It is meant for
+one asyncio event loop and is not thread-safe.
+
+Health rules (the decisions, in one place):
+- an endpoint starts *unhealthy* (state unknown) and becomes healthy on its first successful
+  health probe; the app awaits :meth:`Poller.wait_until_polled` (bounded) at start-up so the
+  first request sees real health;
+- a failed or unreachable health probe marks it unhealthy at once; the next successful probe
+  brings it back by itself;
+- :meth:`EndpointRegistry.mark_failed` (passive health: a proxied request could not connect)
+  marks it unhealthy until a poll *started after* the failure sees it healthy again, so a
+  probe already in flight cannot undo a newer failure;
+- health OK but the metrics scrape failed: the endpoint stays healthy and keeps its previous
+  metrics (one bad scrape should not move traffic), and the error is recorded. Metrics older
+  than ``metrics_ttl_s`` are no longer shown in snapshots (shown as unknown) so a scrape that
+  keeps failing cannot pin stale load figures forever.
+
+Poller parameters: ``interval_s``, the time between the starts of two poll rounds (a round
+probes every endpoint concurrently, health then metrics; each probe is bounded by the
+MetricsSource's own timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from backends.config import Fleet, Pool
+from backends.dialects import EngineDialect, dialect_for
+from backends.probe import MetricsSource, ProbeError
+from routing.types import EndpointSnapshot, EngineMetrics, PoolSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What one poll of one endpoint found. ``started_at`` is on the registry's clock."""
+
+    started_at: float
+    healthy: bool
+    metrics: EngineMetrics | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointStatus:
+    """Everything the registry knows about one endpoint (for admin pages and tests)."""
+
+    url: str
+    pool: str
+    healthy: bool
+    in_flight: int
+    metrics: EngineMetrics
+    last_error: str | None
+    consecutive_failures: int
+    last_poll_at: float | None
+    metrics_at: float | None
+
+
+@dataclass(slots=True)
+class _Endpoint:
+    url: str
+    pool: str
+    dialect: EngineDialect
+    healthy: bool = False
+    in_flight: int = 0
+    metrics: EngineMetrics = field(default_factory=EngineMetrics)
+    metrics_at: float | None = None
+    last_error: str | None = None
+    consecutive_failures: int = 0
+    last_poll_at: float | None = None
+    failed_at: float = -math.inf
+
+
+class EndpointRegistry:
+    """Live state of the fleet's endpoints. Parameters: ``metrics_ttl_s`` (None = no expiry),
+    ``clock`` (seconds, monotonic; injected by tests)."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        metrics_ttl_s: float | None = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._pools: tuple[Pool, ...] = tuple(fleet.pools)
+        self._endpoints: dict[str, _Endpoint] = {
+            url: _Endpoint(url, pool.name, dialect_for(pool.engine))
+            for pool in fleet.pools
+            for url in pool.endpoint_urls()
+        }
+        self._metrics_ttl_s = metrics_ttl_s
+        self._clock = clock
+        self._cached: tuple[PoolSnapshot, ...] | None = None
+        self._cached_until = -math.inf
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every endpoint URL, in fleet order."""
+        return tuple(self._endpoints)
+
+    def now(self) -> float:
+        """The registry's clock (seconds)."""
+        return self._clock()
+
+    def dialect_of(self, url: str) -> EngineDialect:
+        return self._get(url).dialect
+
+    def _get(self, url: str) -> _Endpoint:
+        try:
+            return self._endpoints[url]
+        except KeyError:
+            raise KeyError(f"unknown endpoint {url!r}") from None
+
+    def _changed(self) -> None:
+        self._cached = None
+
+    # -- the router's view ------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[PoolSnapshot, ...]:
+        """Frozen pools as the router sees them now; cached until something changes."""
+        now = self._clock()
+        if self._cached is None or now >= self._cached_until:
+            self._cached = tuple(self._pool_snapshot(pool, now) for pool in self._pools)
+            self._cached_until = self._next_expiry(now)
+        return self._cached
+
+    def _pool_snapshot(self, pool: Pool, now: float) -> PoolSnapshot:
+        endpoints = tuple(
+            self._endpoint_snapshot(self._endpoints[u], now) for u in pool.endpoint_urls()
+        )
+        return PoolSnapshot(
+            name=pool.name,
+            engine=pool.engine.value,
+            role=pool.role.value,
+            models=tuple(pool.models),
+            endpoints=endpoints,
+        )
+
+    def _endpoint_snapshot(self, ep: _Endpoint, now: float) -> EndpointSnapshot:
+        return EndpointSnapshot(
+            ep.url, ep.pool, ep.healthy, ep.in_flight, self._shown_metrics(ep, now)
+        )
+
+    def _shown_metrics(self, ep: _Endpoint, now: float) -> EngineMetrics:
+        if ep.metrics_at is None or self._metrics_ttl_s is None:
+            return ep.metrics
+        return ep.metrics if now - ep.metrics_at <= self._metrics_ttl_s else EngineMetrics()
+
+    def _next_expiry(self, now: float) -> float:
+        """When a cached snapshot stops being true because some metrics expire."""
+        if self._metrics_ttl_s is None:
+            return math.inf
+        ends = [
+            ep.metrics_at + self._metrics_ttl_s
+            for ep in self._endpoints.values()
+            if ep.metrics_at is not None
+        ]
+        return min((end for end in ends if end >= now), default=math.inf)
+
+    def status(self, url: str) -> EndpointStatus:
+        ep = self._get(url)
+        return EndpointStatus(
+            url=ep.url,
+            pool=ep.pool,
+            healthy=ep.healthy,
+            in_flight=ep.in_flight,
+            metrics=ep.metrics,
+            last_error=ep.last_error,
+            consecutive_failures=ep.consecutive_failures,
+            last_poll_at=ep.last_poll_at,
+            metrics_at=ep.metrics_at,
+        )
+
+    def models_available(self) -> list[str]:
+        """Sorted union of the models of every pool with at least one healthy endpoint."""
+        models: set[str] = set()
+        for pool in self._pools:
+            if any(self._endpoints[u].healthy for u in pool.endpoint_urls()):
+                models.update(pool.models)
+        return sorted(models)
+
+    # -- the gateway's in-flight counting -----------------------------------------------------
+
+    def acquire(self, url: str) -> None:
+        """One more gateway request in flight to ``url``."""
+        self._get(url).in_flight += 1
+        self._changed()
+
+    def release(self, url: str) -> None:
+        """One gateway request to ``url`` finished; never goes below zero."""
+        ep = self._get(url)
+        if ep.in_flight == 0:
+            log.warning("release(%s) without a matching acquire; in-flight stays 0", url)
+            return
+        ep.in_flight -= 1
+        self._changed()
+
+    @contextlib.contextmanager
+    def track(self, url: str) -> Iterator[None]:
+        """``with registry.track(url):`` counts one request in flight for the block's duration."""
+        self.acquire(url)
+        try:
+            yield
+        finally:
+            self.release(url)
+
+    # -- health ---------------------------------------------------------------------------------
+
+    def mark_failed(self, url: str, reason: str) -> None:
+        """Passive health: a proxied request could not reach ``url``; unhealthy until re-polled."""
+        ep = self._get(url)
+        ep.healthy = False
+        ep.last_error = reason
+        ep.consecutive_failures += 1
+        ep.failed_at = self._clock()
+        self._changed()
+
+    def record_poll(self, url: str, result: PollResult) -> None:
+        """Apply one poll's findings (the rules are in the module docstring)."""
+        ep = self._get(url)
+        ep.last_poll_at = self._clock()
+        if result.metrics is not None:
+            ep.metrics = result.metrics
+            ep.metrics_at = ep.last_poll_at
+        if not result.healthy:
+            ep.healthy = False
+            ep.consecutive_failures += 1
+            ep.last_error = result.error
+        elif result.started_at >= ep.failed_at:
+            ep.healthy = True
+            ep.consecutive_failures = 0
+            ep.last_error = result.error
+        self._changed()
+
+
+class Poller:
+    """Refreshes a registry from a :class:`MetricsSource` every ``interval_s`` seconds."""
+
+    def __init__(
+        self, registry: EndpointRegistry, source: MetricsSource, interval_s: float = 1.0
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self._registry = registry
+        self._source = source
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._polled = asyncio.Event()
+
+    async def poll_once(self) -> None:
+        """Probe every endpoint once, concurrently, and record what was found."""
+        await asyncio.gather(*(self._poll_endpoint(url) for url in self._registry.urls))
+        self._polled.set()
+
+    async def _poll_endpoint(self, url: str) -> None:
+        result = await self._probe(url, self._registry.dialect_of(url))
+        self._registry.record_poll(url, result)
+
+    async def _probe(self, url: str, dialect: EngineDialect) -> PollResult:
+        started = self._registry.now()
+        try:
+            healthy = await self._source.health(url, dialect)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
+            return PollResult(started, healthy=False, error=_reason("health", exc))
+        if not healthy:
+            return PollResult(started, healthy=False, error="health: engine answered not ready")
+        try:
+            metrics = await self._source.metrics(url, dialect)
+        except Exception as exc:  # noqa: BLE001 - keep the old metrics, stay healthy
+            return PollResult(started, healthy=True, error=_reason("metrics", exc))
+        return PollResult(started, healthy=True, metrics=metrics)
+
+    async def wait_until_polled(self, timeout_s: float) -> bool:
+        """Wait for the first complete poll round; False if ``timeout_s`` passed first."""
+        try:
+            await asyncio.wait_for(self._polled.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def start(self) -> None:
+        """Start polling in a background task (poll at once, then every ``interval_s``)."""
+        if self._task is not None and not self._task.done():
+            raise RuntimeError("poller already started")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="ridge-endpoint-poller"
+        )
+
+    async def stop(self) -> None:
+        """Cancel the background task and wait for it to end; safe to call twice."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.wait([task])  # a cancellation of our caller still reaches our caller
+        if not task.cancelled():
+            task.result()  # re-raise if the loop had crashed instead
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.poll_once()
+            await asyncio.sleep(max(0.0, self._interval_s - (loop.time() - started)))
+
+    async def __aenter__(self) -> Poller:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def _reason(what: str, exc: Exception) -> str:
+    if isinstance(exc, ProbeError):
+        return f"{what}: {exc.reason}"
+    log.warning("%s probe raised %s", what, type(exc).__name__, exc_info=exc)
+    return f"{what}: {type(exc).__name__}: {exc}"

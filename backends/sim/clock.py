@@ -1,0 +1,89 @@
+"""Simulated time: a wall clock compressed by a speed factor, or a virtual clock for tests.
+
+All engine times are *simulated* seconds. :class:`ScaledClock` maps them onto the wall clock:
+simulated time = (monotonic time − start) · ``speed``, and sleeping T simulated seconds sleeps
+T / ``speed`` real seconds (``speed`` = 1: real time; 10: ten times faster). :class:`VirtualClock`
+never sleeps: time only moves when the code under test sleeps or waits with a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Current simulated time [s]."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` of simulated time pass."""
+        ...
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> None:
+        """Return when ``event`` is set or ``timeout`` simulated seconds passed (None: no limit)."""
+        ...
+
+    def real_seconds(self, seconds: float) -> float:
+        """Wall-clock seconds that ``seconds`` of simulated time take."""
+        ...
+
+
+class ScaledClock:
+    """Wall-clock time scaled by ``speed`` (> 0)."""
+
+    def __init__(self, speed: float = 1.0) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._start = time.monotonic()
+
+    def now(self) -> float:
+        return (time.monotonic() - self._start) * self.speed
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> None:
+        if timeout is None:
+            await event.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), max(0.0, timeout) / self.speed)
+
+    def real_seconds(self, seconds: float) -> float:
+        return seconds / self.speed
+
+
+class VirtualClock:
+    """Time that advances only when slept through: deterministic, instant tests."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += max(0.0, seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> None:
+        for _ in range(3):
+            if event.is_set():
+                return
+            await asyncio.sleep(0)
+        if timeout is None:
+            await event.wait()
+        else:
+            self.advance(timeout)
+
+    def real_seconds(self, seconds: float) -> float:
+        """Timers (KV hold and bootstrap timeouts) still run on the wall clock, unscaled."""
+        return seconds

@@ -1,0 +1,95 @@
+"""From a pool of the fleet file to the settings of one simulated engine.
+
+* Device: the pool's ``model`` and ``hardware`` facts, calibrated by a hardware profile
+  (``simulator.profile``, else the profile named by ``hardware.name``, else a generic GPU): its
+  attention efficiency, KV dtype and overheads (the pool's ``simulator.step_overhead_s`` is added
+  to the profile's per-step overhead).
+* KV cache [B]: ``hardware.kv_cache_bytes``, else the profile's, else the engine's share of device
+  memory minus the weights: ``memory_fraction · memory_bytes − N · dtype_bytes`` (vLLM's
+  ``gpu_memory_utilization`` 0.9, SGLang's ``mem_fraction_static`` ≈ 0.88).
+  Blocks = ⌊KV bytes ÷ (KV bytes per token · block size)⌋; fewer than ``max_context`` tokens is
+  an error, as it is for vLLM at start-up.
+* Token budget per step: ``levers.chunked_prefill.token_budget`` when chunked prefill is on, else
+  ``max(max_context, engine minimum)`` so a whole prompt fits one step.
+* Speculative decoding: K = ``levers.speculative.num_draft_tokens``,
+  α = ``simulator.acceptance_rate``, c = ``simulator.draft_cost``.
+"""
+
+from __future__ import annotations
+
+from backends.config import Pool
+from backends.sim.dialects import DIALECTS, Dialect
+from backends.sim.engine import EngineConfig
+from backends.sim.profiles import GENERIC_GPU, HARDWARE, HardwareProfile, hardware_profile
+from backends.sim.roofline import Device, Overheads, kv_bytes_per_token, weight_bytes
+from backends.sim.scheduler import SchedulerConfig
+
+
+def profile_for(pool: Pool) -> HardwareProfile:
+    """The calibration profile of ``pool`` (see the module docstring)."""
+    if pool.simulator.profile is not None:
+        return hardware_profile(pool.simulator.profile)
+    return HARDWARE.get(pool.hardware.name, GENERIC_GPU)
+
+
+def device_for(pool: Pool) -> Device:
+    prof = profile_for(pool)
+    base = prof.overheads
+    overheads = Overheads(base.request_s, base.step_s + pool.simulator.step_overhead_s, base.seq_s)
+    kv_dtype = prof.kv_dtype_bytes if prof.kv_dtype_bytes is not None else pool.model.dtype_bytes
+    return Device(
+        model=pool.model,
+        hardware=pool.hardware,
+        kv_dtype_bytes=kv_dtype,
+        attention_efficiency=prof.attention_efficiency,
+        overheads=overheads,
+    )
+
+
+def kv_cache_bytes(pool: Pool, dialect: Dialect) -> float:
+    """KV-cache bytes of one engine of ``pool`` [B]."""
+    if pool.hardware.kv_cache_bytes is not None:
+        return pool.hardware.kv_cache_bytes
+    prof = profile_for(pool)
+    if prof.facts.kv_cache_bytes is not None:
+        return prof.facts.kv_cache_bytes
+    return max(0.0, dialect.memory_fraction * prof.memory_bytes - weight_bytes(pool.model))
+
+
+def engine_config(pool: Pool) -> EngineConfig:
+    """Everything one engine of ``pool`` is configured with."""
+    dialect = DIALECTS[pool.engine]
+    device = device_for(pool)
+    block = dialect.block_size[profile_for(pool).kind]
+    per_token = kv_bytes_per_token(pool.model, device.kv_dtype_bytes)
+    num_blocks = int(kv_cache_bytes(pool, dialect) // (per_token * block))
+    if num_blocks * block < pool.model.max_context:
+        raise ValueError(
+            f"pool {pool.name!r}: the KV cache holds {num_blocks * block} tokens, fewer than "
+            f"max_context {pool.model.max_context} (the engine would refuse to start)"
+        )
+    chunk = pool.levers.chunked_prefill
+    chunked = chunk is not None and chunk.enabled
+    budget = (
+        chunk.token_budget
+        if chunk is not None and chunked
+        else max(pool.model.max_context, dialect.unchunked_min_budget)
+    )
+    spec = pool.levers.speculative
+    scheduler = SchedulerConfig(
+        token_budget=budget,
+        max_num_seqs=dialect.max_num_seqs,
+        chunked=chunked,
+        mixed_batches=dialect.mixed_batches,
+        spec_k=spec.num_draft_tokens if spec is not None else 0,
+        kv_bytes_per_token=per_token,
+    )
+    return EngineConfig(
+        device=device,
+        num_blocks=num_blocks,
+        block_size=block,
+        prefix_caching=pool.levers.prefix_caching,
+        scheduler=scheduler,
+        spec_alpha=pool.simulator.acceptance_rate,
+        draft_cost=pool.simulator.draft_cost,
+    )

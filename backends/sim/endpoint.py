@@ -1,0 +1,235 @@
+"""One simulated engine endpoint, minus HTTP: its engine, dialect, P/D agent, faults and metrics.
+
+Requests become :class:`~backends.sim.request.SimRequest` objects here. The number of tokens a
+request generates is ``max_tokens`` (finish reason ``length``), unless the pool sets
+``simulator.mean_output_tokens``: then each request also draws a natural stop length L ≥ 1 from a
+geometric law with that mean (P(L = l) = p(1 − p)^(l − 1), p = 1 / mean), raised to ``min_tokens``;
+if L < ``max_tokens`` it stops there with finish reason ``stop``. ``ignore_eos: true`` skips the
+draw. Generated text comes from the request's own random stream, seeded by ``seed`` if given,
+else by the endpoint's seeded stream (fleet seed, pool seed, pool name, replica index).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any
+
+from backends.config import Pool
+from backends.sim import tokens
+from backends.sim.clock import Clock
+from backends.sim.configure import engine_config, kv_cache_bytes
+from backends.sim.dialects import DIALECTS
+from backends.sim.engine import EngineCore
+from backends.sim.faults import Faults
+from backends.sim.metric_tables import METRIC_TABLES, VLLM_CACHE_CONFIG_STATIC, resolve_buckets
+from backends.sim.metrics import Exposition, render
+from backends.sim.openai_api import ApiError, Generation, ModelInfo, parse_chat, parse_completion
+from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDProtocolError
+from backends.sim.request import SimRequest
+from backends.sim.runner import EngineRunner, RequestHandle
+from backends.sim.stats import EngineStats
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+class SimEndpoint:
+    """A simulated engine serving one endpoint URL of a pool."""
+
+    def __init__(
+        self, pool: Pool, index: int, port: int, clock: Clock, hub: KVTransferHub, seed: int
+    ) -> None:
+        self.pool = pool
+        self.dialect = DIALECTS[pool.engine]
+        self.config = engine_config(pool)
+        self.info = ModelInfo(tuple(pool.models), pool.model.max_context)
+        self.clock = clock
+        self.rng = random.Random(f"{seed}:{pool.simulator.seed}:{pool.name}:{index}")
+        table = METRIC_TABLES[pool.engine]
+        stats = EngineStats.with_buckets(
+            resolve_buckets(table, pool.model.max_context), self.config.scheduler.spec_k
+        )
+        self.core = EngineCore(self.config, stats, seed=self.rng.getrandbits(32))
+        self.runner = EngineRunner(self.core, clock)
+        self.faults = Faults()
+        self.engine_id = f"{self.rng.getrandbits(128):032x}"
+        link = Link(self.engine_id, "127.0.0.1", port, pool.simulator.kv_link_bandwidth)
+        self.pd = PDAgent(hub, self.runner, clock, link)
+        self.started = time.time()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def new_id(self, kind: str) -> str:
+        prefix = (
+            self.dialect.chat_id_prefix if kind == "chat" else self.dialect.completion_id_prefix
+        )
+        return f"{prefix}{self.rng.getrandbits(128):032x}"
+
+    def parse(self, kind: str, body: dict[str, Any]) -> Generation:
+        """Validate ``body`` (raises :class:`ApiError`)."""
+        parser = parse_chat if kind == "chat" else parse_completion
+        return parser(body, self.dialect, self.info)
+
+    def intent(self, body: dict[str, Any]) -> Intent | None:
+        try:
+            return PARSERS[self.dialect.pd_protocol](body, self.pool.role)
+        except PDProtocolError as exc:
+            raise ApiError(400, str(exc), "bootstrap_room") from None
+
+    def submit(self, gen: Generation, rid: str, intent: Intent | None) -> RequestHandle:
+        """Queue a validated request on the engine."""
+        req = self._request(gen, rid)
+        self.pd.prepare(req, intent)
+        if (
+            intent is not None
+            and intent.side == "prefill"
+            and self.dialect.pd_prefill_forces_one_token
+        ):
+            req.max_tokens, req.finish_reason = 1, "length"
+        handle = self.runner.submit(req)
+        self.pd.watch(handle, intent)
+        return handle
+
+    def _request(self, gen: Generation, rid: str) -> SimRequest:
+        seed = gen.seed if gen.seed is not None else self.rng.getrandbits(64)
+        rng = random.Random(seed)
+        target, reason = self._target_length(gen, rng)
+        toks = tokens.stream_tokens(gen.prompt)
+        return SimRequest(
+            rid=rid,
+            tokens=toks,
+            prompt_tokens=len(toks),
+            max_tokens=target,
+            finish_reason=reason,
+            arrival=0.0,
+            rng=rng,
+            requested_max_tokens=gen.max_tokens,
+        )
+
+    def _target_length(self, gen: Generation, rng: random.Random) -> tuple[int, str]:
+        mean = self.pool.simulator.mean_output_tokens
+        if mean is None or gen.ignore_eos:
+            return gen.max_tokens, "length"
+        natural = max(_geometric(rng, mean), gen.min_tokens, 1)
+        if natural < gen.max_tokens:
+            return natural, "stop"
+        return gen.max_tokens, "length"
+
+    async def health_generate(self) -> str:
+        """SGLang's ``/health_generate``: run a one-token generation through the engine."""
+        gen = self.parse("completion", {"prompt": "ping", "max_tokens": 1})
+        handle = self.submit(gen, self.new_id("completion"), None)
+        try:
+            _, finish = await handle.collect()
+        finally:
+            self.runner.abort(handle)
+        return finish
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def metrics_text(self) -> str:
+        table = METRIC_TABLES[self.pool.engine]
+        base = {
+            "engine": "0",
+            "model_name": self.pool.models[0],
+            "engine_type": self.dialect.engine_type_label.get(self.pool.role, "unified"),
+            "tp_rank": "0",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
+        exp = Exposition(table, base, self.snapshot(), self.core.stats.histograms, self.started)
+        return render(exp)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every value the metric tables read, by source name."""
+        core, st = self.core, self.core.stats
+        snap: dict[str, Any] = {
+            "zero": 0.0,
+            "running": core.num_running,
+            "waiting": core.num_waiting + core.num_transferring,
+            "queued": core.num_waiting,
+            "transferring": core.num_transferring,
+            "held": len(core.held),
+            "waiting_by_reason": {"capacity": core.num_waiting, "deferred": core.num_transferring},
+            "sleep_state": {"awake": 1, "weights_offloaded": 0, "discard_all": 0},
+            "kv_usage": core.pool.usage,
+            "used_tokens": core.used_tokens,
+            "capacity_tokens": core.capacity_tokens,
+            "cache_hit_rate": st.last_prefill_hit_rate,
+            "gen_throughput": st.gen_throughput(),
+            "cache_config": self._cache_config(),
+            "admission_rejections": {"max_num_queued_reqs": 0, "max_num_queued_tokens": 0},
+        }
+        snap.update(self._counters(st))
+        return snap
+
+    def _counters(self, st: EngineStats) -> dict[str, Any]:
+        cached = st.prompt_tokens_cached + st.prompt_tokens_transferred
+        return {
+            "prefix_queries": st.prefix_queries,
+            "prefix_hits": st.prefix_hits,
+            "preemptions": st.preemptions,
+            "prompt_tokens": st.prompt_tokens,
+            "generation_tokens": st.generation_tokens,
+            "prompt_cached": cached,
+            "prompt_by_source": {
+                "local_compute": st.prompt_tokens_computed,
+                "local_cache_hit": st.prompt_tokens_cached,
+                "external_kv_transfer": st.prompt_tokens_transferred,
+            },
+            "cached_by_source": {
+                "device": st.prompt_tokens_cached,
+                "host": 0,
+                "p2p": st.prompt_tokens_transferred,
+                "disk": 0,
+                "external_unspecified": 0,
+            },
+            "realtime_tokens": {
+                "prefill_compute": st.prompt_tokens_computed,
+                "prefill_cache": cached,
+                "decode": st.generation_tokens,
+            },
+            "finished": {r: st.finished.get(r, 0) for r in FINISH_REASONS},
+            "requests_finished": sum(st.finished.values()),
+            "aborted": st.finished.get("abort", 0),
+            "flops": st.flops,
+            "read_bytes": st.read_bytes,
+            "write_bytes": st.write_bytes,
+            "speculating": bool(self.config.scheduler.spec_k),
+            "spec_drafts": st.spec_drafts,
+            "spec_draft_tokens": st.spec_draft_tokens,
+            "spec_accepted": st.spec_accepted,
+            "spec_accepted_per_pos": dict(enumerate(st.spec_accepted_per_pos)),
+            "spec_accept_length": st.spec_accept_length(),
+            "spec_accept_rate": st.spec_accept_rate(),
+        }
+
+    def _cache_config(self) -> dict[str, str]:
+        """vLLM's ``cache_config_info`` labels, with this engine's values."""
+        cfg = self.config
+        capacity = cfg.num_blocks * cfg.block_size
+        return {
+            **VLLM_CACHE_CONFIG_STATIC,
+            "block_size": str(cfg.block_size),
+            "effective_attention_block_size": str(cfg.block_size),
+            "cache_dtype": "auto",
+            "enable_prefix_caching": str(cfg.prefix_caching),
+            "gpu_memory_utilization": str(self.dialect.memory_fraction),
+            "kv_cache_max_concurrency": str(round(capacity / self.info.max_context, 2)),
+            "kv_cache_memory_bytes": str(int(kv_cache_bytes(self.pool, self.dialect))),
+            "kv_cache_size_tokens": str(capacity),
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(cfg.num_blocks),
+            "num_gpu_blocks_override": "None",
+            "prefix_caching_hash_algo": "sha256",
+            "sliding_window": "None",
+        }
+
+
+def _geometric(rng: random.Random, mean: float) -> int:
+    """A draw ≥ 1 of the geometric law with the given mean (p = 1 / mean)."""
+    if mean <= 1.0:
+        return 1
+    p = 1.0 / mean
+    return 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p))

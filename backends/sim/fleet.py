@@ -1,0 +1,141 @@
+"""Start a whole simulated fleet from a fleet file: one HTTP server per endpoint, one process.
+
+Every endpoint URL of every pool gets its own aiohttp server bound to 127.0.0.1 and the URL's port
+(port 0 picks a free port; :attr:`RunningFleet.urls` then holds the real URLs), its own engine
+loop, and a share of one :class:`~backends.sim.clock.ScaledClock` (``speed``) and one
+:class:`~backends.sim.pd.KVTransferHub`. Runs are deterministic for a ``seed`` and an arrival
+order (ids, generated text, speculative acceptance and stop lengths are seeded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from backends.config import Fleet, Pool
+from backends.sim.clock import Clock, ScaledClock
+from backends.sim.endpoint import SimEndpoint
+from backends.sim.pd import KVTransferHub
+from backends.sim.wire import CLOSER, build_app, hard_close
+
+HOST = "127.0.0.1"
+
+
+@dataclass(eq=False)
+class SimServer:
+    """One endpoint's HTTP server. ``close``/``reopen`` stop and resume accepting connections."""
+
+    endpoint: SimEndpoint
+    configured_url: str
+    port: int
+    app_runner: web.AppRunner
+    site: web.TCPSite | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    async def open(self) -> None:
+        self.site = web.TCPSite(self.app_runner, HOST, self.port, reuse_address=True)
+        await self.site.start()
+        self.port = self.site.port
+
+    async def close(self) -> None:
+        """Refuse new connections and reset the open ones (the engine keeps its state)."""
+        if self.site is not None:
+            await self.site.stop()
+            self.site = None
+        server = self.app_runner.server
+        for conn in list(server.connections if server is not None else []):
+            hard_close(conn.transport)
+
+    async def reopen(self) -> None:
+        if self.site is None:
+            await self.open()
+
+    def close_for(self, seconds: float) -> None:
+        """Close now and reopen after ``seconds`` of wall-clock time (the admin API's ``close``)."""
+
+        async def outage() -> None:
+            await asyncio.sleep(0.05)  # let the admin answer go out first
+            await self.close()
+            await asyncio.sleep(seconds)
+            await self.reopen()
+
+        task = asyncio.create_task(outage())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await self.endpoint.runner.stop()
+        await self.app_runner.cleanup()
+
+
+@dataclass(eq=False)
+class RunningFleet:
+    """A started fleet: its servers (for chaos from Python), their URLs, and ``stop()``."""
+
+    servers: list[SimServer]
+    clock: Clock
+    hub: KVTransferHub
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def server(self, url: str) -> SimServer:
+        """The server for ``url`` (as configured or as bound)."""
+        key = url.rstrip("/")
+        for s in self.servers:
+            if key in (s.url, s.configured_url):
+                return s
+        raise KeyError(url)
+
+    async def stop(self) -> None:
+        for s in self.servers:
+            with contextlib.suppress(Exception):
+                await s.stop()
+
+
+async def start_fleet(fleet: Fleet, *, speed: float = 1.0, seed: int = 0) -> RunningFleet:
+    """Start every endpoint of ``fleet``; ``speed`` compresses time, ``seed`` fixes randomness."""
+    clock = ScaledClock(speed)
+    hub = KVTransferHub()
+    running = RunningFleet([], clock, hub)
+    try:
+        for pool in fleet.pools:
+            for index, url in enumerate(pool.endpoint_urls()):
+                running.servers.append(await _start_server(pool, index, url, clock, hub, seed))
+    except BaseException:
+        await running.stop()
+        raise
+    return running
+
+
+async def _start_server(
+    pool: Pool, index: int, url: str, clock: Clock, hub: KVTransferHub, seed: int
+) -> SimServer:
+    port = urlsplit(url).port or 80
+    endpoint = SimEndpoint(pool, index, port, clock, hub, seed)
+    app = build_app(endpoint)
+    app_runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    server = SimServer(endpoint, url, port, app_runner)
+    app[CLOSER] = server.close_for
+    await app_runner.setup()
+    try:
+        await server.open()
+    except OSError as exc:
+        await app_runner.cleanup()
+        raise OSError(
+            f"pool {pool.name!r}: cannot listen on {HOST}:{port} for {url}: {exc}"
+        ) from exc
+    endpoint.pd.link = replace(endpoint.pd.link, port=server.port)
+    endpoint.runner.start()
+    return server

@@ -1,0 +1,239 @@
+"""Prefill/decode disaggregation: the engine side of vLLM's and SGLang's P/D protocols.
+
+vLLM (NixlConnector, as driven by vLLM's disaggregated-prefill proxy): the proxy sends the request
+to a prefill server with ``max_tokens = 1`` and ``kv_transfer_params = {"do_remote_decode": true,
+...}``; the prefill engine computes the prompt, keeps the KV blocks, and answers with
+``kv_transfer_params = {"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids",
+"remote_engine_id", "remote_request_id", "remote_host", "remote_port", "tp_size"}``. The proxy sends
+the original request plus those params to a decode server, which pulls the KV (all prompt tokens
+but the last, which it recomputes) and generates. Honoured here: ``do_remote_decode`` (prefill
+side), ``do_remote_prefill``, ``remote_engine_id`` and ``remote_request_id`` (decode side: they
+name the KV to fetch); ``remote_block_ids``, ``remote_host``, ``remote_port``, ``tp_size`` are
+returned for fidelity and ignored on input. Unknown or expired params: the decode engine computes
+the prompt itself (vLLM's recompute-on-load-failure policy). The prefill engine frees the KV when
+it has been read, or after 480 s (``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``'s default).
+
+SGLang (its mini load balancer / router): the same request, with ``bootstrap_host``,
+``bootstrap_port`` and a random 63-bit ``bootstrap_room``, goes to a prefill server and a decode
+server at once. The prefill server computes the prompt and one token; the decode server reserves
+KV, waits for the room's KV and decodes. Honoured: ``bootstrap_room`` (the rendezvous key);
+``bootstrap_host``/``bootstrap_port`` are accepted and not checked. A prefill- or decode-role
+server refuses a request without ``bootstrap_room`` (400). A decode request whose prefill never
+comes is aborted after 300 s.
+
+Both: transfer time [s] = (prompt tokens − 1 − tokens the decode engine already caches) · KV bytes
+per token ÷ link bandwidth, the link being the slower of the two pools' ``kv_link_bandwidth``
+[B/s]. Pools of role ``mixed`` have no KV connector and ignore all of these fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+from backends.config import Role
+from backends.sim.clock import Clock
+from backends.sim.request import Phase, RemoteKV, SimRequest
+from backends.sim.runner import EngineRunner, RequestHandle
+
+PREFILL_HOLD_TIMEOUT_S = 480.0
+DECODE_BOOTSTRAP_TIMEOUT_S = 300.0
+
+
+@dataclass(slots=True)
+class Handoff:
+    """A prefill engine's finished KV, ready to be read."""
+
+    published_at: float
+    link_bandwidth: float
+    release: Callable[[], None]
+
+
+class KVTransferHub:
+    """Rendezvous of prefill and decode engines in one fleet (owned by the fleet, not global)."""
+
+    def __init__(self) -> None:
+        self._by_request: dict[tuple[str, str], Handoff] = {}
+        self._rooms: dict[int, Handoff] = {}
+        self._waiters: dict[int, Callable[[Handoff], None]] = {}
+
+    def publish_request(self, key: tuple[str, str], handoff: Handoff) -> None:
+        self._by_request[key] = handoff
+
+    def take_request(self, key: tuple[str, str]) -> Handoff | None:
+        return self._by_request.pop(key, None)
+
+    def publish_room(self, room: int, handoff: Handoff) -> None:
+        waiter = self._waiters.pop(room, None)
+        if waiter is not None:
+            waiter(handoff)
+        else:
+            self._rooms[room] = handoff
+
+    def await_room(self, room: int, callback: Callable[[Handoff], None]) -> None:
+        handoff = self._rooms.pop(room, None)
+        if handoff is not None:
+            callback(handoff)
+        else:
+            self._waiters[room] = callback
+
+    def forget(self, key: tuple[str, str] | int) -> None:
+        if isinstance(key, tuple):
+            self._by_request.pop(key, None)
+        else:
+            self._rooms.pop(key, None)
+            self._waiters.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """What a request asks of this engine's KV connector. ``key`` names the KV: (engine id,
+    request id) for vLLM's decode side, the bootstrap room for SGLang, None for vLLM's prefill."""
+
+    side: Literal["prefill", "decode"]
+    key: tuple[str, str] | int | None
+
+
+class PDProtocolError(ValueError):
+    """The request cannot be served by this P/D role."""
+
+
+def _parse_nixl(body: Mapping[str, Any], role: Role) -> Intent | None:
+    params = body.get("kv_transfer_params")
+    if role is Role.MIXED or not isinstance(params, dict):
+        return None
+    if params.get("do_remote_decode"):
+        return Intent("prefill", None)
+    if params.get("do_remote_prefill"):
+        key = (str(params.get("remote_engine_id")), str(params.get("remote_request_id")))
+        return Intent("decode", key)
+    return None
+
+
+def _parse_bootstrap(body: Mapping[str, Any], role: Role) -> Intent | None:
+    if role is Role.MIXED:
+        return None
+    room = body.get("bootstrap_room")
+    if not isinstance(room, int) or isinstance(room, bool):
+        raise PDProtocolError(f"a {role.value} server needs an integer bootstrap_room")
+    return Intent("prefill" if role is Role.PREFILL else "decode", room)
+
+
+PARSERS: Mapping[str, Callable[[Mapping[str, Any], Role], Intent | None]] = MappingProxyType(
+    {"kv_transfer_params": _parse_nixl, "bootstrap": _parse_bootstrap}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Where this engine is and how fast it moves KV [B/s]."""
+
+    engine_id: str
+    host: str
+    port: int
+    bandwidth: float
+
+
+class PDAgent:
+    """One engine's KV connector: prepares P/D requests and publishes or fetches their KV."""
+
+    def __init__(self, hub: KVTransferHub, runner: EngineRunner, clock: Clock, link: Link) -> None:
+        self.hub = hub
+        self.runner = runner
+        self.clock = clock
+        self.link = link
+
+    def prepare(self, req: SimRequest, intent: Intent | None) -> None:
+        """Set ``req`` up for its side of the protocol (before it is submitted)."""
+        if intent is None:
+            return
+        if intent.side == "prefill":
+            req.hold_kv = True
+            req.on_finish = lambda r: self._publish(r, intent)
+        elif isinstance(intent.key, tuple):
+            self._fetch_by_request(req, intent.key)
+        else:
+            req.remote = RemoteKV(link_bandwidth=self.link.bandwidth)
+
+    def watch(self, handle: RequestHandle, intent: Intent | None) -> None:
+        """After submitting: a bootstrap decode request starts waiting for its room's KV."""
+        if intent is None or intent.side != "decode" or not isinstance(intent.key, int):
+            return
+        room = intent.key
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(
+            self.clock.real_seconds(DECODE_BOOTSTRAP_TIMEOUT_S), self._give_up, handle, room
+        )
+
+        def landed(h: Handoff) -> None:
+            timer.cancel()
+            self._landed(handle.request, h)
+
+        self.hub.await_room(room, landed)
+
+    def transfer_params(self, req: SimRequest) -> dict[str, Any]:
+        """vLLM's ``kv_transfer_params`` answer of a prefill engine for finished ``req``."""
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": list(self.runner.core.held.get(req.rid, [])),
+            "remote_engine_id": self.link.engine_id,
+            "remote_request_id": req.rid,
+            "remote_host": self.link.host,
+            "remote_port": self.link.port,
+            "tp_size": 1,
+        }
+
+    def _publish(self, req: SimRequest, intent: Intent) -> None:
+        if req.final_reason == "abort" or req.finished_at is None:
+            return
+        key: tuple[str, str] | int = (
+            intent.key if intent.key is not None else (self.link.engine_id, req.rid)
+        )
+        release = self._releaser(req.rid, key)
+        handoff = Handoff(req.finished_at, self.link.bandwidth, release)
+        if isinstance(key, tuple):
+            self.hub.publish_request(key, handoff)
+        else:
+            self.hub.publish_room(key, handoff)
+
+    def _releaser(self, rid: str, key: tuple[str, str] | int) -> Callable[[], None]:
+        loop = asyncio.get_running_loop()
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                timer.cancel()
+                self.hub.forget(key)
+                self.runner.release_held(rid)
+
+        timer = loop.call_later(self.clock.real_seconds(PREFILL_HOLD_TIMEOUT_S), release)
+        return release
+
+    def _fetch_by_request(self, req: SimRequest, key: tuple[str, str]) -> None:
+        handoff = self.hub.take_request(key)
+        if handoff is None:
+            return
+        req.remote = RemoteKV(
+            link_bandwidth=min(self.link.bandwidth, handoff.link_bandwidth),
+            published_at=handoff.published_at,
+            release=handoff.release,
+        )
+
+    def _landed(self, req: SimRequest, handoff: Handoff) -> None:
+        if req.remote is None or req.phase is Phase.FINISHED:
+            handoff.release()  # the decode request is gone: the prefill engine may free its KV
+            return
+        req.remote.release = handoff.release
+        req.remote.link_bandwidth = min(req.remote.link_bandwidth, handoff.link_bandwidth)
+        self.runner.core.kv_published(req, handoff.published_at, self.clock.now())
+        self.runner.wake()
+
+    def _give_up(self, handle: RequestHandle, room: int) -> None:
+        self.hub.forget(room)
+        self.runner.fail(handle)

@@ -1,0 +1,130 @@
+"""The engine loop in real (or virtual) time: steps an :class:`EngineCore` and hands tokens out.
+
+Loop: step the core at the clock's ``now``; if the step did work, sleep its duration on the clock
+(``duration / speed`` wall seconds) and then deliver its tokens to the waiting requests; if the
+core was idle, wait until a request arrives, a KV transfer lands or the next known event time.
+Requests enter through :meth:`EngineRunner.submit`, which returns a :class:`RequestHandle` the
+HTTP layer reads tokens from; :meth:`EngineRunner.abort` drops a request (client gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from backends.sim.clock import Clock
+from backends.sim.engine import EngineCore, StepOutcome
+from backends.sim.request import Phase, SimRequest
+
+log = logging.getLogger(__name__)
+
+
+class RequestHandle:
+    """One request's output as it is produced: token batches, then a finish reason."""
+
+    def __init__(self, request: SimRequest) -> None:
+        self.request = request
+        self.finish: str | None = None
+        self._buffer: list[str] = []
+        self._event = asyncio.Event()
+
+    def push(self, tokens: list[str], finish: str | None) -> None:
+        self._buffer.extend(tokens)
+        if finish is not None:
+            self.finish = finish
+        self._event.set()
+
+    async def next_batch(self) -> tuple[list[str], str | None]:
+        """Tokens produced since the last call (waits for at least one step) and the finish
+        reason once the request is done."""
+        while not self._buffer and self.finish is None:
+            await self._event.wait()
+            self._event.clear()
+        out, self._buffer = self._buffer, []
+        return out, self.finish
+
+    async def collect(self) -> tuple[list[str], str]:
+        """Every token until the request finishes, and its finish reason."""
+        tokens: list[str] = []
+        while True:
+            batch, finish = await self.next_batch()
+            tokens.extend(batch)
+            if finish is not None:
+                return tokens, finish
+
+
+class EngineRunner:
+    """Drives one engine core on ``clock``."""
+
+    def __init__(self, core: EngineCore, clock: Clock) -> None:
+        self.core = core
+        self.clock = clock
+        self._handles: dict[str, RequestHandle] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def submit(self, request: SimRequest) -> RequestHandle:
+        """Queue ``request`` as arriving now."""
+        request.arrival = self.clock.now()
+        handle = RequestHandle(request)
+        self._handles[request.rid] = handle
+        self.core.add(request)
+        self.wake()
+        return handle
+
+    def abort(self, handle: RequestHandle) -> None:
+        """Drop the request (no-op once it finished)."""
+        self._handles.pop(handle.request.rid, None)
+        if handle.request.phase is not Phase.FINISHED:
+            self.core.abort(handle.request, self.clock.now())
+            self.wake()
+
+    def fail(self, handle: RequestHandle) -> None:
+        """Abort the request and tell its reader (finish reason ``abort``)."""
+        self.abort(handle)
+        handle.push([], "abort")
+
+    def release_held(self, rid: str) -> None:
+        """Free a prefill engine's held KV (its decode engine has it now)."""
+        self.core.release_held(rid)
+        self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            now = self.clock.now()
+            try:
+                outcome = self.core.step(now)
+            except Exception:  # a bug in the core must not kill the server silently
+                log.exception("simulated engine step failed")
+                raise
+            if outcome.idle:
+                nxt = self.core.next_event_time(now)
+                await self.clock.wait(self._wake, None if nxt is None else nxt - now)
+                self._wake.clear()
+                continue
+            await self.clock.sleep(outcome.seconds)
+            self._deliver(outcome)
+
+    def _deliver(self, outcome: StepOutcome) -> None:
+        for e in outcome.emissions:
+            handle = self._handles.get(e.request.rid)
+            if handle is None:
+                continue
+            handle.push(e.tokens, e.finish)
+            if e.finish is not None:
+                del self._handles[e.request.rid]

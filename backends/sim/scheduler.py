@@ -1,0 +1,235 @@
+"""Continuous-batching scheduler: which requests run in the next step, and with how many tokens.
+
+Algorithm (vLLM V1's scheduler, with SGLang's prefill-first variant):
+
+1. Requests whose remote KV has arrived (prefill/decode disaggregation) join the running batch.
+2. Running requests first, oldest first: each asks for its remaining prompt (prefill), 1 token
+   (decode) or 1 + K tokens (speculative verify). With chunked prefill a prompt takes at most the
+   step's remaining token budget; without it, a prompt is scheduled whole. If the KV cache has no
+   room, the newest running request is preempted (its blocks freed, its tokens to be recomputed;
+   SGLang calls it "retract") and put back at the head of the waiting queue.
+3. If nothing was preempted, waiting requests are admitted in arrival order while the token budget,
+   ``max_num_seqs`` and the KV cache allow: the prefix cache supplies the leading blocks it already
+   holds, and only the rest is computed. A request whose KV comes from a prefill engine instead
+   reserves blocks for its prompt and waits for the transfer.
+4. ``mixed_batches`` (vLLM): prefill chunks and decodes share every step. Otherwise (SGLang's
+   default, no ``--enable-mixed-chunk``): a step is either a prefill step (chunk continuations and
+   new admissions) or, when there is nothing to prefill, a decode step over the whole batch.
+
+Parameters (:class:`SchedulerConfig`): ``token_budget`` (tokens per step: the chunk size with
+chunked prefill, else the engine's unchunked maximum), ``max_num_seqs`` (running requests),
+``chunked`` (split prompts), ``mixed_batches`` (see 4), ``spec_k`` (K draft tokens, 0 = off),
+``kv_bytes_per_token`` (B, for transfer times).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from backends.sim.kvcache import BlockPool, chain_hashes
+from backends.sim.request import Phase, SimRequest
+from backends.sim.stats import EngineStats
+
+NO_LIMIT = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    token_budget: int
+    max_num_seqs: int
+    chunked: bool
+    mixed_batches: bool
+    spec_k: int = 0
+    kv_bytes_per_token: float = 0.0
+
+
+Scheduled = tuple[SimRequest, int]
+"""A request and the number of tokens it computes in this step."""
+
+
+class Scheduler:
+    """The waiting queue, the running batch and the requests awaiting remote KV."""
+
+    def __init__(self, config: SchedulerConfig, pool: BlockPool, stats: EngineStats) -> None:
+        self.config = config
+        self.pool = pool
+        self.stats = stats
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.transferring: list[SimRequest] = []
+
+    def schedule(self, now: float) -> list[Scheduled]:
+        """The next step's batch (possibly empty)."""
+        self._land_transfers(now)
+        if self.config.mixed_batches:
+            batch, budget, preempted = self._schedule_running(
+                self.running, self.config.token_budget
+            )
+            if not preempted:
+                batch += self._admit(now, budget)
+            return self._alive(batch)
+        return self._schedule_prefill_first(now)
+
+    def _schedule_prefill_first(self, now: float) -> list[Scheduled]:
+        prefilling = [r for r in self.running if r.is_prefilling]
+        batch, budget, _ = self._schedule_running(prefilling, self.config.token_budget)
+        batch += self._admit(now, budget)
+        if batch:
+            return self._alive(batch)
+        batch, _, _ = self._schedule_running(list(self.running), NO_LIMIT)
+        return self._alive(batch)
+
+    def _schedule_running(
+        self, requests: list[SimRequest], budget: int
+    ) -> tuple[list[Scheduled], int, bool]:
+        batch: list[Scheduled] = []
+        before = self.stats.preemptions
+        for req in list(requests):
+            if budget <= 0:
+                break
+            if req.phase is not Phase.RUNNING:
+                continue
+            q = min(self._wanted(req), budget)
+            if self._reserve(req, q):
+                batch.append((req, q))
+                budget -= q
+        return batch, budget, self.stats.preemptions != before
+
+    def _wanted(self, req: SimRequest) -> int:
+        q = len(req.tokens) - req.num_computed
+        if q == 1 and req.generated > 0 and self.config.spec_k:
+            q += max(0, min(self.config.spec_k, req.remaining - 1))
+        return q
+
+    def _reserve(self, req: SimRequest, q: int) -> bool:
+        """Blocks for ``req``'s next ``q`` tokens, preempting the newest requests if needed."""
+        need = self.pool.blocks_for(req.num_computed + q) - len(req.blocks)
+        while need > self.pool.num_free:
+            victim = self.running[-1]
+            self.preempt(victim)
+            if victim is req:
+                return False
+        if need > 0:
+            fresh = self.pool.allocate(need)
+            assert fresh is not None
+            req.blocks.extend(fresh)
+        return True
+
+    def preempt(self, req: SimRequest) -> None:
+        """Free ``req``'s KV and queue it first, to be recomputed (vLLM's recompute preemption)."""
+        self.running.remove(req)
+        self.pool.release(req.blocks)
+        req.blocks = []
+        req.num_computed = 0
+        req.phase = Phase.WAITING
+        req.preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _admit(self, now: float, budget: int) -> list[Scheduled]:
+        batch: list[Scheduled] = []
+        queried = hits = 0
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting[0]
+            if req.available_at > now:
+                break
+            q = self._start(req, budget, now)
+            if q is None:
+                break
+            self.waiting.popleft()
+            queried += len(req.tokens)
+            hits += req.num_computed
+            if req.phase is Phase.RUNNING:
+                batch.append((req, q))
+                budget -= q
+        if queried and self.pool.caching:
+            self.stats.last_prefill_hit_rate = hits / queried
+        return batch
+
+    def _start(self, req: SimRequest, budget: int, now: float) -> int | None:
+        """Admit ``req`` if it fits: its tokens this step, 0 if it awaits remote KV, else None."""
+        self.extend_hashes(req)
+        matched = self.pool.match(req.hashes, len(req.tokens) - 1)
+        computed = len(matched) * self.pool.block_size
+        if req.remote is not None:
+            target = len(req.tokens) - 1
+            q = 0
+        else:
+            q = len(req.tokens) - computed
+            if not self.config.chunked and q > budget:
+                return None
+            q = min(q, budget)
+            target = computed + q
+        self.pool.take(matched)
+        fresh = self.pool.allocate(self.pool.blocks_for(target) - len(matched))
+        if fresh is None:
+            self.pool.release(matched)
+            return None
+        req.blocks = matched + fresh
+        req.num_computed = computed
+        self._record_admission(req, computed, now)
+        if req.remote is not None:
+            self._begin_transfer(req, now)
+            return 0
+        req.phase = Phase.RUNNING
+        self.running.append(req)
+        return q
+
+    def _record_admission(self, req: SimRequest, computed: int, now: float) -> None:
+        if self.pool.caching:
+            self.stats.prefix_queries += len(req.tokens)
+            self.stats.prefix_hits += computed
+        if req.first_scheduled is None:
+            req.first_scheduled = now
+            req.cached_tokens = computed
+
+    def _begin_transfer(self, req: SimRequest, now: float) -> None:
+        assert req.remote is not None
+        req.remote.transfer_tokens = len(req.tokens) - 1 - req.num_computed
+        req.phase = Phase.TRANSFERRING
+        self.transferring.append(req)
+        self.arm_transfer(req, now)
+
+    def arm_transfer(self, req: SimRequest, now: float) -> None:
+        """Set when ``req``'s KV arrives, once its prefill engine has published it:
+        ready = max(now, published) + transfer tokens · KV bytes per token ÷ link bandwidth."""
+        remote = req.remote
+        if remote is None or remote.published_at is None or req.phase is not Phase.TRANSFERRING:
+            return
+        seconds = remote.transfer_tokens * self.config.kv_bytes_per_token / remote.link_bandwidth
+        remote.ready_at = max(now, remote.published_at) + seconds
+
+    def _land_transfers(self, now: float) -> None:
+        for req in [r for r in self.transferring if r.remote and r.remote.ready_at is not None]:
+            assert req.remote is not None and req.remote.ready_at is not None
+            if req.remote.ready_at > now:
+                continue
+            self.transferring.remove(req)
+            req.transferred_tokens = req.remote.transfer_tokens
+            if req.remote.release is not None:
+                req.remote.release()
+            req.remote = None
+            req.num_computed = len(req.tokens) - 1
+            req.phase = Phase.RUNNING
+            self.running.append(req)
+
+    def extend_hashes(self, req: SimRequest) -> None:
+        """Name every full block of ``req``'s tokens (only with prefix caching on)."""
+        if not self.pool.caching:
+            return
+        size = self.pool.block_size
+        if len(req.hashes) < len(req.tokens) // size:
+            parent = req.hashes[-1] if req.hashes else 0
+            req.hashes.extend(chain_hashes(req.tokens, size, len(req.hashes), parent))
+
+    def next_event_time(self, now: float) -> float | None:
+        """The earliest future time a waiting request becomes runnable, if any is known."""
+        times = [r.remote.ready_at for r in self.transferring if r.remote and r.remote.ready_at]
+        if self.waiting and self.waiting[0].available_at > now:
+            times.append(self.waiting[0].available_at)
+        return min(times) if times else None
+
+    @staticmethod
+    def _alive(batch: list[Scheduled]) -> list[Scheduled]:
+        return [(r, q) for r, q in batch if r.phase is Phase.RUNNING]

@@ -1,0 +1,101 @@
+"""Prompt text, the token estimate, and the pseudo-words the simulator "generates".
+
+Token estimate: a token is 4 characters of the rendered prompt (``CHARS_PER_TOKEN``); the prompt's
+token count is ⌈characters / 4⌉. Token t of a prompt is its characters [4t, 4t + 4); prefix
+caching hashes these chunks, so two prompts sharing their first 4·n characters share n tokens.
+
+Chat prompts are rendered with a ChatML template (the template SmolLM2 and many others use):
+``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, then ``<|im_start|>assistant\\n``. Each
+header and each content-plus-end-marker is padded with spaces to a multiple of 4 characters, so a
+message's content always starts on a token boundary. Generated tokens are exactly 4 characters
+(``VOCAB`` words), so when a client sends the assistant's reply back in the next turn, the new
+prompt's tokens line up with the tokens the engine generated and cached: multi-turn conversations
+hit the prefix cache on their whole history, as they do on a real engine.
+
+Generated text: pseudo-words drawn from ``VOCAB`` by a per-request ``random.Random`` seeded from
+the engine seed and the request (deterministic for a seed and an arrival order).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+
+_WORDS = """
+the and for are but not you all any can had her was one our out day get has him his how man new
+now old see two way who boy did its let put say she too use sun sky sea oak elm fig ink jam key
+kit lab map net oil owl pen pot ray rod rug sap tap tin van wax web yak zip arc bee cup dew elk
+"""
+VOCAB: tuple[str, ...] = tuple(" " + w for w in _WORDS.split())
+"""Generated-token vocabulary: 72 distinct words of exactly ``CHARS_PER_TOKEN`` characters."""
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimated token count of ``text``: ⌈len(text) / 4⌉."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def pad_to_token(text: str, fill: str = " ") -> str:
+    """``text`` padded with ``fill`` to a whole number of tokens (a multiple of 4 characters)."""
+    return text + fill * (-len(text) % CHARS_PER_TOKEN)
+
+
+def content_text(content: Any) -> str:
+    """A message's text: a string, or the ``text`` of its text parts (other parts ignored)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def render_chat(messages: Sequence[Mapping[str, Any]], tools: Any = None) -> str:
+    """The ChatML prompt for ``messages`` (and ``tools`` as a leading JSON segment), padded so
+    every content starts on a token boundary, ending with the assistant generation prompt."""
+    parts: list[str] = []
+    if tools:
+        parts.append(_segment("tools", json.dumps(tools, sort_keys=True)))
+    parts.extend(
+        _segment(str(m.get("role", "user")), content_text(m.get("content"))) for m in messages
+    )
+    parts.append(pad_to_token("<|im_start|>assistant\n"))
+    return "".join(parts)
+
+
+def _segment(role: str, content: str) -> str:
+    return pad_to_token(f"<|im_start|>{role}\n") + pad_to_token(content + "<|im_end|>\n")
+
+
+def completion_prompt_text(prompt: Any) -> str | None:
+    """The text of a completions ``prompt``: a string, a one-element list of strings, or a list of
+    token ids (rendered as one 4-character chunk per id). None when it is anything else."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return "".join(f"{t % 10000:04d}" for t in prompt)
+    return None
+
+
+def stream_tokens(prompt: str) -> list[str]:
+    """The prompt's tokens: 4-character chunks, the last one padded with NULs to 4 characters."""
+    padded = pad_to_token(prompt, "\0")
+    return [padded[i : i + CHARS_PER_TOKEN] for i in range(0, len(padded), CHARS_PER_TOKEN)]
+
+
+def words(rng: random.Random, count: int) -> list[str]:
+    """``count`` pseudo-words drawn from ``VOCAB``."""
+    return [VOCAB[rng.randrange(len(VOCAB))] for _ in range(count)]
+
+
+def join(tokens: Iterable[str]) -> str:
+    return "".join(tokens)

@@ -1,0 +1,286 @@
+"""HTTP for a simulated endpoint (aiohttp): the engine's OpenAI API, health, metrics, chaos.
+
+Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (plain JSON or SSE), ``GET
+/v1/models``, the engine's health paths (``/health``; SGLang also ``/health_generate``), ``GET
+/metrics``, and the simulator's admin API: ``POST /sim/fault`` / ``DELETE /sim/fault`` (see
+:mod:`backends.sim.faults`) and ``GET /sim/state``. The application must run with
+``handler_cancellation=True``: when a client disconnects, its handler is cancelled and the request
+is aborted in the engine (it leaves the running batch and frees its KV), as vLLM does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from aiohttp import web
+
+from backends.sim import shapes
+from backends.sim.endpoint import SimEndpoint
+from backends.sim.faults import parse_command
+from backends.sim.metrics import CONTENT_TYPE
+from backends.sim.openai_api import ApiError, Generation
+from backends.sim.pd import Intent
+from backends.sim.runner import RequestHandle
+
+ENDPOINT: web.AppKey[SimEndpoint] = web.AppKey("sim_endpoint", SimEndpoint)
+CLOSER: web.AppKey[Callable[[float], None]] = web.AppKey("sim_closer")
+SSE_HEADERS = MappingProxyType(
+    {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+)
+
+
+def build_app(endpoint: SimEndpoint) -> web.Application:
+    app = web.Application()
+    app[ENDPOINT] = endpoint
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/metrics", _metrics)
+    for path in endpoint.dialect.health_paths:
+        app.router.add_get(path, _HEALTH[path])
+    app.router.add_post("/sim/fault", _set_fault)
+    app.router.add_delete("/sim/fault", _clear_fault)
+    app.router.add_get("/sim/state", _state)
+    return app
+
+
+def _error(ep: SimEndpoint, err: ApiError) -> web.Response:
+    return web.json_response(
+        shapes.error_body(ep.dialect, err), status=err.status, dumps=shapes.dumps
+    )
+
+
+def hard_close(transport: asyncio.BaseTransport | None) -> None:
+    """Drop a connection with a TCP reset (SO_LINGER 0), not a clean close."""
+    if not isinstance(transport, asyncio.Transport) or transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+# -- generation --------------------------------------------------------------------------------
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat")
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completion")
+
+
+async def _generate(request: web.Request, kind: shapes.Kind) -> web.StreamResponse:
+    ep = request.app[ENDPOINT]
+    delay = ep.faults.take("delay")
+    if delay:
+        await asyncio.sleep(delay)
+    status = ep.faults.take("error")
+    if status is not None:
+        return _error(ep, ApiError(int(status), "simulated fault"))
+    reset_after = ep.faults.take("reset")
+    try:
+        body = await _json_body(request)
+        gen = ep.parse(kind, body)
+        intent = ep.intent(body)
+    except ApiError as err:
+        return _error(ep, err)
+    rid = ep.new_id(kind)
+    handle = ep.submit(gen, rid, intent)
+    head = shapes.head(rid, int(time.time()), gen.model)
+    try:
+        if gen.stream:
+            return await _stream(request, ep, gen, handle, head, reset_after)
+        return await _complete(request, ep, gen, handle, head, intent, reset_after)
+    finally:
+        ep.runner.abort(handle)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(400, "The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
+
+
+async def _complete(
+    request: web.Request,
+    ep: SimEndpoint,
+    gen: Generation,
+    handle: RequestHandle,
+    head: dict[str, Any],
+    intent: Intent | None,
+    reset_after: float | None,
+) -> web.StreamResponse:
+    pieces, finish = await handle.collect()
+    if reset_after is not None:
+        hard_close(request.transport)
+        return web.Response()
+    if finish == "abort":
+        return _error(ep, ApiError(503, "the request was aborted before it finished"))
+    use = shapes.usage(ep.dialect, gen.prompt_tokens, len(pieces))
+    body = shapes.response(ep.dialect, gen.kind, head, "".join(pieces), finish, use)
+    if (
+        intent is not None
+        and intent.side == "prefill"
+        and ep.dialect.pd_protocol == "kv_transfer_params"
+    ):
+        body["kv_transfer_params"] = ep.pd.transfer_params(handle.request)
+    return web.json_response(body, dumps=shapes.dumps)
+
+
+async def _stream(
+    request: web.Request,
+    ep: SimEndpoint,
+    gen: Generation,
+    handle: RequestHandle,
+    head: dict[str, Any],
+    reset_after: float | None,
+) -> web.StreamResponse:
+    resp = web.StreamResponse(headers=SSE_HEADERS)
+    await resp.prepare(request)
+    writer = _ChunkWriter(request, resp, reset_after)
+    if not writer.alive():
+        return resp
+    produced = 0
+    first = True
+    while True:
+        pieces, finish = await handle.next_batch()
+        if first and gen.kind == "chat":  # vLLM sends the role with the first engine output
+            role = shapes.chunk(ep.dialect, "chat", head, None, role=True)
+            zero = shapes.usage(ep.dialect, gen.prompt_tokens, 0, drop_none=True)
+            if not await writer.send(_maybe_usage(role, gen, zero)):
+                return resp
+        first = False
+        produced += len(pieces)
+        use = shapes.usage(ep.dialect, gen.prompt_tokens, produced, drop_none=True)
+        chunk = shapes.chunk(ep.dialect, gen.kind, head, "".join(pieces), finish)
+        if not await writer.send(_maybe_usage(chunk, gen, use)):
+            return resp
+        if finish is not None:
+            break
+    if gen.include_usage and not await writer.send(
+        shapes.usage_chunk(ep.dialect, gen.kind, head, use)
+    ):
+        return resp
+    await resp.write(shapes.DONE)
+    await resp.write_eof()
+    return resp
+
+
+def _maybe_usage(chunk: dict[str, Any], gen: Generation, use: dict[str, Any]) -> dict[str, Any]:
+    return shapes.with_usage(chunk, use) if gen.continuous_usage else chunk
+
+
+class _ChunkWriter:
+    """Writes SSE chunks, resetting the connection after ``reset_after`` of them (a fault)."""
+
+    def __init__(
+        self, request: web.Request, resp: web.StreamResponse, reset_after: float | None
+    ) -> None:
+        self.request = request
+        self.resp = resp
+        self.left = None if reset_after is None else int(reset_after)
+
+    def alive(self) -> bool:
+        """False (and the connection reset) once the fault's chunk count is used up."""
+        if self.left is not None and self.left <= 0:
+            hard_close(self.request.transport)
+            return False
+        return True
+
+    async def send(self, obj: dict[str, Any]) -> bool:
+        await self.resp.write(shapes.sse(obj))
+        if self.left is not None:
+            self.left -= 1
+        return self.alive()
+
+
+# -- everything else ---------------------------------------------------------------------------
+
+
+async def _models(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    body = shapes.models_body(ep.dialect, ep.info, int(ep.started), f"modelperm-{ep.engine_id}")
+    return web.json_response(body, dumps=shapes.dumps)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    return web.Response(body=ep.metrics_text().encode(), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _health(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    return web.Response(status=503 if ep.faults.active("unhealthy") else 200)
+
+
+async def _health_generate(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    if ep.faults.active("unhealthy"):
+        return web.Response(status=503)
+    finish = await ep.health_generate()
+    return web.Response(status=200 if finish != "abort" else 503)
+
+
+_HEALTH: Mapping[str, Callable[[web.Request], Awaitable[web.Response]]] = MappingProxyType(
+    {
+        "/health": _health,
+        "/health_generate": _health_generate,
+    }
+)
+
+
+async def _set_fault(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    try:
+        cmd = parse_command(await request.json())
+    except (ValueError, json.JSONDecodeError) as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    if cmd.kind == "clear":
+        ep.faults.clear()
+    elif cmd.kind == "close":
+        closer = request.app.get(CLOSER)
+        if closer is None:
+            return web.json_response({"error": "this endpoint cannot close"}, status=400)
+        closer(cmd.value)
+        return web.json_response({"ok": True, "closing_for_s": cmd.value})
+    else:
+        ep.faults.set(cmd.kind, cmd.value, cmd.count)
+    return web.json_response({"ok": True, "faults": ep.faults.describe()})
+
+
+async def _clear_fault(request: web.Request) -> web.Response:
+    request.app[ENDPOINT].faults.clear()
+    return web.json_response({"ok": True, "faults": {}})
+
+
+async def _state(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    core = ep.core
+    body = {
+        "pool": ep.pool.name,
+        "engine": ep.pool.engine.value,
+        "role": ep.pool.role.value,
+        "sim_time_s": ep.clock.now(),
+        "running": core.num_running,
+        "waiting": core.num_waiting,
+        "transferring": core.num_transferring,
+        "held": len(core.held),
+        "kv_cache_usage": core.pool.usage,
+        "kv_blocks": core.pool.num_blocks,
+        "block_size": core.pool.block_size,
+        "faults": ep.faults.describe(),
+    }
+    return web.json_response(body, dumps=shapes.dumps)

@@ -1,0 +1,142 @@
+"""The engine loop on virtual time: batching, chunked prefill, prefix sharing, preemption,
+speculation, SGLang's prefill-first steps."""
+
+from __future__ import annotations
+
+import pytest
+from sim_helpers import make_core, make_pool, make_request
+
+from backends.sim.request import Phase
+from backends.sim.speculative import expected_tokens_per_step
+from backends.sim.virtual import simulate
+
+
+def _itl_during_long_prefill(chunk: int | None) -> tuple[float, float]:
+    """Four streams decoding when an 8k-token prompt arrives: (their worst gap, one chunk step)."""
+    pool = make_pool(model="llama-3-8b", hardware="a100-80gb", chunk=chunk)
+    core = make_core(pool)
+    streams = [(0.0, make_request(f"s{i}", 64, 400)) for i in range(4)]
+    trace = simulate(core, [*streams, (0.5, make_request("long", 8000, 1))])
+    worst = max(max(trace.gaps(f"s{i}")) for i in range(4))
+    return worst, trace.first_token("long") - 0.5
+
+
+def test_chunked_prefill_bounds_decode_gaps_by_one_chunk() -> None:
+    chunked_gap, chunked_ttft = _itl_during_long_prefill(512)
+    whole_gap, whole_ttft = _itl_during_long_prefill(None)
+    pool = make_pool(model="llama-3-8b", hardware="a100-80gb", chunk=512)
+    from backends.sim.roofline import SeqWork, step_cost
+
+    # one step = a 512-token chunk over up to 8k of context plus the four decodes
+    device = make_core(pool).config.device
+    one_chunk = step_cost(device, [SeqWork(508, 7492)] + [SeqWork(1, 500)] * 4).seconds
+    assert chunked_gap <= one_chunk * 1.05
+    # the monolithic 8k prefill stalls every stream for the whole prefill
+    assert whole_gap >= 0.9 * whole_ttft
+    assert whole_gap > 5 * chunked_gap
+    # and the long prompt itself pays a little for sharing steps
+    assert chunked_ttft > whole_ttft
+
+
+def test_shared_prefix_saves_about_f_of_the_prefill() -> None:
+    pool = make_pool(model="llama-3-8b", hardware="a100-80gb", prefix_caching=True)
+    core = make_core(pool)
+    system = "S" * (3072 * 4)  # f = 3072 / 4096 = 0.75
+    cold = simulate(core, [(0.0, make_request("a", 4096, 1, prefix=system))])
+    warm = simulate(core, [(0.0, make_request("b", 4096, 1, prefix=system))])
+    overhead = core.config.device.overheads.request_s
+    ratio = (warm.first_token("b") - overhead) / (cold.first_token("a") - overhead)
+    assert ratio == pytest.approx(1 - 0.75, abs=0.05)
+    assert core.stats.prefix_hits == 3072
+    assert core.stats.prefix_queries == 2 * 4096
+
+
+def test_without_prefix_caching_nothing_is_shared() -> None:
+    core = make_core(make_pool(prefix_caching=False))
+    system = "S" * (3072 * 4)
+    simulate(core, [(0.0, make_request("a", 4096, 1, prefix=system))])
+    simulate(core, [(0.0, make_request("b", 4096, 1, prefix=system))])
+    assert core.stats.prefix_hits == 0
+    assert core.stats.prompt_tokens_computed == 2 * 4096
+
+
+def test_full_cache_preempts_and_every_request_still_finishes() -> None:
+    pool = make_pool(model="llama-3-8b", hardware="a100-80gb")
+    pool = pool.model_copy(
+        update={
+            "hardware": pool.hardware.model_copy(update={"kv_cache_bytes": 131_072 * 16 * 40}),
+            "model": pool.model.model_copy(update={"max_context": 512}),
+        }
+    )  # 40 blocks of 16 tokens = 640 tokens
+    core = make_core(pool)
+    reqs = [make_request(f"r{i}", 100, 120) for i in range(4)]  # 4 · 220 tokens > 640
+    simulate(core, [(0.0, r) for r in reqs])
+    assert core.stats.preemptions > 0
+    assert all(r.phase is Phase.FINISHED and r.generated == 120 for r in reqs)
+    assert core.pool.num_free == core.pool.num_blocks
+
+
+def test_speculation_yields_the_expected_tokens_per_verify_step() -> None:
+    pool = make_pool(spec_k=4, knobs={"acceptance_rate": 0.8, "draft_cost": 0.0})
+    core = make_core(pool, seed=3)
+    reqs = [make_request(f"r{i}", 32, 2000) for i in range(8)]
+    simulate(core, [(0.0, r) for r in reqs])
+    st = core.stats
+    # the last pass of each request may be cut short by max_tokens, so compare loosely
+    assert st.spec_accept_length() == pytest.approx(expected_tokens_per_step(0.8, 4), abs=0.08)
+    assert all(r.generated == 2000 for r in reqs)
+    assert st.generation_tokens == 8 * 2000
+
+
+def test_speculation_speeds_up_a_lone_memory_bound_stream() -> None:
+    plain = make_core(make_pool())
+    spec = make_core(make_pool(spec_k=4, knobs={"acceptance_rate": 0.8, "draft_cost": 0.05}))
+    t_plain = simulate(plain, [(0.0, make_request("a", 32, 500))]).end
+    t_spec = simulate(spec, [(0.0, make_request("a", 32, 500))]).end
+    # memory-bound: a verify pass of 5 tokens costs about one decode step, drafting 20 % more
+    assert t_plain / t_spec == pytest.approx(3.36 / 1.2, rel=0.15)
+
+
+def test_sglang_runs_prefill_steps_without_decodes() -> None:
+    pool = make_pool(engine="sglang", chunk=512)
+    core = make_core(pool)
+    trace = simulate(
+        core, [(0.0, make_request("s", 64, 300)), (0.2, make_request("long", 6000, 1))]
+    )
+    arrive = 0.2 + core.config.device.overheads.request_s
+    long_done = trace.first_token("long")
+    # no token for the decoding stream while the long prompt is prefilled, chunk after chunk
+    during = [t for t, _ in trace.tokens["s"] if arrive + 0.02 < t < long_done]
+    assert during == []
+    assert max(trace.gaps("s")) >= 0.9 * (long_done - arrive)
+
+
+def test_vllm_mixes_decodes_into_prefill_chunks() -> None:
+    core = make_core(make_pool(engine="vllm", chunk=512))
+    trace = simulate(
+        core, [(0.0, make_request("s", 64, 300)), (0.2, make_request("long", 6000, 1))]
+    )
+    during = [t for t, _ in trace.tokens["s"] if 0.25 < t < trace.first_token("long")]
+    assert len(during) >= 10
+
+
+def test_abort_frees_the_kv_and_leaves_the_batch() -> None:
+    core = make_core(make_pool())
+    req = make_request("a", 500, 1000)
+    core.add(req)
+    now = 0.0
+    for _ in range(5):
+        now += core.step(now).seconds + core.config.device.overheads.request_s
+    assert core.num_running == 1 and core.pool.usage > 0
+    core.abort(req, now)
+    assert core.num_running == 0 and core.pool.usage == 0
+    assert core.stats.finished["abort"] == 1
+    assert core.step(now).idle
+
+
+def test_max_num_seqs_caps_the_running_batch() -> None:
+    pool = make_pool()
+    core = make_core(pool)
+    cap = core.config.scheduler.max_num_seqs
+    simulate(core, [(0.0, make_request(f"r{i}", 8, 50)) for i in range(cap + 10)], until=0.05)
+    assert core.num_running <= cap and core.num_waiting >= 10

@@ -1,0 +1,478 @@
+"""EndpointRegistry and Poller over a fake MetricsSource and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from backends.config import Engine, Fleet, parse_fleet
+from backends.dialects import EngineDialect
+from backends.probe import ProbeError
+from backends.registry import EndpointRegistry, Poller, PollResult
+from routing.types import EngineMetrics
+
+A1, A2 = "http://a1:8000", "http://a2:8000"
+B1 = "http://b1:8000"
+C1 = "http://c1:8000"
+M1 = EngineMetrics(running=1.0, waiting=2.0, kv_block_size=16)
+M2 = EngineMetrics(running=5.0)
+
+
+def pool(
+    name: str, engine: str, models: list[str], urls: list[str], **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "engine": engine,
+        "models": models,
+        "endpoints": urls,
+        "model": {
+            "params": 1e8,
+            "layers": 2,
+            "hidden_size": 64,
+            "kv_heads": 1,
+            "head_dim": 64,
+            "dtype_bytes": 2,
+        },
+        "hardware": {"peak_flops": 1e12, "mem_bandwidth": 1e11},
+        **extra,
+    }
+
+
+def make_fleet() -> Fleet:
+    return parse_fleet(
+        {
+            "pools": [
+                pool("a", "vllm", ["m1", "m2"], [A1, A2 + "/"]),
+                pool("b", "sglang", ["m2", "m3"], [B1]),
+                pool("c", "vllm", ["m4"], [C1]),
+            ]
+        }
+    )
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+Behaviour = bool | EngineMetrics | Exception | Callable[[], Any]
+
+
+class FakeSource:
+    """Answers from per-URL tables; an unknown URL is refused. Records every call."""
+
+    def __init__(self) -> None:
+        self.health_of: dict[str, Behaviour] = {}
+        self.metrics_of: dict[str, Behaviour] = {}
+        self.calls: list[tuple[str, str, Engine]] = []
+
+    async def health(self, url: str, dialect: EngineDialect) -> bool:
+        self.calls.append(("health", url, dialect.engine))
+        result = await self._answer(self.health_of, url)
+        assert isinstance(result, bool)
+        return result
+
+    async def metrics(self, url: str, dialect: EngineDialect) -> EngineMetrics:
+        self.calls.append(("metrics", url, dialect.engine))
+        result = await self._answer(self.metrics_of, url)
+        assert isinstance(result, EngineMetrics)
+        return result
+
+    @staticmethod
+    async def _answer(table: dict[str, Behaviour], url: str) -> Any:
+        answer = table.get(url, ProbeError(url, "connection refused"))
+        if callable(answer):
+            answer = await answer()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def up(source: FakeSource, url: str, metrics: Behaviour = M1) -> None:
+    source.health_of[url] = True
+    source.metrics_of[url] = metrics
+
+
+def down(source: FakeSource, url: str) -> None:
+    source.health_of.pop(url, None)
+    source.metrics_of.pop(url, None)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def registry(clock: FakeClock) -> EndpointRegistry:
+    return EndpointRegistry(make_fleet(), metrics_ttl_s=10.0, clock=clock)
+
+
+REFUSED = ProbeError(A1, "connection refused")
+SCRAPE_FAILED = ProbeError(A1, "HTTP 500")
+
+# each step: (health answer, metrics answer); expected after the last step:
+# (healthy, metrics, last_error substring or None, consecutive failures)
+SCENARIOS: dict[
+    str, tuple[list[tuple[Behaviour, Behaviour]], tuple[bool, EngineMetrics, str | None, int]]
+] = {
+    "healthy": ([(True, M1)], (True, M1, None, 0)),
+    "down": ([(REFUSED, M1)], (False, EngineMetrics(), "health: connection refused", 1)),
+    "down twice": ([(REFUSED, M1), (REFUSED, M1)], (False, EngineMetrics(), "refused", 2)),
+    "back up": ([(REFUSED, M1), (REFUSED, M1), (True, M2)], (True, M2, None, 0)),
+    "not ready": ([(False, M1)], (False, EngineMetrics(), "not ready", 1)),
+    "metrics failure keeps old metrics": (
+        [(True, M1), (True, SCRAPE_FAILED)],
+        (True, M1, "metrics: HTTP 500", 0),
+    ),
+    "metrics failure before any metrics": (
+        [(True, SCRAPE_FAILED)],
+        (True, EngineMetrics(), "metrics: HTTP 500", 0),
+    ),
+    "down keeps last metrics": ([(True, M1), (REFUSED, M2)], (False, M1, "refused", 1)),
+    "source bug counts as down": (
+        [(RuntimeError("boom"), M1)],
+        (False, EngineMetrics(), "health: RuntimeError: boom", 1),
+    ),
+    "metrics bug keeps healthy": (
+        [(True, KeyError("x"))],
+        (True, EngineMetrics(), "metrics: KeyError", 0),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_poll_scenarios(name: str, registry: EndpointRegistry, clock: FakeClock) -> None:
+    steps, (healthy, metrics, error, failures) = SCENARIOS[name]
+    source = FakeSource()
+    poller = Poller(registry, source, interval_s=1.0)
+    for health, scraped in steps:
+        source.health_of[A1] = health
+        source.metrics_of[A1] = scraped
+        clock.t += 1.0
+        await poller.poll_once()
+    status = registry.status(A1)
+    assert status.healthy is healthy
+    assert status.metrics == metrics
+    assert status.consecutive_failures == failures
+    assert status.last_poll_at == clock.t
+    if error is None:
+        assert status.last_error is None
+    else:
+        assert status.last_error is not None and error in status.last_error
+    [a] = [p for p in registry.snapshot() if p.name == "a"]
+    assert a.endpoints[0].healthy is healthy
+
+
+def test_endpoints_start_unhealthy_until_polled(registry: EndpointRegistry) -> None:
+    assert registry.urls == (A1, A2, B1, C1)  # trailing slash of A2 dropped
+    assert all(not ep.healthy for p in registry.snapshot() for ep in p.endpoints)
+    assert registry.models_available() == []
+    assert registry.status(A1).last_poll_at is None
+
+
+def test_snapshot_mirrors_the_fleet(registry: EndpointRegistry) -> None:
+    pools = registry.snapshot()
+    assert [(p.name, p.engine, p.role, p.models) for p in pools] == [
+        ("a", "vllm", "mixed", ("m1", "m2")),
+        ("b", "sglang", "mixed", ("m2", "m3")),
+        ("c", "vllm", "mixed", ("m4",)),
+    ]
+    assert [ep.url for ep in pools[0].endpoints] == [A1, A2]
+    assert {ep.pool for ep in pools[0].endpoints} == {"a"}
+
+
+def test_snapshot_is_frozen_and_cached_until_a_change(registry: EndpointRegistry) -> None:
+    first = registry.snapshot()
+    assert registry.snapshot() is first
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first[0].endpoints[0].healthy = True  # type: ignore[misc]
+    registry.acquire(A1)
+    second = registry.snapshot()
+    assert second is not first
+    assert first[0].endpoints[0].in_flight == 0  # an old snapshot never changes
+    assert second[0].endpoints[0].in_flight == 1
+
+
+def test_in_flight_never_goes_negative(registry: EndpointRegistry) -> None:
+    registry.acquire(A1)
+    registry.acquire(A1)
+    for _ in range(3):
+        registry.release(A1)
+    assert registry.status(A1).in_flight == 0
+    registry.acquire(A1)
+    assert registry.status(A1).in_flight == 1
+    assert registry.status(A2).in_flight == 0
+
+
+def test_release_and_mark_failed_refresh_the_cached_snapshot(registry: EndpointRegistry) -> None:
+    registry.acquire(A1)
+    assert registry.snapshot()[0].endpoints[0].in_flight == 1
+    registry.release(A1)
+    assert registry.snapshot()[0].endpoints[0].in_flight == 0
+    registry.record_poll(A1, PollResult(registry.now(), healthy=True))
+    assert registry.snapshot()[0].endpoints[0].healthy
+    registry.mark_failed(A1, "x")
+    assert not registry.snapshot()[0].endpoints[0].healthy
+
+
+def test_track_releases_even_on_error(registry: EndpointRegistry) -> None:
+    with pytest.raises(RuntimeError), registry.track(B1):
+        assert registry.status(B1).in_flight == 1
+        raise RuntimeError("upstream broke")
+    assert registry.status(B1).in_flight == 0
+
+
+def test_unknown_url_is_a_key_error(registry: EndpointRegistry) -> None:
+    for call in (registry.acquire, registry.release, registry.status):
+        with pytest.raises(KeyError, match="unknown endpoint"):
+            call("http://nowhere:1")
+    with pytest.raises(KeyError):
+        registry.mark_failed("http://nowhere:1", "x")
+
+
+@pytest.mark.parametrize(
+    ("healthy_urls", "expected"),
+    [
+        (set(), []),
+        ({A1}, ["m1", "m2"]),
+        ({A2}, ["m1", "m2"]),
+        ({B1}, ["m2", "m3"]),
+        ({A1, B1}, ["m1", "m2", "m3"]),
+        ({A1, A2, B1, C1}, ["m1", "m2", "m3", "m4"]),
+        ({C1}, ["m4"]),
+    ],
+)
+async def test_models_union_only_over_healthy_pools(
+    registry: EndpointRegistry, healthy_urls: set[str], expected: list[str]
+) -> None:
+    source = FakeSource()
+    for url in healthy_urls:
+        up(source, url)
+    await Poller(registry, source).poll_once()
+    assert registry.models_available() == expected
+
+
+async def test_mark_failed_holds_until_a_later_poll(
+    registry: EndpointRegistry, clock: FakeClock
+) -> None:
+    source = FakeSource()
+    up(source, A1)
+    poller = Poller(registry, source)
+    await poller.poll_once()
+    assert registry.status(A1).healthy
+
+    clock.t += 1
+    registry.mark_failed(A1, "connect refused while proxying")
+    status = registry.status(A1)
+    assert (status.healthy, status.last_error, status.consecutive_failures) == (
+        False,
+        "connect refused while proxying",
+        1,
+    )
+    assert registry.models_available() == []
+
+    clock.t += 1
+    await poller.poll_once()  # the engine answers again: back by itself
+    assert registry.status(A1).healthy
+    assert registry.status(A1).consecutive_failures == 0
+
+
+async def test_a_probe_started_before_a_passive_failure_cannot_undo_it(
+    registry: EndpointRegistry, clock: FakeClock
+) -> None:
+    source = FakeSource()
+    probe_started, finish_probe = asyncio.Event(), asyncio.Event()
+
+    async def slow_ok() -> bool:
+        probe_started.set()
+        await finish_probe.wait()
+        return True
+
+    source.health_of[A1] = slow_ok
+    source.metrics_of[A1] = M2
+    poller = Poller(registry, source)
+    poll = asyncio.create_task(poller.poll_once())
+    await asyncio.wait_for(probe_started.wait(), 5)
+    clock.t += 1
+    registry.mark_failed(A1, "proxy could not connect")
+    finish_probe.set()
+    await asyncio.wait_for(poll, 5)
+
+    status = registry.status(A1)
+    assert not status.healthy
+    assert status.last_error == "proxy could not connect"
+    assert status.metrics == M2  # the figures are still news
+
+    up(source, A1)
+    clock.t += 1
+    await poller.poll_once()
+    assert registry.status(A1).healthy
+
+
+async def test_stale_metrics_are_hidden_after_the_ttl(
+    registry: EndpointRegistry, clock: FakeClock
+) -> None:
+    source = FakeSource()
+    up(source, A1, M1)
+    poller = Poller(registry, source)
+    await poller.poll_once()
+    source.metrics_of[A1] = SCRAPE_FAILED  # health stays OK, every scrape fails from now on
+
+    clock.t += 5
+    await poller.poll_once()
+    assert registry.snapshot()[0].endpoints[0].metrics == M1  # cached snapshot, still fresh
+    clock.t += 5.5  # 10.5 s after the last good scrape; ttl is 10 s
+    shown = registry.snapshot()[0].endpoints[0]
+    assert shown.healthy
+    assert shown.metrics == EngineMetrics()
+    assert registry.status(A1).metrics == M1  # the registry still knows what it last saw
+
+
+async def test_ttl_none_keeps_metrics_forever(clock: FakeClock) -> None:
+    registry = EndpointRegistry(make_fleet(), metrics_ttl_s=None, clock=clock)
+    registry.record_poll(A1, PollResult(clock.t, healthy=True, metrics=M1))
+    clock.t += 1e6
+    assert registry.snapshot()[0].endpoints[0].metrics == M1
+
+
+async def test_each_endpoint_is_probed_with_its_own_dialect(registry: EndpointRegistry) -> None:
+    source = FakeSource()
+    for url in (A1, A2, B1, C1):
+        up(source, url)
+    await Poller(registry, source).poll_once()
+    health_calls = sorted((url, engine) for kind, url, engine in source.calls if kind == "health")
+    assert health_calls == [
+        (A1, Engine.VLLM),
+        (A2, Engine.VLLM),
+        (B1, Engine.SGLANG),
+        (C1, Engine.VLLM),
+    ]
+    assert all(registry.status(u).healthy for u in registry.urls)
+
+
+async def test_poll_once_probes_endpoints_concurrently(registry: EndpointRegistry) -> None:
+    source = FakeSource()
+    arrived: list[str] = []
+    everyone_here = asyncio.Event()
+
+    def waiting_for_all(url: str) -> Callable[[], Any]:
+        async def answer() -> bool:
+            arrived.append(url)
+            if len(arrived) == len(registry.urls):
+                everyone_here.set()
+            await everyone_here.wait()  # deadlocks if probes ran one after another
+            return True
+
+        return answer
+
+    for url in registry.urls:
+        source.health_of[url] = waiting_for_all(url)
+        source.metrics_of[url] = M1
+    await asyncio.wait_for(Poller(registry, source).poll_once(), 5)
+    assert sorted(arrived) == sorted(registry.urls)
+
+
+def test_poller_rejects_bad_interval(registry: EndpointRegistry) -> None:
+    with pytest.raises(ValueError):
+        Poller(registry, FakeSource(), interval_s=0)
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll ``condition`` every 10 ms; fail the test after ``timeout_s``."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_background_poller_follows_an_endpoint_down_and_up(
+    registry: EndpointRegistry,
+) -> None:
+    source = FakeSource()
+    up(source, A1)
+    tasks_before = asyncio.all_tasks()
+    async with asyncio.timeout(10), Poller(registry, source, interval_s=0.01) as poller:
+        assert poller.running
+        assert await poller.wait_until_polled(5)
+        assert registry.status(A1).healthy
+        down(source, A1)
+        await wait_for(lambda: not registry.status(A1).healthy)
+        up(source, A1, M2)
+        await wait_for(lambda: registry.status(A1).healthy)
+        assert registry.status(A1).metrics == M2
+    assert not poller.running
+    assert asyncio.all_tasks() == tasks_before  # nothing leaked
+
+
+async def test_wait_until_polled_times_out_and_stop_cancels_a_hung_probe(
+    registry: EndpointRegistry,
+) -> None:
+    source = FakeSource()
+    cancelled = asyncio.Event()
+
+    async def hang() -> bool:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return True
+
+    source.health_of[A1] = hang
+    tasks_before = asyncio.all_tasks()
+    poller = Poller(registry, source, interval_s=0.01)
+    poller.start()
+    assert await poller.wait_until_polled(0.05) is False
+    await asyncio.wait_for(poller.stop(), 5)
+    assert cancelled.is_set()
+    assert not poller.running
+    assert asyncio.all_tasks() == tasks_before
+    await poller.stop()  # twice is fine
+
+
+async def test_stop_does_not_swallow_its_callers_cancellation(
+    registry: EndpointRegistry,
+) -> None:
+    source = FakeSource()
+    probing = asyncio.Event()
+
+    async def slow_to_clean_up() -> bool:
+        probing.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # cleanup that takes a while
+            raise
+        return True
+
+    source.health_of[A1] = slow_to_clean_up
+    tasks_before = asyncio.all_tasks()
+    poller = Poller(registry, source, interval_s=0.01)
+    poller.start()
+    await asyncio.wait_for(probing.wait(), 5)
+    stopping = asyncio.create_task(poller.stop())
+    await asyncio.sleep(0.02)  # stop() is now waiting for the probe's cleanup
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(stopping, 5)
+    await wait_for(lambda: asyncio.all_tasks() == tasks_before)  # the poller still ended
+
+
+async def test_start_twice_is_an_error(registry: EndpointRegistry) -> None:
+    poller = Poller(registry, FakeSource(), interval_s=0.01)
+    poller.start()
+    try:
+        with pytest.raises(RuntimeError, match="already started"):
+            poller.start()
+    finally:
+        await poller.stop()
+    poller.start()  # a stopped poller can start again
+    await poller.stop()
