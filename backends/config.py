@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from routing.types import CHUNKED_PREFILL, PD_DISAGGREGATION, PREFIX_CACHE, SPECULATIVE
+
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
@@ -171,6 +173,17 @@ def _check_pair(pool: Pool, by_name: dict[str, Pool]) -> None:
             raise ValueError(f"pool {pool.name!r}: pair {pool.pair!r} is not a decode pool")
     elif pool.pair is not None:
         raise ValueError(f"pool {pool.name!r}: only a prefill pool names a 'pair'")
+
+
+def pool_levers(pool: Pool) -> frozenset[str]:
+    """The pool's levers by name (see ``routing.types.LEVERS``)."""
+    on = {
+        PREFIX_CACHE: pool.levers.prefix_caching,
+        CHUNKED_PREFILL: bool(pool.levers.chunked_prefill and pool.levers.chunked_prefill.enabled),
+        SPECULATIVE: pool.levers.speculative is not None,
+        PD_DISAGGREGATION: pool.role is not Role.MIXED,
+    }
+    return frozenset(name for name, enabled in on.items() if enabled)
 
 
 class FleetConfigError(ValueError):

@@ -36,9 +36,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from backends.config import Fleet, Pool
+from backends.config import Fleet, Pool, pool_levers
 from backends.dialects import EngineDialect, dialect_for
 from backends.probe import MetricsSource, ProbeError
+from routing.roofline import decode_ridge_tokens
 from routing.types import EndpointSnapshot, EngineMetrics, PoolSnapshot
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,14 @@ class EndpointRegistry:
             role=pool.role.value,
             models=tuple(pool.models),
             endpoints=endpoints,
+            levers=pool_levers(pool),
+            pair=pool.pair,
+            ridge_tokens=decode_ridge_tokens(
+                pool.hardware.peak_flops, pool.hardware.mem_bandwidth, pool.model.dtype_bytes
+            ),
+            chunk_tokens=pool.levers.chunked_prefill.token_budget
+            if pool.levers.chunked_prefill and pool.levers.chunked_prefill.enabled
+            else None,
         )
 
     def _endpoint_snapshot(self, ep: _Endpoint, now: float) -> EndpointSnapshot:

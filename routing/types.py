@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Lever names, as they appear in route decisions, headers and metric labels.
+PREFIX_CACHE = "prefix_cache"
+CHUNKED_PREFILL = "chunked_prefill"
+SPECULATIVE = "speculative"
+PD_DISAGGREGATION = "pd_disaggregation"
+LEVERS = frozenset({PREFIX_CACHE, CHUNKED_PREFILL, SPECULATIVE, PD_DISAGGREGATION})
+
 
 @dataclass(frozen=True, slots=True)
 class EngineMetrics:
@@ -54,13 +61,23 @@ class EndpointSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class PoolSnapshot:
-    """A pool as the router sees it at one instant."""
+    """A pool as the router sees it at one instant.
+
+    ``levers``: the pool's engine configuration, as names from :data:`LEVERS`. ``pair``: for a
+    prefill pool, its decode pool. ``ridge_tokens``: tokens in flight per step at which the
+    pool's decoding turns compute-bound (:func:`routing.roofline.decode_ridge_tokens`).
+    ``chunk_tokens``: its chunked-prefill token budget, if chunked prefill is on.
+    """
 
     name: str
     engine: str
     role: str
     models: tuple[str, ...]
     endpoints: tuple[EndpointSnapshot, ...]
+    levers: frozenset[str] = frozenset()
+    pair: str | None = None
+    ridge_tokens: float = 0.0
+    chunk_tokens: int | None = None
 
     def serves(self, model: str) -> bool:
         return model in self.models
