@@ -23,12 +23,24 @@ def convert(gguf: Path, out: Path) -> None:
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
     clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    clean.load_state_dict(loaded.state_dict(), strict=False)
+    result = clean.load_state_dict(loaded.state_dict(), strict=False)
+    _check_weights(result.missing_keys, result.unexpected_keys,
+                   bool(getattr(config, "tie_word_embeddings", False)))
     clean.tie_weights()
     out.mkdir(parents=True, exist_ok=True)
     clean.save_pretrained(out)
     tokenizer.save_pretrained(out)
     _portable_tokenizer_config(out / "tokenizer_config.json")
+
+
+def _check_weights(missing: list[str], unexpected: list[str], tied: bool) -> None:
+    """Every weight of the clean model must come from the GGUF (the output head may be tied to
+    the embeddings), or the saved model would hold random weights."""
+    allowed = {"lm_head.weight"} if tied else set()
+    absent = sorted(set(missing) - allowed)
+    if absent or unexpected:
+        raise SystemExit(f"GGUF weights do not fit the model: missing {absent}, "
+                         f"unexpected {sorted(unexpected)}")
 
 
 def _portable_tokenizer_config(path: Path) -> None:

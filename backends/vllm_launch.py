@@ -1,0 +1,176 @@
+"""Render a pool's levers into a vLLM OpenAI-server command line and its environment.
+
+A pool in the fleet file says which levers its engines were launched with; this module turns
+that declaration into the flags that launch such an engine, so the fleet file and the engines
+cannot drift apart. Flag names are data (:data:`FLAGS`, :data:`SPECULATIVE_EXTRAS`), checked
+against vLLM 0.32's ``--help`` and docs (engine arguments; ``features/speculative_decoding``).
+
+Rules:
+- every lever is rendered both ways: a lever the pool does not declare is switched OFF
+  explicitly (``--no-enable-prefix-caching``, ``--no-enable-chunked-prefill``), because recent
+  vLLM turns prefix caching and chunked prefill on by default and the pool would otherwise
+  silently hold levers the router does not know about;
+- chunked prefill's ``token_budget`` (tokens per engine step) is ``--max-num-batched-tokens``;
+- speculative decoding is one ``--speculative-config`` JSON object: ``method``,
+  ``num_speculative_tokens`` (K, the pool's ``num_draft_tokens``), ``model`` for methods that
+  need a draft checkpoint, and per-method extras: for ``ngram`` the prompt look-up window
+  ``prompt_lookup_max`` / ``prompt_lookup_min`` (n-gram lengths, in tokens, matched against the
+  prompt and the output so far);
+- ``--served-model-name`` lists every name of the pool's ``models``; vLLM answers to each and
+  reports the first one in responses and metric labels.
+
+Launch settings that are not levers (:class:`LaunchSettings`): ``dtype`` (``float32``: on CPU
+bf16 was slower and gave worse text), ``enforce_eager`` (no graph capture: start-up in under a
+minute), ``max_model_len`` (tokens of prompt + output). The environment (:func:`vllm_env`) sets
+``HF_HUB_OFFLINE=1`` (no model hub), ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on a CPU
+build) and optionally ``VLLM_CPU_OMP_THREADS_BIND`` (which CPU cores the engine's compute
+threads are pinned to; without it every engine on the machine pins to the same core).
+
+Run ``python -m backends.vllm_launch FLEET.yaml POOL --port P --model-dir DIR`` to print the
+command for one pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from backends.config import Pool, Speculative, load_fleet
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+FLAGS: Mapping[str, str] = MappingProxyType(
+    {
+        "host": "--host",
+        "port": "--port",
+        "model": "--model",
+        "served_model_name": "--served-model-name",
+        "dtype": "--dtype",
+        "max_model_len": "--max-model-len",
+        "enforce_eager": "--enforce-eager",
+        "prefix_caching_on": "--enable-prefix-caching",
+        "prefix_caching_off": "--no-enable-prefix-caching",
+        "chunked_prefill_on": "--enable-chunked-prefill",
+        "chunked_prefill_off": "--no-enable-chunked-prefill",
+        "chunk_tokens": "--max-num-batched-tokens",
+        "speculative": "--speculative-config",
+    }
+)
+"""Lever or setting → vLLM flag (vLLM 0.32 ``python -m vllm.entrypoints.openai.api_server``)."""
+
+NGRAM_LOOKUP: Mapping[str, int] = MappingProxyType({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
+"""n-gram proposer window, in tokens: the longest and shortest suffix matched in the context."""
+
+SPECULATIVE_EXTRAS: Mapping[str, Mapping[str, int]] = MappingProxyType({"ngram": NGRAM_LOOKUP})
+"""Method → extra ``--speculative-config`` keys; methods absent here need none."""
+
+NEEDS_DRAFT_MODEL: frozenset[str] = frozenset({"eagle", "eagle3", "medusa", "draft_model"})
+"""Methods whose ``--speculative-config`` must name a draft checkpoint (``model``)."""
+
+ENV_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "offline": "HF_HUB_OFFLINE",
+        "kv_cache_gib": "VLLM_CPU_KVCACHE_SPACE",
+        "cpu_bind": "VLLM_CPU_OMP_THREADS_BIND",
+    }
+)
+"""Environment variables the CPU build of vLLM reads at start-up."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    """Settings that are not levers. ``max_model_len`` is in tokens (prompt + output)."""
+
+    host: str = "127.0.0.1"
+    dtype: str = "float32"
+    enforce_eager: bool = True
+    max_model_len: int = 2048
+
+
+def vllm_args(
+    pool: Pool, port: int, model_dir: str, settings: LaunchSettings = LaunchSettings()
+) -> list[str]:
+    """The flags (after ``python -m vllm.entrypoints.openai.api_server``) for one pool engine."""
+    args = [
+        FLAGS["host"], settings.host,
+        FLAGS["port"], str(port),
+        FLAGS["model"], model_dir,
+        FLAGS["served_model_name"], *pool.models,
+        FLAGS["dtype"], settings.dtype,
+        FLAGS["max_model_len"], str(settings.max_model_len),
+    ]  # fmt: skip
+    if settings.enforce_eager:
+        args.append(FLAGS["enforce_eager"])
+    return args + lever_args(pool)
+
+
+def lever_args(pool: Pool) -> list[str]:
+    """The flags that set the pool's levers, each lever explicitly on or off."""
+    levers = pool.levers
+    args = [FLAGS["prefix_caching_on" if levers.prefix_caching else "prefix_caching_off"]]
+    if levers.chunked_prefill is not None and levers.chunked_prefill.enabled:
+        budget = str(levers.chunked_prefill.token_budget)
+        args += [FLAGS["chunked_prefill_on"], FLAGS["chunk_tokens"], budget]
+    else:
+        args.append(FLAGS["chunked_prefill_off"])
+    if levers.speculative is not None:
+        args += [FLAGS["speculative"], json.dumps(speculative_config(levers.speculative))]
+    return args
+
+
+def speculative_config(spec: Speculative) -> dict[str, Any]:
+    """The ``--speculative-config`` object for a pool's speculative lever."""
+    config: dict[str, Any] = {
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_draft_tokens,
+    }
+    if spec.method in NEEDS_DRAFT_MODEL:
+        if spec.draft_model is None:
+            raise ValueError(f"speculative method {spec.method!r} needs a draft_model")
+        config["model"] = spec.draft_model
+    config.update(SPECULATIVE_EXTRAS.get(spec.method, {}))
+    return config
+
+
+def vllm_command(python: str, pool: Pool, port: int, model_dir: str) -> list[str]:
+    """The whole argv: ``python -m vllm.entrypoints.openai.api_server`` and :func:`vllm_args`."""
+    return [python, "-m", SERVER_MODULE, *vllm_args(pool, port, model_dir)]
+
+
+def vllm_env(
+    base: Mapping[str, str], kv_cache_gib: int = 1, cpu_bind: str | None = None
+) -> dict[str, str]:
+    """``base`` plus the variables a CPU vLLM needs; ``cpu_bind`` like ``"0"`` or ``"0-1"``."""
+    env = dict(base)
+    env[ENV_KEYS["offline"]] = "1"
+    env[ENV_KEYS["kv_cache_gib"]] = str(kv_cache_gib)
+    if cpu_bind is not None:
+        env[ENV_KEYS["cpu_bind"]] = cpu_bind
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the launch command of one pool of a fleet file."""
+    parser = argparse.ArgumentParser(description="Print the vLLM command for a fleet pool.")
+    parser.add_argument("fleet", help="fleet YAML file")
+    parser.add_argument("pool", help="pool name")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model-dir", required=True, help="Hugging Face model folder")
+    parser.add_argument("--python", default="python", help="interpreter of the vLLM venv")
+    ns = parser.parse_args(argv)
+    try:
+        pool = load_fleet(ns.fleet).pool(ns.pool)
+    except KeyError:
+        parser.error(f"{ns.fleet}: no pool named {ns.pool!r}")
+    print(shlex.join(vllm_command(ns.python, pool, ns.port, ns.model_dir)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

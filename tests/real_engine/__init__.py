@@ -1,0 +1,1 @@
+"""The real-engine tier: ridge in front of real vLLM (CPU build) servers."""

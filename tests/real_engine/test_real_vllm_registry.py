@@ -1,0 +1,111 @@
+"""ridge's scrape of a real vLLM ``/metrics`` page equals the engine's own figures.
+
+The reference reading uses ``prometheus_client``'s parser and the metric names listed here
+(from vLLM 0.32's metrics page and docs), not ridge's dialect table or parser, so a wrong
+name, a wrong label or a parser slip in ridge shows up as a mismatch. Both engines are idle
+while read (each is read again after the probe to make sure nothing moved in between).
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from openai import OpenAI
+
+from backends.dialects import dialect_for
+from backends.probe import HttpProbe
+from backends.registry import EndpointRegistry, Poller
+from routing.types import EngineMetrics
+from tests.real_engine.conftest import MODEL, Engines
+from tests.real_engine.prompts import COPY_PROMPT, user
+from tests.real_engine.scrape import Sample, samples
+from tests.real_engine.servers import Server
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
+
+SUMMED = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
+    "prompt_tokens_total": "vllm:prompt_tokens_total",
+    "generation_tokens_total": "vllm:generation_tokens_total",
+    "preemptions_total": "vllm:num_preemptions_total",
+    "spec_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_accepted_tokens_total": "vllm:spec_decode_num_accepted_tokens_total",
+}
+"""EngineMetrics field → vLLM sample (one engine per server here, so one label set each)."""
+
+CACHE_INFO = "vllm:cache_config_info"
+CACHE_LABELS = {"kv_block_size": "block_size", "kv_blocks_total": "num_gpu_blocks"}
+"""EngineMetrics field → label of the info metric that carries it."""
+
+FIELDS = (*SUMMED, *CACHE_LABELS)
+
+
+def own_reading(url: str) -> dict[str, float | None]:
+    """The fields above read straight off the page; None where the page lacks the metric."""
+    page = samples(url)
+    reading: dict[str, float | None] = {
+        field: _sum(page, name) for field, name in SUMMED.items()
+    }
+    info = [s for s in page if s.name == CACHE_INFO]
+    for field, label in CACHE_LABELS.items():
+        reading[field] = float(info[0].labels[label]) if info else None
+    return reading
+
+
+def _sum(page: list[Sample], name: str) -> float | None:
+    values = [s.value for s in page if s.name == name]
+    return sum(values) if values else None
+
+
+def _as_dict(metrics: EngineMetrics) -> dict[str, float | None]:
+    values = {f: getattr(metrics, f) for f in FIELDS}
+    return {f: None if v is None else float(v) for f, v in values.items()}
+
+
+def _exercise(engine: Server) -> None:
+    """One copy-heavy request so the token and speculation counters are not all zero."""
+    with OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0, timeout=60) as c:
+        c.chat.completions.create(model=MODEL, messages=user(COPY_PROMPT), max_tokens=48,
+                                  temperature=0)
+
+
+async def _probe_twice_stable(engine: Server) -> tuple[dict[str, float | None], EngineMetrics]:
+    async with aiohttp.ClientSession() as session:
+        probe = HttpProbe(session)
+        dialect = dialect_for("vllm")
+        assert await probe.health(engine.url, dialect) is True
+        for _ in range(5):
+            before = own_reading(engine.url)
+            got = await probe.metrics(engine.url, dialect)
+            if own_reading(engine.url) == before:
+                return before, got
+    raise AssertionError(f"{engine.name}'s counters kept moving while idle")
+
+
+@pytest.mark.parametrize("which", ["plain", "spec"])
+async def test_probe_reads_what_the_engine_reports(engines: Engines, which: str) -> None:
+    engine: Server = getattr(engines, which)
+    _exercise(engine)
+    mine, got = await _probe_twice_stable(engine)
+    print(f"\n{which}: {mine}")
+    assert _as_dict(got) == pytest.approx(mine)
+    assert mine["generation_tokens_total"], "the engine counted no tokens: nothing was compared"
+    if which == "spec":
+        assert mine["spec_draft_tokens_total"], "no drafts: is speculative decoding on?"
+    else:
+        assert mine["spec_draft_tokens_total"] is None
+
+
+async def test_registry_snapshot_carries_the_scrape(engines: Engines) -> None:
+    registry = EndpointRegistry(engines.fleet)
+    async with aiohttp.ClientSession() as session:
+        await Poller(registry, HttpProbe(session)).poll_once()
+    by_url = {e.url: e for pool in registry.snapshot() for e in pool.endpoints}
+    for engine in (engines.plain, engines.spec):
+        endpoint = by_url[engine.url]
+        assert endpoint.healthy
+        assert _as_dict(endpoint.metrics) == pytest.approx(own_reading(engine.url))
