@@ -3,6 +3,18 @@
 One YAML file declares the whole fleet. The gateway routes over it, the simulator starts it,
 and the deploy renderer turns each pool's levers into engine launch flags. Loading a bad file
 raises :class:`FleetConfigError`, whose message names the file, the field and the problem.
+
+Routing settings: ``routing.policy`` holds the lever policy's thresholds and rule order
+(:class:`routing.policy.PolicyConfig`); ``routing.scheduler`` the replica scheduler every pool
+uses unless the pool has its own ``scheduler`` (:class:`routing.scheduler.SchedulerConfig`).
+Plugin and rule names are checked against routing's tables here, at load, so a typo stops
+start-up instead of a request. The routing types stay plain dataclasses; ``to_config``
+converts at this boundary.
+
+Service-level objectives: ``slos`` maps a model name (or ``*``, every other model) to its
+bounds ``ttft_s`` / ``tpot_s`` / ``e2e_s`` [s] and optional request ``classes`` (chosen by the
+client's ``x-ridge-slo-class`` header or by ``max_tokens`` band); the rules are in
+:mod:`routing.goodput`, the result is :meth:`Fleet.slo_policy`.
 """
 
 from __future__ import annotations
@@ -22,6 +34,10 @@ from pydantic import (
     model_validator,
 )
 
+from routing.goodput import ANY_MODEL, DEFAULT_CLASS, Bounds, ModelSlo, SloClass, SloPolicy
+from routing.policy import DEFAULT_RULES, PolicyConfig
+from routing.scheduler import registry as plugins
+from routing.scheduler.framework import SchedulerConfig
 from routing.types import CHUNKED_PREFILL, PD_DISAGGREGATION, PREFIX_CACHE, SPECULATIVE
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -109,6 +125,129 @@ class SimulatorKnobs(_Strict):
     )
 
 
+_POLICY = PolicyConfig()
+_SCHEDULER = SchedulerConfig()
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class SchedulerSettings(_Strict):
+    """How a pool picks a replica: ``filters`` → ``scorers`` (name: weight) → ``picker``, by the
+    plugin names of :mod:`routing.scheduler.registry`. Every scorer needs a weight > 0."""
+
+    filters: list[str] = Field(default_factory=lambda: list(_SCHEDULER.filters))
+    scorers: dict[str, PositiveFloat] = Field(default_factory=lambda: dict(_SCHEDULER.scorers))
+    picker: str = _SCHEDULER.picker
+    seed: int = Field(default=_SCHEDULER.seed, description="for pickers that draw at random")
+
+    @field_validator("filters")
+    @classmethod
+    def _known_filters(cls, value: list[str]) -> list[str]:
+        for name in value:
+            plugins.check_name(plugins.FILTERS, "filter", name)
+        return value
+
+    @field_validator("scorers", mode="before")
+    @classmethod
+    def _weighted(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            raise ValueError("every scorer needs a weight: write a mapping such as "
+                             "{cache_aware: 1}, not a list")
+        if isinstance(value, dict):
+            for name, weight in value.items():
+                plugins.check_name(plugins.SCORERS, "scorer", str(name))
+                if weight is None:
+                    raise ValueError(f"scorer {name!r} has no weight")
+        return value
+
+    @field_validator("picker")
+    @classmethod
+    def _known_picker(cls, value: str) -> str:
+        plugins.check_name(plugins.PICKERS, "picker", value)
+        return value
+
+    def to_config(self) -> SchedulerConfig:
+        return SchedulerConfig(tuple(self.filters), tuple(self.scorers.items()), self.picker,
+                               self.seed)
+
+
+class PolicySettings(_Strict):
+    """The lever policy's thresholds and rule order; see :mod:`routing.policy` for each rule.
+    Units: tokens, blocks, requests (per healthy endpoint), fractions in [0, 1]."""
+
+    long_prompt_tokens: PositiveInt = _POLICY.long_prompt_tokens
+    busy_load_per_endpoint: float = Field(default=_POLICY.busy_load_per_endpoint, ge=0)
+    high_prefix_share: Fraction = _POLICY.high_prefix_share
+    long_match_blocks: PositiveInt = _POLICY.long_match_blocks
+    long_match_fraction: Fraction = _POLICY.long_match_fraction
+    decode_heavy_ratio: float = Field(default=_POLICY.decode_heavy_ratio, ge=0)
+    spec_max_ridge_fraction: float = Field(default=_POLICY.spec_max_ridge_fraction, gt=0, le=1)
+    saturated_queue_per_endpoint: PositiveFloat = _POLICY.saturated_queue_per_endpoint
+    rules: list[str] = Field(
+        default_factory=lambda: list(_POLICY.rules),
+        description="rule names in the order tried; a rule left out is off",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, value: list[str]) -> list[str]:
+        known = [r.name for r in DEFAULT_RULES]
+        unknown = [n for n in value if n not in known]
+        if unknown:
+            raise ValueError(f"unknown rules {unknown}; known: {', '.join(known)}")
+        if len(set(value)) != len(value):
+            raise ValueError("a rule is listed twice")
+        return value
+
+    def to_config(self) -> PolicyConfig:
+        fields = self.model_dump(exclude={"rules"})
+        return PolicyConfig(**fields, rules=tuple(self.rules))
+
+
+class RoutingSettings(_Strict):
+    """Fleet-wide routing: the lever policy, and the scheduler of pools without their own."""
+
+    policy: PolicySettings = PolicySettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+
+
+class SloBoundsSettings(_Strict):
+    """Upper bounds [s] of one SLO: time to first token, per output token, end to end."""
+
+    ttft_s: PositiveFloat | None = None
+    tpot_s: PositiveFloat | None = None
+    e2e_s: PositiveFloat | None = None
+
+    def to_bounds(self) -> Bounds:
+        return Bounds(self.ttft_s, self.tpot_s, self.e2e_s)
+
+
+class SloClassSettings(SloBoundsSettings):
+    """A request class of a model's SLO. ``min_max_tokens``: the class covers requests asking
+    for at least that many output tokens (the highest band that fits wins); None = only when
+    the client names the class in ``x-ridge-slo-class``. Unset bounds come from the model."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=32)]
+    min_max_tokens: int | None = Field(default=None, ge=0)
+
+
+class ModelSloSettings(SloBoundsSettings):
+    """One model's SLO: its bounds and optional request classes."""
+
+    classes: list[SloClassSettings] = Field(default_factory=list)
+
+    @field_validator("classes")
+    @classmethod
+    def _distinct_classes(cls, value: list[SloClassSettings]) -> list[SloClassSettings]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names) or DEFAULT_CLASS in names:
+            raise ValueError(f"class names must be unique and not {DEFAULT_CLASS!r}: {names}")
+        return value
+
+    def to_slo(self) -> ModelSlo:
+        classes = tuple(SloClass(c.name, c.to_bounds(), c.min_max_tokens) for c in self.classes)
+        return ModelSlo(self.to_bounds(), classes)
+
+
 class Pool(_Strict):
     """A set of identical engine replicas sharing one configuration (its levers)."""
 
@@ -124,6 +263,9 @@ class Pool(_Strict):
         default=None, description="for role prefill: the decode pool it hands KV to"
     )
     simulator: SimulatorKnobs = SimulatorKnobs()
+    scheduler: SchedulerSettings | None = Field(
+        default=None, description="replica choice in this pool; None = routing.scheduler"
+    )
 
     @field_validator("endpoints")
     @classmethod
@@ -142,6 +284,10 @@ class Fleet(_Strict):
     """The whole fleet: every pool ridge may route to."""
 
     pools: Annotated[list[Pool], Field(min_length=1)]
+    routing: RoutingSettings = RoutingSettings()
+    slos: dict[str, ModelSloSettings] = Field(
+        default_factory=dict, description="SLO per model name; '*' = every other model"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Fleet:
@@ -155,6 +301,7 @@ class Fleet(_Strict):
             raise ValueError(f"an endpoint belongs to one pool only, shared: {sorted(shared)}")
         for pool in self.pools:
             _check_pair(pool, {p.name: p for p in self.pools})
+        _check_slo_models(self.slos, {m for p in self.pools for m in p.models})
         return self
 
     def pool(self, name: str) -> Pool:
@@ -162,6 +309,25 @@ class Fleet(_Strict):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def slo_policy(self) -> SloPolicy:
+        """The SLOs as routing's type (see :mod:`routing.goodput`)."""
+        return SloPolicy({model: slo.to_slo() for model, slo in self.slos.items()})
+
+    def policy_config(self) -> PolicyConfig:
+        """The lever policy's configuration, as routing's type."""
+        return self.routing.policy.to_config()
+
+    def scheduler_config(self, pool: str) -> SchedulerConfig:
+        """The scheduler configuration of pool ``pool``: its own, else the fleet's."""
+        own = self.pool(pool).scheduler
+        return (own or self.routing.scheduler).to_config()
+
+
+def _check_slo_models(slos: dict[str, ModelSloSettings], served: set[str]) -> None:
+    unknown = sorted(set(slos) - served - {ANY_MODEL})
+    if unknown:
+        raise ValueError(f"slos name models no pool serves: {unknown}; served: {sorted(served)}")
 
 
 def _check_pair(pool: Pool, by_name: dict[str, Pool]) -> None:

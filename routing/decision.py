@@ -1,0 +1,70 @@
+"""A route decision: which pool (or prefill/decode pair), by which lever, and why.
+
+``reason`` is safe as a Prometheus label: either one name from :data:`REASONS`, or, when the
+rule that first wanted the request could not take it, ``"<rule>><fallback>"`` with the rule's
+name and a name from :data:`FALLBACKS` (``prefix>fallback_saturated``) — a bounded set for a
+given rule table, enumerated by :func:`reason_values`. ``lever`` is a name from
+:data:`routing.types.LEVERS` or :data:`NO_LEVER`. ``detail`` carries the numbers behind the
+decision (``f=0.82,match=14/16``) for the response header only, never for a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from routing.types import LEVERS
+
+NO_LEVER = "none"
+
+LONG_UNCACHED_UNDER_LOAD = "long_uncached_under_load"
+HIGH_PREFIX_SHARE = "high_prefix_share"
+LONG_MATCH = "long_match"
+LOW_LOAD_DECODE_HEAVY = "low_load_decode_heavy"
+DEFAULT = "default"
+ONLY_POOL = "only_pool"
+FALLBACK_SATURATED = "fallback_saturated"
+FALLBACK_UNHEALTHY = "fallback_unhealthy"
+FALLBACK_NEAR_RIDGE = "fallback_near_ridge"
+
+FALLBACKS = frozenset({FALLBACK_SATURATED, FALLBACK_UNHEALTHY, FALLBACK_NEAR_RIDGE})
+REASONS = frozenset({
+    LONG_UNCACHED_UNDER_LOAD, HIGH_PREFIX_SHARE, LONG_MATCH, LOW_LOAD_DECODE_HEAVY, DEFAULT,
+    ONLY_POOL, *FALLBACKS,
+})
+
+
+def fallback_reason(rule: str, fallback: str) -> str:
+    """The reason label of a decision taken after ``rule`` could not be served (``fallback``)."""
+    return f"{rule}>{fallback}"
+
+
+def reason_values(rule_names: Iterable[str]) -> frozenset[str]:
+    """Every reason label a policy with these rules can produce (for pre-registering labels)."""
+    return REASONS | {fallback_reason(r, f) for r in rule_names for f in FALLBACKS}
+
+
+def lever_values() -> frozenset[str]:
+    """Every lever label a decision can carry."""
+    return LEVERS | {NO_LEVER}
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """Where one request goes. ``decode_pool``: for a prefill/decode pair, the decode side."""
+
+    pool: str
+    decode_pool: str | None
+    lever: str
+    reason: str
+    detail: str = ""
+
+    def header_value(self) -> str:
+        """``pool=radix; lever=prefix_cache; reason=high_prefix_share; f=0.82,match=14/16``."""
+        parts = [f"pool={self.pool}"]
+        if self.decode_pool is not None:
+            parts.append(f"decode={self.decode_pool}")
+        parts += [f"lever={self.lever}", f"reason={self.reason}"]
+        if self.detail:
+            parts.append(self.detail)
+        return "; ".join(parts)

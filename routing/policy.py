@@ -1,0 +1,396 @@
+"""The lever policy: which pool's levers relax the wall this request is about to hit.
+
+An ordered table of :class:`Rule` s, tried in order; the first rule that fires *and* has a pool
+able to take the request decides. Each rule names the lever it aims for, a predicate over the
+request and the fleet (:class:`PolicyInput`), the pools that have the lever in preference order,
+and the reason it gives. Thresholds live in :class:`PolicyConfig` (overridable in the fleet
+file under ``routing.policy``, as is the rule order and which rules are on).
+
+The default table (:data:`DEFAULT_RULES`), in order:
+
+``pd`` — long uncached prompt under load. Fires when uncached [tokens] = prompt tokens −
+  (longest match on any endpoint serving the model) × block tokens ≥ ``long_prompt_tokens``
+  and the model's mixed pools hold ≥ ``busy_load_per_endpoint`` requests per healthy endpoint
+  (a long prefill stalls the decodes already running there). Pools: each prefill pool with its
+  ``pair`` (decision carries both; lever ``pd_disaggregation``), least loaded first, then each
+  mixed pool with chunked prefill (lever ``chunked_prefill``). Reason
+  ``long_uncached_under_load``; detail ``uncached=3000,load=5.0``.
+``prefix`` — shared prefixes. Fires when the model's prefix share f ≥ ``high_prefix_share``
+  or the longest match on an endpoint of a prefix-caching pool is ≥ ``long_match_blocks`` or
+  ≥ ``long_match_fraction`` of the prompt's blocks. Pools: mixed pools with prefix caching, the
+  one holding the longest match first, then least loaded. Reason ``long_match`` (the match
+  test held) or ``high_prefix_share``; detail ``f=0.82,match=14/16``.
+``spec`` — decode-heavy at low load. Fires when expected output tokens ≥
+  ``decode_heavy_ratio`` × prompt tokens. Pools: mixed pools with speculative decoding, least
+  loaded first, each admitted only while its decode batch — requests in flight per healthy
+  endpoint, each a sequence decoding one token per step — stays below
+  ``spec_max_ridge_fraction`` × the pool's ``ridge_tokens`` (tokens per step where decoding
+  turns compute-bound, :mod:`routing.roofline`): past it the draft tokens' verify work competes
+  with real work and speculation's gain collapses. Speculation verifies (K+1) tokens per
+  sequence per step, so with K draft tokens a fraction of 1/(K+1) puts the verify batch exactly
+  at the ridge. A pool with an unknown ridge (0) is not admitted. Reason
+  ``low_load_decode_heavy``; detail ``out=800,in=100,batch=3.0/147.5``.
+``default`` — everything else. Pools: the general pools — mixed pools without speculative
+  decoding (speculation slows ordinary traffic at load; prefix caching and chunked prefill do
+  not hurt it) — least loaded first; if the model has no general pool, every mixed pool
+  serving it, least loaded first. Reason ``default``; detail ``load=1.5``.
+
+Every rule only takes a pool that serves the model, has a healthy endpoint (a pair: both
+sides) and is not saturated (every healthy endpoint's engine waiting queue ≥
+``saturated_queue_per_endpoint`` requests). When a rule fires but none of its pools can take
+the request, the next rule is tried and the decision's reason names the first rule that lost
+the request and why (``prefix>fallback_saturated``, ``spec>fallback_unhealthy``,
+``spec>fallback_near_ridge``). If no rule places the request, the least-loaded unsaturated
+pool serving the model takes it, else the least-loaded one. A model served by a single pool
+gets it with reason ``only_pool``; a model no healthy pool serves gets no decision (None).
+Decode pools are reached only through their prefill pool's pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from routing.decision import (
+    DEFAULT,
+    FALLBACK_NEAR_RIDGE,
+    FALLBACK_SATURATED,
+    FALLBACK_UNHEALTHY,
+    HIGH_PREFIX_SHARE,
+    LONG_MATCH,
+    LONG_UNCACHED_UNDER_LOAD,
+    LOW_LOAD_DECODE_HEAVY,
+    NO_LEVER,
+    ONLY_POOL,
+    RouteDecision,
+    fallback_reason,
+)
+from routing.features import RequestFeatures
+from routing.measures import (
+    DECODE,
+    MIXED,
+    PREFILL,
+    best_match,
+    endpoint_load,
+    pool_load,
+    pool_saturated,
+    uncached_tokens,
+)
+from routing.state import StateView
+from routing.types import (
+    CHUNKED_PREFILL,
+    PD_DISAGGREGATION,
+    PREFIX_CACHE,
+    SPECULATIVE,
+    PoolSnapshot,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """The policy's thresholds (units in brackets) and the rule order (names; absent = off)."""
+
+    long_prompt_tokens: int = 2048  # [tokens] uncached prompt that counts as long
+    busy_load_per_endpoint: float = 4.0  # [requests per healthy endpoint] "under load"
+    high_prefix_share: float = 0.5  # [fraction] prefix share f that counts as high
+    long_match_blocks: int = 8  # [blocks] a match this long counts as long
+    long_match_fraction: float = 0.5  # [fraction of the prompt's blocks] ... or this long
+    decode_heavy_ratio: float = 2.0  # [output tokens per prompt token] decode-heavy
+    spec_max_ridge_fraction: float = 0.5  # [fraction of ridge_tokens] speculation's batch cap
+    saturated_queue_per_endpoint: float = 8.0  # [waiting requests per healthy endpoint]
+    rules: tuple[str, ...] = ("pd", "prefix", "spec", "default")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInput:
+    """What the policy decides over: the request, every pool, and the router state's view."""
+
+    features: RequestFeatures
+    pools: tuple[PoolSnapshot, ...]
+    view: StateView
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A place a rule can send the request: a pool (and, for a prefill pool, its decode pool)."""
+
+    pool: PoolSnapshot
+    lever: str
+    decode: PoolSnapshot | None = None
+
+
+Predicate = Callable[[PolicyInput, PolicyConfig], bool]
+Targets = Callable[[PolicyInput, PolicyConfig], tuple[Target, ...]]
+Reason = Callable[[PolicyInput, PolicyConfig], str]
+Detail = Callable[[PolicyInput, PolicyConfig, Target], str]
+Admits = Callable[[Target, PolicyInput, PolicyConfig], bool]
+
+
+def _always(*_: object) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One row of the table. ``when``: does the request call for ``lever``. ``targets``: the
+    pools with the lever serving the model, preferred first, whatever their health. ``admits``:
+    a lever-specific limit on a healthy, unsaturated target; when it refuses them all the
+    fallback is named ``refusal``. ``reason``: a name from :data:`routing.decision.REASONS`;
+    ``detail``: the numbers behind it (no ``;``)."""
+
+    name: str
+    lever: str
+    when: Predicate
+    targets: Targets
+    reason: Reason
+    detail: Detail
+    admits: Admits = _always
+    refusal: str = FALLBACK_SATURATED
+
+
+# --- measures over the fleet --------------------------------------------------------------
+
+
+def _serving(inp: PolicyInput, role: str, lever: str | None = None) -> list[PoolSnapshot]:
+    return [p for p in inp.pools if p.role == role and p.serves(inp.features.model)
+            and (lever is None or lever in p.levers)]
+
+
+def _least_loaded(pools: Sequence[PoolSnapshot], view: StateView) -> list[PoolSnapshot]:
+    return sorted(pools, key=lambda p: pool_load(p, view))  # stable: ties keep fleet order
+
+
+def _decode_of(pool: PoolSnapshot, inp: PolicyInput) -> PoolSnapshot | None:
+    for other in inp.pools:
+        if other.name == pool.pair and other.role == DECODE and other.serves(inp.features.model):
+            return other
+    return None
+
+
+def _pairs(inp: PolicyInput) -> list[Target]:
+    pairs = [Target(p, PD_DISAGGREGATION, _decode_of(p, inp))
+             for p in _least_loaded(_serving(inp, PREFILL), inp.view)]
+    return [t for t in pairs if t.decode is not None]
+
+
+def _sides(t: Target) -> tuple[PoolSnapshot, ...]:
+    return (t.pool,) if t.decode is None else (t.pool, t.decode)
+
+
+def _healthy(t: Target) -> bool:
+    return all(side.healthy_endpoints for side in _sides(t))
+
+
+def _saturated(t: Target, cfg: PolicyConfig) -> bool:
+    return any(pool_saturated(side, cfg.saturated_queue_per_endpoint) for side in _sides(t))
+
+
+def _busy(inp: PolicyInput) -> float:
+    """Requests per healthy endpoint over the model's mixed pools (0 when there are none)."""
+    endpoints = [e for p in _serving(inp, MIXED) for e in p.healthy_endpoints]
+    if not endpoints:
+        return 0.0
+    return sum(endpoint_load(e, inp.view) for e in endpoints) / len(endpoints)
+
+
+def _uncached(inp: PolicyInput) -> int:
+    """Prompt tokens left to prefill on the endpoint (serving the model) with the longest match."""
+    serving = [e for p in inp.pools if p.serves(inp.features.model) for e in p.endpoints]
+    return uncached_tokens(inp.features, best_match(serving, inp.features, inp.view))
+
+
+def _prefix_match(inp: PolicyInput, pool: PoolSnapshot | None = None) -> int:
+    pools = [pool] if pool is not None else _serving(inp, MIXED, PREFIX_CACHE)
+    return best_match((e for p in pools for e in p.endpoints), inp.features, inp.view)
+
+
+def _long_match(inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    match, blocks = _prefix_match(inp), len(inp.features.block_hashes)
+    return match > 0 and (match >= cfg.long_match_blocks
+                          or match >= cfg.long_match_fraction * blocks)
+
+
+def _high_share(inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    share = inp.view.prefix_share
+    return share is not None and share >= cfg.high_prefix_share
+
+
+def _spec_limit(pool: PoolSnapshot, cfg: PolicyConfig) -> float:
+    """The decode batch [tokens per step] speculation may run at: a fraction of the ridge."""
+    return cfg.spec_max_ridge_fraction * pool.ridge_tokens
+
+
+# --- the default rules ----------------------------------------------------------------------
+
+
+def _pd_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    return (_uncached(inp) >= cfg.long_prompt_tokens
+            and _busy(inp) >= cfg.busy_load_per_endpoint)
+
+
+def _pd_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    chunked = _least_loaded(_serving(inp, MIXED, CHUNKED_PREFILL), inp.view)
+    return (*_pairs(inp), *(Target(p, CHUNKED_PREFILL) for p in chunked))
+
+
+def _pd_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
+    return f"uncached={_uncached(inp)},load={_busy(inp):.1f}"
+
+
+def _prefix_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    pools = _serving(inp, MIXED, PREFIX_CACHE)
+    pools.sort(key=lambda p: (-_prefix_match(inp, p), pool_load(p, inp.view)))
+    return tuple(Target(p, PREFIX_CACHE) for p in pools)
+
+
+def _prefix_reason(inp: PolicyInput, cfg: PolicyConfig) -> str:
+    return LONG_MATCH if _long_match(inp, cfg) else HIGH_PREFIX_SHARE
+
+
+def _prefix_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
+    share = inp.view.prefix_share
+    f = "na" if share is None else f"{share:.2f}"
+    return f"f={f},match={_prefix_match(inp, t.pool)}/{len(inp.features.block_hashes)}"
+
+
+def _spec_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    f = inp.features
+    return f.expected_output_tokens >= cfg.decode_heavy_ratio * max(f.prompt_tokens, 1)
+
+
+def _spec_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    pools = _least_loaded(_serving(inp, MIXED, SPECULATIVE), inp.view)
+    return tuple(Target(p, SPECULATIVE) for p in pools)
+
+
+def _spec_admits(t: Target, inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    return t.pool.ridge_tokens > 0 and pool_load(t.pool, inp.view) < _spec_limit(t.pool, cfg)
+
+
+def _spec_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
+    f = inp.features
+    batch, limit = pool_load(t.pool, inp.view), _spec_limit(t.pool, cfg)
+    return f"out={f.expected_output_tokens},in={f.prompt_tokens},batch={batch:.1f}/{limit:.1f}"
+
+
+def _default_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    mixed = _serving(inp, MIXED)
+    general = [p for p in mixed if SPECULATIVE not in p.levers] or mixed
+    return tuple(Target(p, NO_LEVER) for p in _least_loaded(general, inp.view))
+
+
+def _load_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
+    return f"load={pool_load(t.pool, inp.view):.1f}"
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("pd", PD_DISAGGREGATION, _pd_when, _pd_targets,
+         lambda i, c: LONG_UNCACHED_UNDER_LOAD, _pd_detail),
+    Rule("prefix", PREFIX_CACHE, lambda i, c: _high_share(i, c) or _long_match(i, c),
+         _prefix_targets, _prefix_reason, _prefix_detail),
+    Rule("spec", SPECULATIVE, _spec_when, _spec_targets,
+         lambda i, c: LOW_LOAD_DECODE_HEAVY, _spec_detail,
+         admits=_spec_admits, refusal=FALLBACK_NEAR_RIDGE),
+    Rule("default", NO_LEVER, _always, _default_targets, lambda i, c: DEFAULT, _load_detail),
+)
+
+
+# --- the engine -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    target: Target
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Miss:
+    reason: str
+    detail: str
+
+
+def routable(inp: PolicyInput) -> tuple[Target, ...]:
+    """Every healthy place serving the model: mixed pools, and prefill pools whose pair is up."""
+    mixed = [Target(p, NO_LEVER) for p in _serving(inp, MIXED)]
+    return tuple(t for t in (*mixed, *_pairs(inp)) if _healthy(t))
+
+
+def _try(rule: Rule, inp: PolicyInput, cfg: PolicyConfig) -> _Placed | _Miss | None:
+    """Place the request with ``rule``; a miss says why not; None when it has no pools at all."""
+    targets = rule.targets(inp, cfg)
+    if not targets:
+        return None
+    healthy = [t for t in targets if _healthy(t)]
+    if not healthy:
+        return _Miss(fallback_reason(rule.name, FALLBACK_UNHEALTHY),
+                     rule.detail(inp, cfg, targets[0]))
+    unsaturated = [t for t in healthy if not _saturated(t, cfg)]
+    if not unsaturated:
+        return _Miss(fallback_reason(rule.name, FALLBACK_SATURATED),
+                     rule.detail(inp, cfg, healthy[0]))
+    admitted = [t for t in unsaturated if rule.admits(t, inp, cfg)]
+    if not admitted:
+        return _Miss(fallback_reason(rule.name, rule.refusal),
+                     rule.detail(inp, cfg, unsaturated[0]))
+    return _Placed(admitted[0], rule.reason(inp, cfg), rule.detail(inp, cfg, admitted[0]))
+
+
+def _decision(t: Target, reason: str, detail: str) -> RouteDecision:
+    decode = t.decode.name if t.decode is not None else None
+    return RouteDecision(t.pool.name, decode, t.lever, reason, detail)
+
+
+def _after_miss(placed: _Placed, miss: _Miss | None) -> RouteDecision:
+    if miss is None:
+        return _decision(placed.target, placed.reason, placed.detail)
+    detail = ",".join(d for d in (miss.detail, placed.detail) if d)
+    return _decision(placed.target, miss.reason, detail)
+
+
+def _last_resort(places: Sequence[Target], inp: PolicyInput, cfg: PolicyConfig,
+                 miss: _Miss | None) -> RouteDecision:
+    """No rule placed it: the least-loaded unsaturated place, else the least-loaded one."""
+    t = min(places, key=lambda p: (_saturated(p, cfg), pool_load(p.pool, inp.view)))
+    fallback = FALLBACK_SATURATED if _saturated(t, cfg) else DEFAULT
+    placed = _Placed(t, fallback, _load_detail(inp, cfg, t))
+    return _after_miss(placed, miss)
+
+
+class LeverPolicy:
+    """Features + pools → :class:`RouteDecision` by the rule table (see the module docstring).
+
+    ``table``: the rules available by name (default :data:`DEFAULT_RULES`); ``config.rules``
+    picks which run and in what order. Stateless: safe to share.
+    """
+
+    def __init__(self, config: PolicyConfig = PolicyConfig(),
+                 table: Sequence[Rule] = DEFAULT_RULES) -> None:
+        by_name = {r.name: r for r in table}
+        unknown = [n for n in config.rules if n not in by_name]
+        if unknown:
+            raise ValueError(f"unknown policy rules {unknown}; known: {sorted(by_name)}")
+        if len(set(config.rules)) != len(config.rules):
+            raise ValueError(f"policy rules listed twice: {list(config.rules)}")
+        self.config = config
+        self.rules = tuple(by_name[n] for n in config.rules)
+
+    def decide(self, inp: PolicyInput) -> RouteDecision | None:
+        """The decision, or None when no healthy pool serves the model."""
+        cfg = self.config
+        places = routable(inp)
+        if not places:
+            return None
+        if len(places) == 1:
+            return _decision(places[0], ONLY_POOL, _load_detail(inp, cfg, places[0]))
+        miss: _Miss | None = None
+        for rule in self.rules:
+            if not rule.when(inp, cfg):
+                continue
+            outcome = _try(rule, inp, cfg)
+            if isinstance(outcome, _Placed):
+                return _after_miss(outcome, miss)
+            if outcome is not None and miss is None:
+                miss = outcome
+        return _last_resort(places, inp, cfg, miss)

@@ -1,0 +1,179 @@
+"""The replica scheduler inside one pool: filters → scorers → one picker.
+
+Interfaces apart from plugins (one plugin per module under :mod:`routing.scheduler.plugins`),
+all synchronous and pure over frozen snapshots:
+
+- :class:`Filter`: candidates → the subset that may take the request.
+- :class:`Scorer`: candidates → a score per endpoint URL, meant to lie in [0, 1] (1 = best).
+- :class:`Picker`: weighted total scores → one endpoint.
+
+:class:`Scheduler` runs them in order over a :class:`SchedulingContext`. The framework, not the
+plugin, clamps every score to [0, 1] (NaN and missing URLs count 0) and multiplies it by the
+scorer's weight from configuration; the total of an endpoint is Σ weight × clamp(score). It
+times every plugin call with :func:`time.perf_counter_ns` and returns the timings with the pick
+so the caller can export a histogram. When the filters leave no candidate the result's
+``endpoint`` is None and the caller falls back (another pool, or an error).
+
+Plugins hold no state, except a picker that needs memory (round-robin's last pick, a seeded
+random generator): such state lives on the plugin instance, and every :class:`Scheduler` gets
+its own instances from the factories in :mod:`routing.scheduler.registry`, so the state is
+explicit and per scheduler (per pool, per gateway process) — never module-level.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from routing.features import RequestFeatures
+from routing.state import StateView
+from routing.types import EndpointSnapshot, PoolSnapshot
+
+FILTER = "filter"
+SCORER = "scorer"
+PICKER = "picker"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingContext:
+    """One request's scheduling inputs. ``now``: seconds on the caller's clock (monotonic).
+    ``exclude``: endpoint URLs already tried for this request (a retry goes elsewhere)."""
+
+    features: RequestFeatures
+    pool: PoolSnapshot
+    view: StateView
+    now: float
+    exclude: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A candidate and its weighted total score (Σ weight × score, each score in [0, 1])."""
+
+    endpoint: EndpointSnapshot
+    score: float
+
+
+class Filter(Protocol):
+    def filter(self, ctx: SchedulingContext,
+               candidates: Sequence[EndpointSnapshot]) -> Sequence[EndpointSnapshot]:
+        """The candidates that may take the request, in their given order."""
+        ...
+
+
+class Scorer(Protocol):
+    def score(self, ctx: SchedulingContext,
+              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+        """A score in [0, 1] per candidate URL (1 = best); must accept an empty list."""
+        ...
+
+
+class Picker(Protocol):
+    def pick(self, ctx: SchedulingContext, scored: Sequence[Scored]) -> EndpointSnapshot:
+        """One of ``scored`` (never empty), in candidate order."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Which plugins, by registry name. ``scorers``: (name, weight) pairs, weight > 0.
+    ``seed``: for pickers that draw random numbers."""
+
+    filters: tuple[str, ...] = ("healthy",)
+    scorers: tuple[tuple[str, float], ...] = (("cache_aware", 1.0),)
+    picker: str = "max_score"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PluginTiming:
+    """How long one plugin call took [nanoseconds]. ``stage``: filter, scorer or picker."""
+
+    stage: str
+    name: str
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    """The pick (None when the filters left no candidate), every candidate's weighted total
+    score by URL, and the timing of every plugin that ran, in run order."""
+
+    endpoint: EndpointSnapshot | None
+    scores: Mapping[str, float] = field(default_factory=dict)
+    timings: tuple[PluginTiming, ...] = ()
+
+
+def clamp(score: float) -> float:
+    """``score`` clamped to [0, 1]; NaN counts 0."""
+    if math.isnan(score):
+        return 0.0
+    return min(max(score, 0.0), 1.0)
+
+
+def top(scored: Sequence[Scored], rel_tol: float = 1e-9) -> list[Scored]:
+    """The candidates whose score equals the maximum, up to float rounding (``rel_tol``)."""
+    if not scored:
+        return []
+    best = max(s.score for s in scored)
+    return [s for s in scored if math.isclose(s.score, best, rel_tol=rel_tol, abs_tol=1e-12)]
+
+
+class Scheduler:
+    """Filters → weighted scorers → picker over one pool's endpoints; every plugin timed.
+
+    Build it with :func:`routing.scheduler.registry.build_scheduler`; ``clock`` is injectable
+    so tests can check the timings (default :func:`time.perf_counter_ns`).
+    """
+
+    def __init__(
+        self,
+        filters: Sequence[tuple[str, Filter]],
+        scorers: Sequence[tuple[str, Scorer, float]],
+        picker: tuple[str, Picker],
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self._filters = tuple(filters)
+        self._scorers = tuple(scorers)
+        self._picker = picker
+        self._clock = clock
+
+    def schedule(self, ctx: SchedulingContext) -> ScheduleResult:
+        timings: list[PluginTiming] = []
+        candidates = self._filter(ctx, timings)
+        if not candidates:
+            return ScheduleResult(None, {}, tuple(timings))
+        totals = self._score(ctx, candidates, timings)
+        scored = [Scored(ep, totals[ep.url]) for ep in candidates]
+        name, picker = self._picker
+        start = self._clock()
+        chosen = picker.pick(ctx, scored)
+        timings.append(PluginTiming(PICKER, name, self._clock() - start))
+        return ScheduleResult(chosen, totals, tuple(timings))
+
+    def _filter(self, ctx: SchedulingContext,
+                timings: list[PluginTiming]) -> Sequence[EndpointSnapshot]:
+        candidates: Sequence[EndpointSnapshot] = tuple(
+            ep for ep in ctx.pool.endpoints if ep.url not in ctx.exclude
+        )
+        for name, plugin in self._filters:
+            if not candidates:
+                break
+            start = self._clock()
+            candidates = tuple(plugin.filter(ctx, candidates))
+            timings.append(PluginTiming(FILTER, name, self._clock() - start))
+        return candidates
+
+    def _score(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
+               timings: list[PluginTiming]) -> dict[str, float]:
+        totals = {ep.url: 0.0 for ep in candidates}
+        for name, plugin, weight in self._scorers:
+            start = self._clock()
+            scores = plugin.score(ctx, candidates)
+            timings.append(PluginTiming(SCORER, name, self._clock() - start))
+            for url in totals:
+                totals[url] += weight * clamp(scores.get(url, 0.0))
+        return totals

@@ -1,0 +1,1 @@
+"""Scheduler plugins, one per module: filters, scorers and pickers (see the framework)."""

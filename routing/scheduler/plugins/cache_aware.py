@@ -1,0 +1,49 @@
+"""Scorer ``cache_aware`` (the default): fewest uncached prompt tokens × (load + 1).
+
+Algorithm (the multiplicative score of LMetric, Zhang et al., "Simple is Better —
+Multiplication May Be All You Need for LLM Request Scheduling", arXiv 2603.15202): for each
+candidate endpoint e,
+
+    uncached_e [tokens]   = max(prompt_tokens − matched_e × block_tokens, 1)
+    load_e     [requests] = gateway in-flight + engine running + engine waiting
+    cost_e     [tokens × requests] = uncached_e × (load_e + 1)
+    score_e    = min over candidates of cost / cost_e          (in (0, 1]; cheapest = 1)
+
+matched_e is the number of leading prompt blocks the prefix index says e holds. The cost is the
+prefill work the request adds on e scaled by the queue it joins: a long cached prefix wins
+unless its endpoint is much busier, and with no cache anywhere it reduces to least load. The
+product needs no weight or threshold between the two terms — any constant factor on either
+term cancels in the ratio — unlike SGLang's cache_aware policy, which switches between cache
+affinity and shortest queue at tuned thresholds (cache_threshold, balance_abs_threshold,
+balance_rel_threshold).
+
+Zero cost: uncached tokens are floored at 1 — an engine that holds the whole prompt still
+computes the last prompt token to produce the first output token — so cost_e ≥ 1 and the ratio
+is always defined, and two endpoints that both hold the whole prompt are still told apart by
+load. ``load + 1`` keeps an idle endpoint's cost equal to its prefill work rather than 0.
+
+Parameters: none (block size and prompt length come from the request's features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from routing.measures import endpoint_load, matched_blocks, uncached_tokens
+from routing.scheduler.framework import SchedulingContext
+from routing.types import EndpointSnapshot
+
+
+def cost(ctx: SchedulingContext, ep: EndpointSnapshot) -> float:
+    """uncached_e × (load_e + 1) [tokens × requests], ≥ 1."""
+    matched = matched_blocks(ep.url, ctx.features, ctx.view)
+    uncached = max(uncached_tokens(ctx.features, matched), 1)
+    return uncached * (endpoint_load(ep, ctx.view) + 1.0)
+
+
+class CacheAware:
+    def score(self, ctx: SchedulingContext,
+              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+        costs = {ep.url: cost(ctx, ep) for ep in candidates}
+        cheapest = min(costs.values(), default=1.0)
+        return {url: cheapest / c for url, c in costs.items()}

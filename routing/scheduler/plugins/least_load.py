@@ -1,0 +1,26 @@
+"""Scorer ``least_load``: the fewer requests an endpoint holds, the higher its score.
+
+Algorithm: load_e [requests] = gateway in-flight (shared state or local count, the larger) +
+engine running + engine waiting (:func:`routing.measures.endpoint_load`);
+score_e = 1 − load_e / max_load, with max_load the largest load among the candidates, so the
+busiest candidate scores 0 and an idle one 1. When every candidate is idle (max_load = 0) all
+score 1. Parameters: none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from routing.measures import endpoint_load
+from routing.scheduler.framework import SchedulingContext
+from routing.types import EndpointSnapshot
+
+
+class LeastLoad:
+    def score(self, ctx: SchedulingContext,
+              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+        loads = {ep.url: endpoint_load(ep, ctx.view) for ep in candidates}
+        max_load = max(loads.values(), default=0.0)
+        if max_load <= 0:
+            return {url: 1.0 for url in loads}
+        return {url: 1.0 - load / max_load for url, load in loads.items()}

@@ -1,0 +1,26 @@
+"""Filter ``not_saturated``: keeps the endpoints whose engine still has batch room.
+
+Algorithm: keep ``ep`` when the engine's waiting queue (``vllm:num_requests_waiting`` /
+``sglang:num_queue_reqs``, normalised as ``EngineMetrics.waiting``; unknown counts 0) is at
+most ``max_waiting`` requests. A request sent to an endpoint with a waiting queue waits for a
+batch slot before its prefill starts. If every candidate is saturated the scheduler returns no
+pick and the caller falls back to another pool.
+
+Parameters: ``max_waiting`` [requests], default 0 (an engine that queues anything is full).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from routing.scheduler.framework import SchedulingContext
+from routing.types import EndpointSnapshot
+
+
+class NotSaturated:
+    def __init__(self, max_waiting: float = 0.0) -> None:
+        self.max_waiting = max_waiting
+
+    def filter(self, ctx: SchedulingContext,
+               candidates: Sequence[EndpointSnapshot]) -> Sequence[EndpointSnapshot]:
+        return [ep for ep in candidates if (ep.metrics.waiting or 0.0) <= self.max_waiting]

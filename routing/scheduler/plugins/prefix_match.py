@@ -1,0 +1,26 @@
+"""Scorer ``prefix_match``: the longer the cached prefix an endpoint holds, the higher its score.
+
+Algorithm: score_e = matched_e / total, where matched_e [blocks] is the number of leading
+prompt blocks the prefix index says endpoint e holds (``StateView.matched_blocks``, capped at
+the prompt's block count) and total is the request's block count. A request with no complete
+block (total = 0) scores 0 everywhere. Load is ignored: combine it with ``least_load`` or use
+``cache_aware``. Parameters: none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from routing.measures import matched_blocks
+from routing.scheduler.framework import SchedulingContext
+from routing.types import EndpointSnapshot
+
+
+class PrefixMatch:
+    def score(self, ctx: SchedulingContext,
+              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+        total = len(ctx.features.block_hashes)
+        if total == 0:
+            return {ep.url: 0.0 for ep in candidates}
+        return {ep.url: matched_blocks(ep.url, ctx.features, ctx.view) / total
+                for ep in candidates}

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import pytest
+
+from routing.scheduler.plugins.least_load import LeastLoad
+from routing.types import EndpointSnapshot
+from tests.unit.routing.scheduler.snapshots import ctx, ep, view
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "shared", "expected"),
+    [
+        # score = 1 − load / max_load
+        ([ep("a"), ep("b", in_flight=2), ep("c", in_flight=4)], {}, {"a": 1, "b": 0.5, "c": 0}),
+        # engine running + waiting add to the gateway count: a=1+1+2=4, b=1
+        ([ep("a", in_flight=1, running=1, waiting=2), ep("b", running=1)], {},
+         {"a": 0, "b": 0.75}),
+        # the shared state's count (all gateways) wins over the local one when larger
+        ([ep("a", in_flight=1), ep("b", in_flight=2)], {"a": 4}, {"a": 0, "b": 0.5}),
+        ([ep("a"), ep("b")], {}, {"a": 1, "b": 1}),  # all idle
+        ([ep("a", in_flight=3)], {}, {"a": 0}),  # a single busy candidate is also the busiest
+        ([], {}, {}),
+    ],
+)
+def test_scores(endpoints: list[EndpointSnapshot], shared: dict[str, int],
+                expected: dict[str, float]) -> None:
+    scores = LeastLoad().score(ctx(endpoints, state=view(load=shared)), endpoints)
+    assert scores == pytest.approx(expected)

@@ -1,0 +1,39 @@
+"""Hand-built snapshots for the scheduler and policy tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from routing.features import RequestFeatures
+from routing.scheduler.framework import SchedulingContext
+from routing.state import LoadCounts, StateView
+from routing.types import EndpointSnapshot, EngineMetrics, PoolSnapshot
+
+
+def ep(url: str, *, in_flight: int = 0, running: float | None = None,
+       waiting: float | None = None, healthy: bool = True, pool: str = "p") -> EndpointSnapshot:
+    return EndpointSnapshot(url, pool, healthy, in_flight,
+                            EngineMetrics(running=running, waiting=waiting))
+
+
+def features(prompt_tokens: int = 1000, blocks: int | None = None, block_tokens: int = 100,
+             output: int = 100, session: str | None = None, model: str = "m") -> RequestFeatures:
+    n = prompt_tokens // block_tokens if blocks is None else blocks
+    return RequestFeatures(model=model, block_hashes=tuple(range(1, n + 1)),
+                           block_tokens=block_tokens, prompt_tokens=prompt_tokens,
+                           expected_output_tokens=output, max_tokens=output, session=session,
+                           stream=False)
+
+
+def view(matched: Mapping[str, int] | None = None, load: Mapping[str, int] | None = None,
+         prefix_share: float | None = None, session_endpoint: str | None = None) -> StateView:
+    return StateView(matched_blocks=dict(matched or {}),
+                     load={u: LoadCounts(requests=n) for u, n in (load or {}).items()},
+                     prefix_share=prefix_share, session_endpoint=session_endpoint)
+
+
+def ctx(endpoints: Iterable[EndpointSnapshot], feats: RequestFeatures | None = None,
+        state: StateView | None = None, exclude: Iterable[str] = ()) -> SchedulingContext:
+    pool = PoolSnapshot("p", "vllm", "mixed", ("m",), tuple(endpoints))
+    return SchedulingContext(feats or features(), pool, state or StateView(), now=0.0,
+                             exclude=frozenset(exclude))

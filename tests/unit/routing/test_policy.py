@@ -1,0 +1,270 @@
+"""The lever policy over hand-built fleets: each rule firing, each fall-back, the ridge gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from routing.decision import RouteDecision, reason_values
+from routing.features import RequestFeatures
+from routing.policy import DEFAULT_RULES, LeverPolicy, PolicyConfig, PolicyInput
+from routing.state import StateView
+from routing.types import (
+    CHUNKED_PREFILL,
+    PD_DISAGGREGATION,
+    PREFIX_CACHE,
+    SPECULATIVE,
+    PoolSnapshot,
+)
+from tests.unit.routing.scheduler.snapshots import ep, features, view
+
+# name: (role, levers, pair, ridge_tokens, endpoint URLs)
+LAYOUT: dict[str, tuple[str, tuple[str, ...], str | None, float, tuple[str, ...]]] = {
+    "general": ("mixed", (), None, 0.0, ("g1", "g2")),
+    "radix": ("mixed", (PREFIX_CACHE,), None, 0.0, ("r1", "r2")),
+    "spec": ("mixed", (SPECULATIVE,), None, 100.0, ("s1",)),
+    "chunk": ("mixed", (CHUNKED_PREFILL,), None, 0.0, ("c1",)),
+    "prefill": ("prefill", (PD_DISAGGREGATION,), "decode", 0.0, ("p1",)),
+    "decode": ("decode", (PD_DISAGGREGATION,), None, 0.0, ("d1",)),
+}
+MIXED_URLS = ("g1", "g2", "r1", "r2", "s1", "c1")
+BUSY = {u: 4 for u in MIXED_URLS}  # 4 requests per mixed endpoint: "under load"
+
+
+def fleet(drop: tuple[str, ...] = (), models: dict[str, tuple[str, ...]] | None = None,
+          state: dict[str, dict[str, Any]] | None = None) -> tuple[PoolSnapshot, ...]:
+    """The standard fleet; ``state`` sets endpoint fields by URL (``{"g1": {"waiting": 9}}``)."""
+    state = state or {}
+    pools = []
+    for name, (role, levers, pair, ridge, urls) in LAYOUT.items():
+        if name in drop:
+            continue
+        endpoints = tuple(ep(u, pool=name, **state.get(u, {})) for u in urls)
+        served = (models or {}).get(name, ("m",))
+        pools.append(PoolSnapshot(name, "vllm", role, served, endpoints, frozenset(levers),
+                                  pair if pair not in drop else None, ridge))
+    return tuple(pools)
+
+
+def saturated(*urls: str) -> dict[str, dict[str, Any]]:
+    return {u: {"waiting": 8} for u in urls}
+
+
+def down(*urls: str) -> dict[str, dict[str, Any]]:
+    return {u: {"healthy": False} for u in urls}
+
+
+@dataclass
+class Case:
+    id: str
+    expected: tuple[str, str | None, str, str]  # pool, decode pool, lever, reason
+    pools: tuple[PoolSnapshot, ...] = field(default_factory=fleet)
+    features: RequestFeatures = field(default_factory=features)
+    view: StateView = field(default_factory=view)
+    detail: str | None = None
+
+
+CASES = [
+    Case("plain request → general", ("general", None, "none", "default"), detail="load=0.0"),
+    Case("default spreads load over general pools",
+         ("radix", None, "none", "default"), view=view(load={"g1": 2, "g2": 2, "c1": 1})),
+    # pd
+    Case("long uncached under load → the prefill/decode pair",
+         ("prefill", "decode", PD_DISAGGREGATION, "long_uncached_under_load"),
+         features=features(prompt_tokens=3000), view=view(load=BUSY),
+         detail="uncached=3000,load=4.0"),
+    Case("no pair configured → the chunked-prefill pool",
+         ("chunk", None, CHUNKED_PREFILL, "long_uncached_under_load"),
+         pools=fleet(drop=("prefill", "decode")), features=features(prompt_tokens=3000),
+         view=view(load=BUSY)),
+    Case("saturated pair → chunked prefill within the rule",
+         ("chunk", None, CHUNKED_PREFILL, "long_uncached_under_load"),
+         pools=fleet(state=saturated("p1")), features=features(prompt_tokens=3000),
+         view=view(load=BUSY)),
+    Case("pair with its decode side down → chunked prefill",
+         ("chunk", None, CHUNKED_PREFILL, "long_uncached_under_load"),
+         pools=fleet(state=down("d1")), features=features(prompt_tokens=3000),
+         view=view(load=BUSY)),
+    Case("long prompt without load → not pd",
+         ("general", None, "none", "default"), features=features(prompt_tokens=3000)),
+    Case("long prompt under load but mostly cached → prefix, not pd",
+         ("radix", None, PREFIX_CACHE, "long_match"), features=features(prompt_tokens=3000),
+         view=view(load=BUSY, matched={"r2": 25}), detail="f=na,match=25/30"),
+    Case("pd pair and chunk pool both saturated → next rule, reason says so",
+         ("general", None, "none", "pd>fallback_saturated"),
+         pools=fleet(state=saturated("p1", "c1")), features=features(prompt_tokens=3000),
+         view=view(load=BUSY)),
+    # prefix
+    Case("high prefix share → radix", ("radix", None, PREFIX_CACHE, "high_prefix_share"),
+         view=view(prefix_share=0.8), detail="f=0.80,match=0/10"),
+    Case("long match in blocks", ("radix", None, PREFIX_CACHE, "long_match"),
+         features=features(prompt_tokens=4000), view=view(matched={"r1": 8}),
+         detail="f=na,match=8/40"),
+    Case("long match as a fraction of the prompt", ("radix", None, PREFIX_CACHE, "long_match"),
+         features=features(prompt_tokens=400), view=view(matched={"r2": 2, "g1": 4}),
+         detail="f=na,match=2/4"),
+    Case("a match on a pool without prefix caching does not fire the rule",
+         ("general", None, "none", "default"), view=view(matched={"g1": 10})),
+    Case("low share, short match → default", ("general", None, "none", "default"),
+         features=features(prompt_tokens=4000), view=view(prefix_share=0.3, matched={"r1": 3})),
+    Case("saturated prefix pool → next rule",
+         ("general", None, "none", "prefix>fallback_saturated"),
+         pools=fleet(state=saturated("r1", "r2")), view=view(prefix_share=0.9),
+         detail="f=0.90,match=0/10,load=0.0"),
+    Case("unhealthy prefix pool → next rule",
+         ("general", None, "none", "prefix>fallback_unhealthy"),
+         pools=fleet(state=down("r1", "r2")), view=view(prefix_share=0.9)),
+    Case("saturated prefix pool → spec when spec fires",
+         ("spec", None, SPECULATIVE, "prefix>fallback_saturated"),
+         pools=fleet(state=saturated("r1", "r2")), features=features(prompt_tokens=100, output=800),
+         view=view(prefix_share=0.9)),
+    Case("two rules lose the request: the first is named",
+         ("general", None, "none", "prefix>fallback_saturated"),
+         pools=fleet(state={**saturated("r1", "r2"), **down("s1")}),
+         features=features(prompt_tokens=100, output=800), view=view(prefix_share=0.9)),
+    # spec
+    Case("decode-heavy at low load → spec", ("spec", None, SPECULATIVE, "low_load_decode_heavy"),
+         features=features(prompt_tokens=100, output=800),
+         detail="out=800,in=100,batch=0.0/50.0"),
+    Case("output below the ratio → not spec", ("general", None, "none", "default"),
+         features=features(prompt_tokens=500, output=999)),
+    Case("unhealthy spec pool → default", ("general", None, "none", "spec>fallback_unhealthy"),
+         pools=fleet(state=down("s1")), features=features(prompt_tokens=100, output=800)),
+    Case("saturated spec pool → default", ("general", None, "none", "spec>fallback_saturated"),
+         pools=fleet(state=saturated("s1")), features=features(prompt_tokens=100, output=800)),
+    Case("spec pool at the ridge → default", ("general", None, "none", "spec>fallback_near_ridge"),
+         features=features(prompt_tokens=100, output=800), view=view(load={"s1": 50}),
+         detail="out=800,in=100,batch=50.0/50.0,load=0.0"),
+    # default and last resort
+    Case("general pool saturated → the next general pool",
+         ("radix", None, "none", "default"), pools=fleet(state=saturated("g1", "g2"))),
+    Case("every general pool saturated → least-loaded open pool, reason says so",
+         ("spec", None, "none", "default>fallback_saturated"),
+         pools=fleet(state=saturated("g1", "g2", "r1", "r2", "c1"))),
+    Case("every pool saturated → least-loaded of them",
+         ("prefill", "decode", PD_DISAGGREGATION, "default>fallback_saturated"),
+         pools=fleet(state=saturated("g1", "g2", "r1", "r2", "c1", "s1", "p1")),
+         view=view(load={u: 1 for u in MIXED_URLS})),
+    Case("no general pool → least-loaded mixed pool serving the model",
+         ("spec", None, "none", "default"),
+         pools=fleet(drop=("general", "radix", "chunk"))),
+    Case("only pool serving the model", ("radix", None, "none", "only_pool"),
+         pools=fleet(models={"radix": ("m", "solo")}), features=features(model="solo"),
+         detail="load=0.0"),
+    Case("only healthy pool serving the model", ("chunk", None, "none", "only_pool"),
+         pools=fleet(models={"general": ("solo",), "chunk": ("solo",)}, state=down("g1", "g2")),
+         features=features(model="solo")),
+    Case("a decode pool alone is not a place to send a request",
+         ("prefill", "decode", PD_DISAGGREGATION, "only_pool"),
+         pools=fleet(drop=("general", "radix", "spec", "chunk"))),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_decisions(case: Case) -> None:
+    decision = LeverPolicy().decide(PolicyInput(case.features, case.pools, case.view))
+    assert decision is not None
+    got = (decision.pool, decision.decode_pool, decision.lever, decision.reason)
+    assert got == case.expected, decision
+    assert decision.reason in reason_values(r.name for r in DEFAULT_RULES)
+    assert ";" not in decision.detail
+    if case.detail is not None:
+        assert decision.detail == case.detail
+
+
+@pytest.mark.parametrize(
+    "pools",
+    [
+        fleet(models={name: ("other",) for name in LAYOUT}),  # nobody serves the model
+        fleet(state=down("g1", "g2", "r1", "r2", "s1", "c1", "p1")),  # nobody healthy
+        fleet(drop=("general", "radix", "spec", "chunk"), state=down("d1")),  # pair without decode
+        (),
+    ],
+)
+def test_no_decision_when_no_healthy_pool_serves_the_model(
+        pools: tuple[PoolSnapshot, ...]) -> None:
+    assert LeverPolicy().decide(PolicyInput(features(), pools, view())) is None
+
+
+# Speculation moves away as the spec pool's decode batch nears the ridge: ridge_tokens = 100,
+# spec_max_ridge_fraction = 0.5 → speculation while < 50 requests per healthy endpoint.
+RIDGE_TABLE = [(0, "spec"), (25, "spec"), (49, "spec"), (50, "general"), (51, "general"),
+               (80, "general"), (200, "general")]
+
+
+@pytest.mark.parametrize(("requests", "pool"), RIDGE_TABLE)
+def test_speculation_switch_point(requests: int, pool: str) -> None:
+    inp = PolicyInput(features(prompt_tokens=100, output=800), fleet(),
+                      view(load={"s1": requests}))
+    decision = LeverPolicy().decide(inp)
+    assert decision is not None and decision.pool == pool
+
+
+def test_switch_point_follows_the_fraction_and_counts_engine_load() -> None:
+    config = PolicyConfig(spec_max_ridge_fraction=0.25)  # → 25 requests
+    for requests, expected in [(24, "spec"), (25, "general")]:
+        inp = PolicyInput(features(prompt_tokens=100, output=800), fleet(),
+                          view(load={"s1": requests}))
+        got = LeverPolicy(config).decide(inp)
+        assert got is not None and got.pool == expected, requests
+    # 10 at the gateway + 45 running in the engine = 55 ≥ 50
+    inp = PolicyInput(features(prompt_tokens=100, output=800),
+                      fleet(state={"s1": {"in_flight": 10, "running": 45}}), view())
+    got = LeverPolicy().decide(inp)
+    assert got is not None and got.reason == "spec>fallback_near_ridge"
+
+
+def test_spec_pool_with_unknown_ridge_is_not_used_for_speculation() -> None:
+    pools = tuple(replace(p, ridge_tokens=0.0) for p in fleet())
+    got = LeverPolicy().decide(PolicyInput(features(prompt_tokens=100, output=800), pools, view()))
+    assert got is not None and (got.pool, got.reason) == ("general", "spec>fallback_near_ridge")
+
+
+def test_rule_order_and_enabled_rules_come_from_config() -> None:
+    both = PolicyInput(features(prompt_tokens=100, output=800), fleet(), view(prefix_share=0.9))
+    assert _pool(LeverPolicy().decide(both)) == "radix"
+    assert _pool(LeverPolicy(PolicyConfig(rules=("spec", "prefix", "default"))).decide(both)) \
+        == "spec"
+    assert _pool(LeverPolicy(PolicyConfig(rules=("default",))).decide(both)) == "general"
+    # no rule at all: the least-loaded open pool
+    none = LeverPolicy(PolicyConfig(rules=())).decide(both)
+    assert none is not None and (none.pool, none.reason) == ("general", "default")
+
+
+def test_thresholds_come_from_config() -> None:
+    inp = PolicyInput(features(), fleet(), view(prefix_share=0.4))
+    assert _pool(LeverPolicy().decide(inp)) == "general"
+    assert _pool(LeverPolicy(PolicyConfig(high_prefix_share=0.4)).decide(inp)) == "radix"
+    long_ = PolicyInput(features(prompt_tokens=1500), fleet(), view(load=BUSY))
+    assert _pool(LeverPolicy().decide(long_)) == "general"
+    assert _pool(LeverPolicy(PolicyConfig(long_prompt_tokens=1500)).decide(long_)) == "prefill"
+
+
+def test_prefix_prefers_the_pool_holding_the_longest_match() -> None:
+    pools = (*fleet(), PoolSnapshot("radix2", "sglang", "mixed", ("m",),
+                                    (ep("x1", pool="radix2"),), frozenset({PREFIX_CACHE})))
+    inp = PolicyInput(features(), pools, view(prefix_share=0.9, matched={"r1": 2, "x1": 6}))
+    got = LeverPolicy().decide(inp)
+    assert got is not None and (got.pool, got.detail) == ("radix2", "f=0.90,match=6/10")
+
+
+def test_unknown_or_repeated_rules_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown policy rules"):
+        LeverPolicy(PolicyConfig(rules=("prefix", "radix")))
+    with pytest.raises(ValueError, match="listed twice"):
+        LeverPolicy(PolicyConfig(rules=("prefix", "prefix")))
+
+
+def test_header_of_a_real_decision() -> None:
+    inp = PolicyInput(features(prompt_tokens=1600), fleet(),
+                      view(prefix_share=0.82, matched={"r2": 14}))
+    got = LeverPolicy().decide(inp)
+    assert got is not None
+    assert got.header_value() == "pool=radix; lever=prefix_cache; reason=long_match; " \
+                                 "f=0.82,match=14/16"
+
+
+def _pool(decision: RouteDecision | None) -> str | None:
+    return decision.pool if decision else None
