@@ -1,11 +1,56 @@
 """Request features: what the router measures of one request before choosing where it goes.
 
-(The extraction itself is built in its own issue; this module holds the shared type.)
+Algorithm, per request:
+
+1. **Canonical prompt** (:func:`canonical_prompt`): one deterministic text for the WHOLE
+   request, so that two requests sharing a system prompt, tools and history share a text
+   prefix. Chat: the ``tools`` (and legacy ``functions``) definitions FIRST, as chat templates
+   render them into the system turn, then every message in order as
+   ``STX role US content [US extra-fields-json] ETX``. String content is taken as is; in the
+   list-of-parts form a ``text`` part gives its text and any other part (image, audio, file)
+   a stable digest of its JSON. The extra fields (``name``, ``tool_calls``,
+   ``tool_call_id``, ...) are rendered as sorted-key JSON. Completions: a string prompt as is;
+   a list of strings joined by NUL (a character prompts do not carry; a collision would only
+   misguess a cache hit, never change a response); token ids as ``ids:`` plus the ids in
+   decimal. Structured parts always go through ``json.dumps(sort_keys=True)``.
+2. **Block hashes** (:func:`block_hashes`): the text cut into blocks of ``block_chars``
+   characters; only FULL blocks count (engines cache only full KV blocks), chained:
+   ``h_i = blake2b-64(h_{i-1} || utf8(block_i))`` with ``h_{-1}`` a digest of the model name,
+   so hash i stands for blocks 0..i of that model's prompt. blake2b, not Python's ``hash()``,
+   which is salted per process: gateways share these hashes.
+3. **Block size**: 16 tokens × 4 characters per token = 64 characters by default. 16 tokens is
+   vLLM's default KV block (``CacheConfig.DEFAULT_BLOCK_SIZE``); SGLang's radix cache matches
+   at token granularity, so a finer router block only sharpens the estimate there. A router
+   block finer than the engine's overestimates a match by less than one engine block.
+   Configurable through :class:`FeatureConfig`.
+4. **Tokens**: prompt tokens from the configured :class:`routing.tokens.TokenCounter` (exact
+   for token-id prompts). ``block_tokens`` = tokens per block for this request:
+   ``block_chars × prompt_tokens / prompt_chars`` once the prompt holds a full block, else the
+   configured ``block_tokens``.
+5. **Expected output tokens**: ``max_tokens`` (or ``max_completion_tokens``) when given; else
+   the learned per-model mean the caller passes in (the extractor owns no state); else
+   ``default_output_tokens`` (256).
+6. **Session key**: the session hint the gateway passes (e.g. an ``x-session-id`` header)
+   when given, else the request's ``user`` field, else none.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from routing.tokens import CHARS_PER_TOKEN, CharEstimate, TokenCounter
+
+DEFAULT_BLOCK_TOKENS = 16  # tokens per block: vLLM's default KV block size
+DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
+
+_STX, _ETX, _US, _SUB, _NUL = "\x02", "\x03", "\x1f", "\x1a", "\x00"
+_HASH_BYTES = 8  # 64-bit block hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +71,251 @@ class RequestFeatures:
     max_tokens: int | None
     session: str | None
     stream: bool
+
+    def matched_tokens(self, blocks: int) -> int:
+        """Prompt tokens covered by ``blocks`` leading blocks (tokens), at most the prompt."""
+        return min(self.prompt_tokens, max(0, blocks) * self.block_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureConfig:
+    """``block_tokens``: tokens per hashed block; ``chars_per_token``: characters per token
+    used to turn it into ``block_chars``; ``default_output_tokens``: the expected output when
+    neither ``max_tokens`` nor a learned mean is known (tokens)."""
+
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    chars_per_token: float = CHARS_PER_TOKEN
+    default_output_tokens: int = DEFAULT_OUTPUT_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.block_tokens < 1 or self.chars_per_token <= 0 or self.default_output_tokens < 1:
+            raise ValueError("block_tokens, chars_per_token, default_output_tokens must be > 0")
+
+    @property
+    def block_chars(self) -> int:
+        """Characters per block (block_tokens × chars_per_token)."""
+        return max(1, round(self.block_tokens * self.chars_per_token))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def part_digest(part: Any) -> str:
+    """A stable 64-bit hex digest of a structured part (its sorted-key JSON)."""
+    return hashlib.blake2b(_utf8(_dumps(part)), digest_size=_HASH_BYTES).hexdigest()
+
+
+def _render_part(part: Any) -> str:
+    if isinstance(part, Mapping) and part.get("type") == "text":
+        text = part.get("text")
+        return text if isinstance(text, str) else _dumps(text)
+    return _SUB + part_digest(part)
+
+
+def _render_content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(_render_part(p) for p in content)
+    return _dumps(content)
+
+
+def _render_message(message: Any) -> str:
+    if not isinstance(message, Mapping):
+        return _STX + _dumps(message) + _ETX
+    role = message.get("role")
+    head = f"{_STX}{role if isinstance(role, str) else _dumps(role)}{_US}"
+    extra = {k: v for k, v in message.items() if k not in ("role", "content")}
+    tail = _US + _dumps(extra) if extra else ""
+    return head + _render_content(message.get("content")) + tail + _ETX
+
+
+def _render_chat(payload: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    for key in ("tools", "functions"):
+        if payload.get(key):
+            parts.append(f"{_STX}{key}{_US}{_dumps(payload[key])}{_ETX}")
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        parts.extend(_render_message(m) for m in messages)
+    return "".join(parts)
+
+
+def _is_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+
+def _render_ids(ids: Sequence[int]) -> str:
+    return "ids:" + " ".join(map(str, ids))
+
+
+def _render_completions(payload: Mapping[str, Any]) -> str:
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if prompt is None:
+        return ""
+    if _is_ids(prompt) and prompt:
+        return _render_ids(prompt)
+    if isinstance(prompt, list) and all(isinstance(p, str) or _is_ids(p) for p in prompt):
+        return _NUL.join(p if isinstance(p, str) else _render_ids(p) for p in prompt)
+    return _dumps(prompt)
+
+
+_RENDERERS: Mapping[str, Callable[[Mapping[str, Any]], str]] = MappingProxyType(
+    {"chat": _render_chat, "completions": _render_completions})
+
+
+def canonical_prompt(payload: Mapping[str, Any], kind: str) -> str:
+    """The request's whole prompt as one deterministic text; ``kind``: chat | completions."""
+    try:
+        render = _RENDERERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown request kind {kind!r}; expected one of "
+                         f"{sorted(_RENDERERS)}") from None
+    return render(payload)
+
+
+def block_hashes(text: str, block_chars: int, seed: str = "") -> tuple[int, ...]:
+    """Chained 64-bit hashes of the full ``block_chars``-character blocks of ``text``.
+
+    ``h_i = blake2b-64(h_{i-1} || utf8(block_i))``, ``h_{-1}`` = blake2b-64 of ``seed`` (or
+    eight zero bytes when it is empty). A trailing partial block is not hashed.
+    """
+    if block_chars < 1:
+        raise ValueError("block_chars must be >= 1")
+    prev = hashlib.blake2b(_utf8(seed), digest_size=_HASH_BYTES).digest() if seed \
+        else bytes(_HASH_BYTES)
+    out: list[int] = []
+    for start in range(0, len(text) - block_chars + 1, block_chars):
+        prev = hashlib.blake2b(prev + _utf8(text[start:start + block_chars]),
+                               digest_size=_HASH_BYTES).digest()
+        out.append(int.from_bytes(prev, "big"))
+    return tuple(out)
+
+
+def token_id_count(payload: Mapping[str, Any], kind: str) -> int | None:
+    """The exact prompt length of a completions request given as token ids, else None."""
+    prompt = payload.get("prompt") if kind == "completions" else None
+    if _is_ids(prompt) and prompt:
+        return len(prompt)
+    if isinstance(prompt, list) and prompt and all(_is_ids(p) for p in prompt):
+        return sum(len(p) for p in prompt)
+    return None
+
+
+def _positive_int(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else None
+
+
+def resolve_max_tokens(payload: Mapping[str, Any], max_tokens: int | None) -> int | None:
+    """``max_tokens`` as given, else the payload's ``max_completion_tokens`` or
+    ``max_tokens`` (positive integers only)."""
+    if max_tokens is not None:
+        return max_tokens
+    return (_positive_int(payload.get("max_completion_tokens"))
+            or _positive_int(payload.get("max_tokens")))
+
+
+def expected_output(max_tokens: int | None, learned: float | None, default: int) -> int:
+    """Output tokens to expect: ``max_tokens``, else the learned mean, else ``default``."""
+    if max_tokens is not None:
+        return max_tokens
+    if learned is not None and learned > 0:
+        return max(1, round(learned))
+    return default
+
+
+def session_key(payload: Mapping[str, Any], session_hint: str | None) -> str | None:
+    """The gateway's session hint when non-empty, else the request's ``user``, else None."""
+    if session_hint:
+        return session_hint
+    user = payload.get("user")
+    return user if isinstance(user, str) and user else None
+
+
+def tokens_per_block(config: FeatureConfig, prompt_chars: int, prompt_tokens: int) -> int:
+    """Tokens in one block of this prompt (see the module docstring, step 4)."""
+    if prompt_chars < config.block_chars or prompt_tokens <= 0:
+        return config.block_tokens
+    return max(1, round(config.block_chars * prompt_tokens / prompt_chars))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """The fields of one request the extractor reads besides its payload."""
+
+    kind: str
+    model: str
+    max_tokens: int | None = None
+    stream: bool = False
+    session_hint: str | None = None
+    learned_output_tokens: float | None = None
+
+
+def extract_features(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
+                     counter: TokenCounter) -> RequestFeatures:
+    """The features of one request (sync and pure; see the module docstring)."""
+    text = canonical_prompt(payload, info.kind)
+    exact = token_id_count(payload, info.kind)
+    prompt_tokens = exact if exact is not None else counter.count(text)
+    max_tokens = resolve_max_tokens(payload, info.max_tokens)
+    return RequestFeatures(
+        model=info.model,
+        block_hashes=block_hashes(text, config.block_chars, seed=info.model),
+        block_tokens=tokens_per_block(config, len(text), prompt_tokens),
+        prompt_tokens=prompt_tokens,
+        expected_output_tokens=expected_output(
+            max_tokens, info.learned_output_tokens, config.default_output_tokens),
+        max_tokens=max_tokens,
+        session=session_key(payload, info.session_hint),
+        stream=info.stream,
+    )
+
+
+def with_learned_output(features: RequestFeatures, learned: float | None,
+                        config: FeatureConfig) -> RequestFeatures:
+    """``features`` with its output expectation redone from a learned mean.
+
+    For callers that read the state (which needs the block hashes) after extracting: when the
+    request gave no ``max_tokens``, the learned mean replaces the default.
+    """
+    expected = expected_output(features.max_tokens, learned, config.default_output_tokens)
+    if expected == features.expected_output_tokens:
+        return features
+    return dataclasses.replace(features, expected_output_tokens=expected)
+
+
+class FeatureExtractor:
+    """Turns a request into :class:`RequestFeatures` (async, so an implementation may do I/O;
+    this one is pure CPU work of well under a millisecond for ordinary chats)."""
+
+    __slots__ = ("_config", "_counter")
+
+    def __init__(self, config: FeatureConfig | None = None,
+                 counter: TokenCounter | None = None) -> None:
+        self._config = config or FeatureConfig()
+        self._counter: TokenCounter = counter or CharEstimate(self._config.chars_per_token)
+
+    @property
+    def config(self) -> FeatureConfig:
+        return self._config
+
+    async def extract(
+        self, payload: Mapping[str, Any], kind: str, model: str, max_tokens: int | None,
+        stream: bool, session_hint: str | None, learned_output_tokens: float | None = None,
+    ) -> RequestFeatures:
+        """Features of one request; ``learned_output_tokens`` is the state's mean output
+        length for ``model`` (``StateView.expected_output_tokens``), if known."""
+        info = RequestInfo(kind, model, max_tokens, stream, session_hint, learned_output_tokens)
+        return extract_features(payload, info, self._config, self._counter)

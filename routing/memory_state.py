@@ -1,0 +1,248 @@
+"""The router's memory for one gateway process: :class:`MemoryState`, a :class:`RouterState`.
+
+Parts, each bounded (parameters in :class:`StateLimits`):
+
+- prefix index (:class:`routing.prefix_index.PrefixIndex`): ``max_prefix_entries``
+  (hash, endpoint) entries, LRU, each counting for ``prefix_max_age_s`` seconds;
+- in-flight table (:class:`InFlight`): reservations by id in the order they were made, and
+  per endpoint the requests and tokens they hold. A reservation not finished within
+  ``reservation_ttl_s`` seconds is dropped as if its gateway had died; with one TTL for all,
+  expiry order is reservation order, so expiring is popping from the front (lazy, on every
+  call). At most ``max_reservations`` are held (the oldest is dropped beyond). Counts never
+  go negative: only a held reservation is released, once;
+- session affinity (:class:`SessionMap`): session key → the endpoint that last served it
+  successfully, LRU of ``max_sessions``, each binding valid ``session_max_age_s`` seconds;
+- workload windows (:class:`routing.window.WorkloadWindows`): the last ``window_requests``
+  successful requests overall and per model (at most ``max_models`` models): prefix share,
+  prompt and output lengths, and the output-length mean.
+
+What ``finish`` learns, it learns from SUCCESSFUL requests only: a failed request's blocks
+are not in any cache, its session found no home, and counting it in the windows would
+count a retried request twice. The reservation is released either way.
+
+All methods run without awaiting, so under asyncio each is atomic: no locks needed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+
+from routing.prefix_index import PrefixIndex
+from routing.state import LoadCounts, Outcome, Reservation, StateView
+from routing.window import WorkloadWindows
+from routing.workload import WorkloadMeasures
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class StateLimits:
+    """Bounds of the router's memory. Sizes are counts; ages and TTLs are seconds.
+
+    ``reservation_ttl_s`` must exceed the longest request the gateway lets run (its upstream
+    timeout), or a live request stops being counted.
+    """
+
+    max_prefix_entries: int = 500_000
+    prefix_max_age_s: float = 600.0
+    max_sessions: int = 100_000
+    session_max_age_s: float = 1800.0
+    reservation_ttl_s: float = 900.0
+    max_reservations: int = 100_000
+    window_requests: int = 1000
+    max_models: int = 64
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) <= 0:
+                raise ValueError(f"StateLimits.{f.name} must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class StateSizes:
+    """How full each bounded part is (entries)."""
+
+    prefix_entries: int
+    sessions: int
+    reservations: int
+    models: int
+
+
+class SessionMap:
+    """Session key → last endpoint, an LRU of ``max_sessions`` with an age limit."""
+
+    __slots__ = ("_max", "_max_age_s", "_map")
+
+    def __init__(self, max_sessions: int, max_age_s: float) -> None:
+        self._max = max_sessions
+        self._max_age_s = max_age_s
+        self._map: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def bind(self, session: str, endpoint: str, now: float) -> None:
+        self._map[session] = (endpoint, now)
+        self._map.move_to_end(session)
+        while len(self._map) > self._max:
+            self._map.popitem(last=False)
+        self._purge(now, budget=2)
+
+    def get(self, session: str, now: float) -> str | None:
+        held = self._map.get(session)
+        if held is None or now - held[1] > self._max_age_s:
+            return None
+        return held[0]
+
+    def clear(self) -> None:
+        self._map.clear()
+
+    def _purge(self, now: float, budget: int) -> None:
+        for _ in range(budget):
+            if not self._map:
+                return
+            oldest = next(iter(self._map))
+            if now - self._map[oldest][1] <= self._max_age_s:
+                return
+            del self._map[oldest]
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    endpoint: str
+    tokens: int
+    expires_at: float
+
+
+class InFlight:
+    """Reservations and per-endpoint in-flight counts (see the module docstring)."""
+
+    __slots__ = ("_ttl_s", "_max", "_held", "_load", "_ids", "_prefix")
+
+    def __init__(self, ttl_s: float, max_reservations: int) -> None:
+        self._ttl_s = ttl_s
+        self._max = max_reservations
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._load: dict[str, LoadCounts] = {}
+        self._ids = itertools.count(1)
+        self._prefix = uuid.uuid4().hex[:12]
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def reserve(self, endpoint: str, tokens: int, now: float) -> Reservation:
+        self.expire(now)
+        tokens = max(0, tokens)
+        rid = f"{self._prefix}-{next(self._ids)}"
+        self._held[rid] = _Held(endpoint, tokens, now + self._ttl_s)
+        self._add(endpoint, 1, tokens)
+        while len(self._held) > self._max:
+            self._drop(next(iter(self._held)))
+        return Reservation(rid, endpoint, tokens)
+
+    def release(self, reservation_id: str) -> bool:
+        """Release a held reservation; False when it is not held (finished or expired)."""
+        if reservation_id not in self._held:
+            return False
+        self._drop(reservation_id)
+        return True
+
+    def expire(self, now: float) -> None:
+        while self._held:
+            oldest = next(iter(self._held))
+            if self._held[oldest].expires_at > now:
+                return
+            self._drop(oldest)
+
+    def _drop(self, reservation_id: str) -> None:
+        held = self._held.pop(reservation_id)
+        self._add(held.endpoint, -1, -held.tokens)
+
+    def _add(self, endpoint: str, requests: int, tokens: int) -> None:
+        old = self._load.get(endpoint, LoadCounts())
+        new = LoadCounts(old.requests + requests, old.tokens + tokens)
+        if new.requests <= 0:
+            self._load.pop(endpoint, None)
+        else:
+            self._load[endpoint] = new
+
+    def load_of(self, endpoint: str) -> LoadCounts:
+        return self._load.get(endpoint, LoadCounts())
+
+    def snapshot(self) -> dict[str, LoadCounts]:
+        return dict(self._load)
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._load.clear()
+
+
+class MemoryState:
+    """The in-memory :class:`routing.state.RouterState` (one gateway process)."""
+
+    __slots__ = ("_limits", "_clock", "_prefix", "_in_flight", "_sessions", "_windows")
+
+    def __init__(self, limits: StateLimits | None = None, clock: Clock = time.monotonic) -> None:
+        self._limits = limits = limits or StateLimits()
+        self._clock = clock
+        self._prefix = PrefixIndex(limits.max_prefix_entries, limits.prefix_max_age_s, clock)
+        self._in_flight = InFlight(limits.reservation_ttl_s, limits.max_reservations)
+        self._sessions = SessionMap(limits.max_sessions, limits.session_max_age_s)
+        self._windows = WorkloadWindows(limits.window_requests, limits.max_models)
+
+    @property
+    def limits(self) -> StateLimits:
+        return self._limits
+
+    async def read(self, model: str, block_hashes: Sequence[int], session: str | None,
+                   endpoints: Sequence[str]) -> StateView:
+        now = self._clock()
+        self._in_flight.expire(now)
+        return StateView(
+            matched_blocks=self._prefix.match(block_hashes, endpoints),
+            load={url: self._in_flight.load_of(url) for url in endpoints},
+            prefix_share=self._windows.prefix_share(model),
+            expected_output_tokens=self._windows.mean_output(model),
+            session_endpoint=self._sessions.get(session, now) if session else None,
+        )
+
+    async def reserve(self, endpoint: str, tokens: int) -> Reservation:
+        return self._in_flight.reserve(endpoint, tokens, self._clock())
+
+    async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
+        now = self._clock()
+        self._in_flight.expire(now)
+        self._in_flight.release(reservation.id)
+        if not outcome.succeeded:
+            return
+        if outcome.block_hashes:
+            self._prefix.record(reservation.endpoint, outcome.block_hashes)
+        if outcome.session:
+            self._sessions.bind(outcome.session, reservation.endpoint, now)
+        self._windows.observe(outcome.model, outcome.prompt_tokens, outcome.matched_tokens,
+                              outcome.output_tokens)
+
+    async def aclose(self) -> None:
+        self._prefix.clear()
+        self._in_flight.clear()
+        self._sessions.clear()
+
+    def forget_endpoint(self, url: str) -> None:
+        """Stop matching prefixes recorded for ``url`` (it restarted or left the fleet)."""
+        self._prefix.forget_endpoint(url)
+
+    def measures(self) -> WorkloadMeasures:
+        """The workload measures for telemetry (see :mod:`routing.workload`)."""
+        self._in_flight.expire(self._clock())
+        return WorkloadMeasures(window=self._windows.size, overall=self._windows.overall(),
+                                by_model=self._windows.by_model(),
+                                in_flight=self._in_flight.snapshot())
+
+    def sizes(self) -> StateSizes:
+        return StateSizes(prefix_entries=len(self._prefix), sessions=len(self._sessions),
+                          reservations=len(self._in_flight), models=self._windows.models())

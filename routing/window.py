@@ -1,0 +1,150 @@
+"""Sliding windows over the recent requests: prefix share, length distributions, output mean.
+
+Window choice: the last ``size`` requests (a COUNT window), not the last T seconds. A count
+window needs no clock, holds a fixed amount of memory, and never goes empty in a quiet spell
+(a time window would answer "unknown" after every lull, just when the next request needs an
+estimate). ``size`` = 1000 by default (:class:`routing.memory_state.StateLimits`).
+
+- :class:`CountWindow`: the last ``size`` integer observations and their running sum (exact
+  integer arithmetic, so no drift). Mean = sum ÷ count. Quantiles by nearest rank: the q-th
+  quantile of n sorted values is the value at 1-based rank ``ceil(q·n)`` (p50 of 1..10 is 5,
+  p90 is 9). O(1) to add, O(n log n) to summarise (telemetry only).
+- :class:`ScopeWindows`: one scope's windows: prompt tokens and matched prompt tokens per
+  request (the prefix share f = Σ matched ÷ Σ prompt over the same requests), and output
+  tokens of the requests whose output length is known. The running output estimate is the
+  mean of that output window.
+- :class:`WorkloadWindows`: one overall scope plus one per model; the per-model scopes live
+  in an LRU bounded by ``max_models`` (model names come from clients).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+
+from routing.workload import LengthSummary, WindowMeasures
+
+
+def nearest_rank(sorted_values: list[int], q: float) -> float | None:
+    """The q-quantile (0 < q ≤ 1) of ascending ``sorted_values`` by nearest rank."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return float(sorted_values[rank - 1])
+
+
+class CountWindow:
+    """The last ``size`` integer observations, with their running sum."""
+
+    __slots__ = ("_values", "_total")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("window size must be >= 1")
+        self._values: deque[int] = deque(maxlen=size)
+        self._total = 0
+
+    def add(self, value: int) -> None:
+        values = self._values
+        if len(values) == values.maxlen:
+            self._total -= values[0]
+        values.append(value)
+        self._total += value
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def mean(self) -> float | None:
+        return self._total / len(self._values) if self._values else None
+
+    def summary(self) -> LengthSummary:
+        """Count, mean, p50 and p90 of the window."""
+        ordered = sorted(self._values)
+        return LengthSummary(count=len(ordered), mean=self.mean(),
+                             p50=nearest_rank(ordered, 0.5), p90=nearest_rank(ordered, 0.9))
+
+
+class ScopeWindows:
+    """Prefix share, prompt and output lengths over the last ``size`` requests of a scope."""
+
+    __slots__ = ("_prompt", "_matched", "_output")
+
+    def __init__(self, size: int) -> None:
+        self._prompt = CountWindow(size)
+        self._matched = CountWindow(size)
+        self._output = CountWindow(size)
+
+    def observe(self, prompt_tokens: int, matched_tokens: int, output_tokens: int | None) -> None:
+        """One finished request; ``matched_tokens`` is clamped to [0, prompt_tokens]."""
+        prompt = max(0, prompt_tokens)
+        self._prompt.add(prompt)
+        self._matched.add(min(prompt, max(0, matched_tokens)))
+        if output_tokens is not None and output_tokens >= 0:
+            self._output.add(output_tokens)
+
+    def prefix_share(self) -> float | None:
+        """f = Σ matched ÷ Σ prompt tokens over the window; None before any prompt token."""
+        total = self._prompt.total
+        return self._matched.total / total if total else None
+
+    def mean_output(self) -> float | None:
+        """Mean output tokens over the window; None before any known output."""
+        return self._output.mean()
+
+    def measures(self) -> WindowMeasures:
+        return WindowMeasures(requests=len(self._prompt), prefix_share=self.prefix_share(),
+                              prompt_tokens=self._prompt.summary(),
+                              output_tokens=self._output.summary())
+
+
+class WorkloadWindows:
+    """An overall scope and a bounded LRU of per-model scopes."""
+
+    __slots__ = ("_size", "_max_models", "_overall", "_models")
+
+    def __init__(self, size: int, max_models: int) -> None:
+        if max_models < 1:
+            raise ValueError("max_models must be >= 1")
+        self._size = size
+        self._max_models = max_models
+        self._overall = ScopeWindows(size)
+        self._models: OrderedDict[str, ScopeWindows] = OrderedDict()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _scope(self, model: str) -> ScopeWindows:
+        scope = self._models.get(model)
+        if scope is None:
+            scope = self._models[model] = ScopeWindows(self._size)
+            while len(self._models) > self._max_models:
+                self._models.popitem(last=False)
+        self._models.move_to_end(model)
+        return scope
+
+    def observe(self, model: str, prompt_tokens: int, matched_tokens: int,
+                output_tokens: int | None) -> None:
+        self._overall.observe(prompt_tokens, matched_tokens, output_tokens)
+        self._scope(model).observe(prompt_tokens, matched_tokens, output_tokens)
+
+    def prefix_share(self, model: str) -> float | None:
+        scope = self._models.get(model)
+        return scope.prefix_share() if scope else None
+
+    def mean_output(self, model: str) -> float | None:
+        scope = self._models.get(model)
+        return scope.mean_output() if scope else None
+
+    def models(self) -> int:
+        return len(self._models)
+
+    def overall(self) -> WindowMeasures:
+        return self._overall.measures()
+
+    def by_model(self) -> dict[str, WindowMeasures]:
+        return {model: scope.measures() for model, scope in self._models.items()}
