@@ -20,12 +20,18 @@ from backends.config import Fleet
 from backends.httpx_client import HttpxClient
 from backends.probe import HttpProbe, MetricsSource
 from backends.registry import EndpointRegistry, Poller
+from gateway.dispatch import Dispatcher
 from gateway.errors import install_error_handlers
 from gateway.proxy import Proxy
 from gateway.routes import router
 from gateway.runtime import Gateway
 from gateway.settings import Settings, UpstreamSettings
 from gateway.telemetry import Telemetry
+from routing.features import FeatureExtractor
+from routing.memory_state import MemoryState
+from routing.policy import LeverPolicy
+from routing.router import Router
+from routing.scheduler.registry import build_scheduler
 
 log = logging.getLogger("ridge")
 
@@ -81,7 +87,9 @@ async def _running(
     probe_factory: ProbeFactory,
 ) -> AsyncIterator[None]:
     registry = EndpointRegistry(fleet)
+    state = MemoryState()
     telemetry = Telemetry(metrics, frozenset(m for p in fleet.pools for m in p.models))
+    telemetry.bind_fleet(fleet, registry.snapshot, state.measures)
     client = client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
@@ -89,8 +97,10 @@ async def _running(
         probe_factory(probe_session, settings.registry.probe_timeout_s),
         interval_s=settings.registry.poll_interval_s,
     )
-    proxy = Proxy(registry, client, telemetry, settings.upstream.retries)
-    app.state.gateway = Gateway(settings, fleet, registry, telemetry, proxy)
+    dispatcher = Dispatcher(registry, client, build_router(fleet), state, FeatureExtractor(),
+                            settings.upstream.retries)
+    proxy = Proxy(dispatcher, telemetry)
+    app.state.gateway = Gateway(settings, fleet, registry, telemetry, proxy, state)
     try:
         poller.start()
         if not await poller.wait_until_polled(settings.registry.startup_wait_s):
@@ -101,3 +111,10 @@ async def _running(
         await poller.stop()
         await client.aclose()
         await probe_session.close()
+        await state.aclose()
+
+
+def build_router(fleet: Fleet) -> Router:
+    """The fleet's lever policy and one replica scheduler per pool, from its configuration."""
+    schedulers = {p.name: build_scheduler(fleet.scheduler_config(p.name)) for p in fleet.pools}
+    return Router(LeverPolicy(fleet.policy_config()), schedulers)

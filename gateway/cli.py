@@ -30,13 +30,16 @@ DEMO_FLEET = Path(__file__).resolve().parent.parent / "deploy" / "demo-fleet.yam
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = _settings(args)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         if args.command == "serve":
             path = args.config or settings.config
             if not path:
-                print("ridge: no fleet file: pass --config FILE or set RIDGE_CONFIG",
-                      file=sys.stderr)
+                print(
+                    "ridge: no fleet file: pass --config FILE or set RIDGE_CONFIG", file=sys.stderr
+                )
                 return 2
             fleet = load_fleet(path)
             asyncio.run(serve(settings, fleet))
@@ -111,11 +114,17 @@ def _print_demo_banner(settings: Settings, fleet: Fleet) -> None:
     model = fleet.pools[0].models[0]
     print(f"ridge demo: {len(fleet.pools)} simulated pools behind {base}", flush=True)
     for pool in fleet.pools:
-        print(f"  pool {pool.name:<12} {pool.engine.value:<7} {pool.role.value:<8} "
-              f"{len(pool.endpoints)} endpoint(s)", flush=True)
-    print(f"try: curl {base}/v1/chat/completions -H 'content-type: application/json' "
-          f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", "
-          f"\"content\": \"Hello\"}}]}}'", flush=True)
+        print(
+            f"  pool {pool.name:<12} {pool.engine.value:<7} {pool.role.value:<8} "
+            f"{len(pool.endpoints)} endpoint(s)",
+            flush=True,
+        )
+    print(
+        f"try: curl {base}/v1/chat/completions -H 'content-type: application/json' "
+        f'-d \'{{"model": "{model}", "messages": [{{"role": "user", '
+        f'"content": "Hello"}}]}}\'',
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

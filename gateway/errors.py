@@ -17,16 +17,18 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 # (HTTP status) -> OpenAI error type, as OpenAI's API and vLLM name them.
-ERROR_TYPES: Mapping[int, str] = MappingProxyType({
-    400: "invalid_request_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    500: "internal_error",
-    502: "bad_gateway",
-    503: "service_unavailable",
-    504: "timeout",
-})
+ERROR_TYPES: Mapping[int, str] = MappingProxyType(
+    {
+        400: "invalid_request_error",
+        404: "not_found_error",
+        405: "invalid_request_error",
+        413: "invalid_request_error",
+        500: "internal_error",
+        502: "bad_gateway",
+        503: "service_unavailable",
+        504: "timeout",
+    }
+)
 
 
 class GatewayError(Exception):

@@ -1,12 +1,12 @@
-"""Forward one parsed request to an engine and relay its answer.
+"""Serve one parsed request: dispatch it, relay the engine's answer, record what happened.
 
-Order of events: choose the least-loaded healthy endpoint serving the model (no pool serves
-it: 404; none healthy: 503); POST the client's bytes unchanged; if the engine refuses or resets
-before the first response byte, mark it failed and retry on another endpoint of the pool
-(``retries`` times, then 502); no headers within the first-byte timeout: 504. Streams are
-relayed event by event as they arrive; a stream that breaks off ends with an OpenAI-shaped
-error event. When the client goes away, the upstream request is closed so the engine stops
-generating. Every request, whatever its end, releases its in-flight slot and is recorded once.
+The dispatcher (:mod:`gateway.dispatch`) routes and sends; this module turns the engine's
+response into the client's: a whole body as the engine wrote it, or a stream relayed event by
+event as it arrives (a stream that breaks off ends with an OpenAI-shaped error event). ridge
+always asks a streaming engine for its usage chunk, to count tokens, and strips that chunk
+from the relay when the client did not ask for it. When the client goes away, the upstream
+request is closed so the engine stops generating. Every request, however it ends, releases
+its reservations and is recorded once.
 """
 
 from __future__ import annotations
@@ -15,93 +15,74 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from backends.client import (
-    BackendClient,
-    UpstreamConnectError,
-    UpstreamResponse,
-    UpstreamStreamError,
-    UpstreamTimeout,
-)
+from backends.client import UpstreamStreamError
+from gateway.dispatch import SESSION_HEADER, Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
 from gateway.openai_request import ParsedRequest
 from gateway.sse import EventSplitter, StreamObserver, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
-from routing.least_load import candidates, pick_least_loaded
-from routing.types import EndpointSnapshot, PoolSnapshot
 
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
+SLO_CLASS_HEADER = "x-ridge-slo-class"
 T = TypeVar("T")
-
-
-class EndpointBook(Protocol):
-    """What the proxy needs of the endpoint registry."""
-
-    def snapshot(self) -> tuple[PoolSnapshot, ...]: ...
-
-    def acquire(self, url: str) -> None: ...
-
-    def release(self, url: str) -> None: ...
-
-    def mark_failed(self, url: str, reason: str) -> None: ...
 
 
 @dataclass
 class Call:
-    """One request on its way: where it went and what was measured."""
+    """One request on its way: what was sent where, and what was measured."""
 
     parsed: ParsedRequest
     started: float
-    endpoint: EndpointSnapshot | None = None
-    response: UpstreamResponse | None = None
+    session_hint: str | None = None
+    slo_class: str | None = None
+    sent: Dispatched | None = None
     status: int = 0
     ttft_s: float | None = None
+    usage: dict[str, Any] | None = None
     completion_tokens: int | None = None
-    last_error: str | None = None
+    itl_s: tuple[float, ...] = ()
     completed: bool = False
     closed: bool = field(default=False)
 
     @property
     def pool(self) -> str:
-        return self.endpoint.pool if self.endpoint else NO_POOL
+        return self.sent.plan.decision.pool if self.sent else NO_POOL
 
 
 class Proxy:
-    """Routes and forwards requests; one per app."""
+    """Serves requests through the dispatcher; one per app."""
 
     def __init__(
         self,
-        book: EndpointBook,
-        client: BackendClient,
+        dispatcher: Dispatcher,
         telemetry: Telemetry,
-        retries: int,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self._book = book
-        self._client = client
+        self._dispatcher = dispatcher
         self._telemetry = telemetry
-        self._retries = retries
         self._clock = clock
 
     async def handle(self, parsed: ParsedRequest, request: Request) -> Response:
-        call = Call(parsed, self._clock())
+        call = Call(
+            _ask_for_usage(parsed),
+            self._clock(),
+            request.headers.get(SESSION_HEADER),
+            request.headers.get(SLO_CLASS_HEADER),
+        )
         try:
-            if parsed.stream:
-                opened = await _unless_disconnected(request, self._open(call))
-                if opened is None:
-                    return await self._client_gone(call)
-                if call.status == 200:
-                    return self._stream(call)
-                body = await _unless_disconnected(request, self._read(call))
-            else:
-                body = await _unless_disconnected(request, self._open_and_read(call))
+            sent = await _unless_disconnected(request, self._dispatch(call))
+            if sent is None:
+                return await self._client_gone(call)
+            if call.status == 200 and parsed.stream:
+                return self._stream(call, client_wants_usage=parsed.include_usage)
+            body = await _unless_disconnected(request, self._read(call))
             if body is None:
                 return await self._client_gone(call)
             return await self._whole(call, body)
@@ -118,114 +99,71 @@ class Proxy:
             await self._finish(call)
             raise
 
-    async def _open_and_read(self, call: Call) -> bytes:
-        await self._open(call)
-        return await self._read(call)
-
-    async def _open(self, call: Call) -> bool:
-        """Connect to an endpoint and get its response headers, retrying elsewhere if refused."""
-        pools = self._book.snapshot()
-        model = call.parsed.model
-        if not any(p.serves(model) for p in pools):
-            raise GatewayError(404, f"The model '{model}' does not exist", param="model",
-                               code="model_not_found")
-        tried: set[str] = set()
-        for _ in range(1 + self._retries):
-            endpoint = pick_least_loaded(candidates(pools, model), frozenset(tried))
-            if endpoint is None:
-                break
-            if await self._try(call, endpoint, tried):
-                return True
-            pools = self._book.snapshot()
-        if not tried:
-            raise GatewayError(503, f"no healthy endpoint serves the model '{model}'",
-                               code="no_healthy_endpoint")
-        raise GatewayError(
-            502, f"upstream unreachable after {len(tried)} attempt(s): {call.last_error}",
-            code="upstream_unreachable",
-        )
-
-    async def _try(self, call: Call, endpoint: EndpointSnapshot, tried: set[str]) -> bool:
-        """One attempt on ``endpoint``; True when its response headers arrived."""
-        url = endpoint.url
-        if tried:
-            self._telemetry.retries.labels(endpoint.pool).inc()
-        tried.add(url)
-        self._hold(endpoint)
-        call.endpoint = endpoint
+    async def _dispatch(self, call: Call) -> Dispatched:
+        attempts = Attempts()
         try:
-            call.response = await self._client.send(
-                url + call.parsed.endpoint.value, call.parsed.body, _FORWARD_HEADERS
-            )
-        except UpstreamConnectError as exc:
-            self._free(endpoint)
-            self._book.mark_failed(url, str(exc))
-            call.endpoint = None
-            call.last_error = str(exc)
-            return False
-        except UpstreamTimeout as exc:
-            raise GatewayError(504, f"the engine did not answer in time: {exc}",
-                               code="upstream_timeout") from exc
-        except BaseException:
-            self._free(endpoint)
-            call.endpoint = None
-            raise
-        call.status = call.response.status
-        return True
-
-    def _hold(self, endpoint: EndpointSnapshot) -> None:
-        self._book.acquire(endpoint.url)
-        self._telemetry.in_flight.labels(endpoint.pool).inc()
-
-    def _free(self, endpoint: EndpointSnapshot) -> None:
-        self._book.release(endpoint.url)
-        self._telemetry.in_flight.labels(endpoint.pool).dec()
+            call.sent = await self._dispatcher.dispatch(call.parsed, call.session_hint, attempts)
+        finally:
+            if attempts.failures:
+                self._telemetry.retries.labels(call.pool).inc(attempts.failures)
+        call.status = call.sent.response.status
+        self._telemetry.route(call.sent.plan.decision)
+        self._telemetry.in_flight.labels(call.pool).inc()
+        return call.sent
 
     async def _read(self, call: Call) -> bytes:
-        assert call.response is not None
+        assert call.sent is not None
         try:
-            body = await call.response.read()
+            body = await call.sent.response.read()
         except UpstreamStreamError as exc:
-            raise GatewayError(502, f"the engine's response broke off: {exc}",
-                               code="upstream_broken") from exc
-        call.completion_tokens = _usage_tokens(body) if call.status == 200 else None
+            raise GatewayError(
+                502, f"the engine's response broke off: {exc}", code="upstream_broken"
+            ) from exc
+        if call.status == 200:
+            call.usage = _usage_dict(body)
         return body
 
     async def _whole(self, call: Call, body: bytes) -> Response:
-        assert call.response is not None
-        headers = _route_headers(call)
-        media = call.response.headers.get("content-type", "application/json")
+        assert call.sent is not None
+        headers = _route_headers(call.sent)
+        media = call.sent.response.headers.get("content-type", "application/json")
+        call.completed = True
         await self._finish(call)
         return Response(body, status_code=call.status, media_type=media, headers=headers)
 
-    def _stream(self, call: Call) -> Response:
+    def _stream(self, call: Call, client_wants_usage: bool) -> Response:
+        assert call.sent is not None
         return RelayResponse(
-            self._relay(call),
+            self._relay(call, client_wants_usage),
             on_close=lambda: self._stream_closed(call),
             status_code=200,
             media_type="text/event-stream",
-            headers=_route_headers(call),
+            headers=_route_headers(call.sent),
         )
 
-    async def _relay(self, call: Call) -> AsyncIterator[bytes]:
-        assert call.response is not None
+    async def _relay(self, call: Call, client_wants_usage: bool) -> AsyncIterator[bytes]:
+        assert call.sent is not None
         splitter, observer = EventSplitter(), StreamObserver(self._clock)
         try:
-            async for chunk in call.response.chunks():
+            async for chunk in call.sent.response.chunks():
                 for event in splitter.feed(chunk):
-                    observer.observe(event)
+                    if observer.observe(event) and not client_wants_usage:
+                        continue  # the usage chunk ridge asked for on its own account
                     yield event
             if rest := splitter.rest():
                 yield rest
             call.completed = True
         except UpstreamStreamError as exc:
             call.status = 502
-            yield error_event(f"the engine's stream broke off: {exc}", "bad_gateway",
-                              "upstream_broken")
+            yield error_event(
+                f"the engine's stream broke off: {exc}", "bad_gateway", "upstream_broken"
+            )
         finally:
             if observer.first_token_at is not None:
                 call.ttft_s = observer.first_token_at - call.started
+            call.usage = observer.usage
             call.completion_tokens = observer.completion_tokens
+            call.itl_s = tuple(observer.gaps)
 
     async def _stream_closed(self, call: Call) -> None:
         if call.status == 200 and not call.completed:
@@ -238,22 +176,45 @@ class Proxy:
         return Response(status_code=CLIENT_CLOSED)
 
     async def _finish(self, call: Call) -> None:
-        """Close the upstream, free the slot and record the request, exactly once."""
+        """Close the upstream, release the reservations and record the request, once."""
         if call.closed:
             return
         call.closed = True
-        if call.response is not None:
-            await call.response.close()
-        if call.endpoint is not None:
-            self._free(call.endpoint)
-        self._telemetry.record(RequestRecord(
-            model=call.parsed.model, pool=call.pool, status=call.status or CLIENT_CLOSED,
-            e2e_s=self._clock() - call.started, ttft_s=call.ttft_s,
-            completion_tokens=call.completion_tokens,
-        ))
+        usage = call.usage or {}
+        prompt_tokens = _int(usage.get("prompt_tokens"))
+        completion = _int(usage.get("completion_tokens")) or call.completion_tokens
+        if call.sent is not None:
+            self._telemetry.in_flight.labels(call.pool).dec()
+            await self._dispatcher.finish(
+                call.sent,
+                call.parsed,
+                succeeded=call.status == 200 and call.completed,
+                output_tokens=completion,
+                prompt_tokens=prompt_tokens,
+            )
+        self._telemetry.record(self._record(call, prompt_tokens, completion))
 
-
-_FORWARD_HEADERS = MappingProxyType({"content-type": "application/json", "accept": "*/*"})
+    def _record(
+        self, call: Call, prompt_tokens: int | None, completion: int | None
+    ) -> RequestRecord:
+        sent = call.sent
+        details = (call.usage or {}).get("prompt_tokens_details") or {}
+        return RequestRecord(
+            model=call.parsed.model,
+            pool=call.pool,
+            status=call.status or CLIENT_CLOSED,
+            e2e_s=self._clock() - call.started,
+            ttft_s=call.ttft_s,
+            completion_tokens=completion,
+            lever=sent.plan.decision.lever if sent else None,
+            endpoint=(sent.plan.prefill or sent.plan.endpoint).url if sent else None,
+            decode_endpoint=sent.plan.endpoint.url if sent and sent.plan.prefill else None,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
+            itl_s=call.itl_s,
+            max_tokens=call.parsed.max_tokens,
+            slo_class=call.slo_class,
+        )
 
 
 class RelayResponse(StreamingResponse):
@@ -261,10 +222,7 @@ class RelayResponse(StreamingResponse):
     the client went away), so the upstream is closed and the request recorded at once."""
 
     def __init__(
-        self,
-        content: AsyncIterator[bytes],
-        on_close: Callable[[], Awaitable[None]],
-        **kwargs: Any,
+        self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kwargs: Any
     ) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
@@ -274,6 +232,17 @@ class RelayResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await asyncio.shield(self._on_close())
+
+
+def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
+    """A streaming request that does not ask for usage is sent asking for it (ridge counts
+    tokens from it); every other request goes as the client sent it, byte for byte."""
+    if not parsed.stream or parsed.include_usage:
+        return parsed
+    options = dict(parsed.payload.get("stream_options") or {})
+    options["include_usage"] = True
+    payload = {**parsed.payload, "stream_options": options}
+    return replace(parsed, payload=payload, body=json.dumps(payload).encode())
 
 
 async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
@@ -297,15 +266,17 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _route_headers(call: Call) -> dict[str, str]:
-    assert call.endpoint is not None
-    return {"x-ridge-route": f"pool={call.endpoint.pool}; reason=least_load"}
+def _route_headers(sent: Dispatched) -> dict[str, str]:
+    return {"x-ridge-route": sent.plan.decision.header_value()}
 
 
-def _usage_tokens(body: bytes) -> int | None:
+def _usage_dict(body: bytes) -> dict[str, Any] | None:
     try:
-        usage = json.loads(body).get("usage") or {}
+        usage = json.loads(body).get("usage")
     except (ValueError, AttributeError):
         return None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -33,8 +33,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def _too_large(limit: int) -> GatewayError:
-    return GatewayError(413, f"request body exceeds the limit of {limit} bytes",
-                        code="request_too_large")
+    return GatewayError(
+        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+    )
 
 
 @router.post("/v1/chat/completions")

@@ -12,6 +12,7 @@ from backends.registry import EndpointRegistry
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
+from routing.state import RouterState
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Gateway:
     registry: EndpointRegistry
     telemetry: Telemetry
     proxy: Proxy
+    state: RouterState
 
 
 def get_gateway(request: Request) -> Gateway:

@@ -43,16 +43,21 @@ def _first_boundary(buffer: bytes) -> int:
 
 
 class StreamObserver:
-    """Watches relayed events: time of the first generated token, usage, end marker."""
+    """Watches relayed events: time of the first generated token, the gaps between later
+    ones (inter-token latency, seconds), usage, end marker."""
 
     def __init__(self, clock: Any = time.perf_counter) -> None:
         self._clock = clock
         self.first_token_at: float | None = None
+        self._last_token_at: float | None = None
+        self.gaps: list[float] = []
         self.content_events = 0
         self.usage: dict[str, Any] | None = None
         self.done = False
 
-    def observe(self, event: bytes) -> None:
+    def observe(self, event: bytes) -> bool:
+        """Take note of ``event``; True when it is a usage-only chunk (no choices)."""
+        usage_only = False
         for data in _data_lines(event):
             if data == b"[DONE]":
                 self.done = True
@@ -62,16 +67,26 @@ class StreamObserver:
             except ValueError:
                 continue
             if isinstance(chunk, dict):
-                self._chunk(chunk)
+                usage_only = self._chunk(chunk) or usage_only
+        return usage_only
 
-    def _chunk(self, chunk: dict[str, Any]) -> None:
+    def _chunk(self, chunk: dict[str, Any]) -> bool:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        if any(_has_token(c) for c in chunk.get("choices") or ()):
-            self.content_events += 1
-            if self.first_token_at is None:
-                self.first_token_at = self._clock()
+        choices = chunk.get("choices") or ()
+        if any(_has_token(c) for c in choices):
+            self._token()
+        return isinstance(usage, dict) and not choices
+
+    def _token(self) -> None:
+        now = self._clock()
+        self.content_events += 1
+        if self.first_token_at is None:
+            self.first_token_at = now
+        elif self._last_token_at is not None:
+            self.gaps.append(now - self._last_token_at)
+        self._last_token_at = now
 
     @property
     def completion_tokens(self) -> int | None:

@@ -3,14 +3,44 @@
 Names follow Prometheus conventions: ``ridge_`` prefix, base units (seconds), ``_total`` only on
 counters, histograms rather than averaged gauges. Label values are bounded: ``model`` is one of
 the fleet's configured model names (anything else is reported as ``other``), ``pool`` one of
-its pools (``none`` before a pool was chosen), ``status`` an HTTP status code.
+its pools (``none`` before a pool was chosen), ``status`` an HTTP status code, ``lever`` a lever
+name of the route decision (``none`` when the request carried none), ``reason`` a route
+reason of the policy's rule table, ``slo_class`` a class of the fleet's SLOs (or ``default``),
+``slo`` one of ``ttft``, ``tpot``, ``e2e``, ``error``.
+
+Per finished request (:meth:`Telemetry.record`):
+
+- ``ridge_requests_total`` {model, pool, status};
+- latency histograms {model, pool, lever}: end to end, time to first token (streams), time per
+  output token after the first, and every inter-token gap (streams);
+- tokens from the engine's usage: ``ridge_prompt_tokens_total``,
+  ``ridge_completion_tokens_total``, ``ridge_cached_prompt_tokens_total`` {model, pool, lever}
+  and the length histograms ``ridge_request_prompt_tokens`` / ``ridge_request_completion_tokens``
+  {model, pool};
+- goodput (:mod:`routing.goodput`): ``ridge_slo_evaluated_requests_total``,
+  ``ridge_goodput_requests_total`` and ``ridge_slo_violations_total{slo}`` {model, pool, lever,
+  slo_class}; the bounds themselves as ``ridge_slo_objective_seconds`` {model, slo_class, slo};
+- its work priced for MFU/MBU by the :class:`~gateway.efficiency.TokenLedger` (once bound to a
+  fleet, see :meth:`Telemetry.bind_fleet`).
+
+Per route decision (:meth:`Telemetry.route`): ``ridge_route_decisions_total`` {pool, lever,
+reason}.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from backends.config import Fleet
+from gateway.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
+from gateway.fleet_gauges import FleetGauges, MeasuresSource
+from routing.efficiency import RequestTokens
+from routing.goodput import Measured, SloPolicy, evaluate
 
 # Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
 # prefills (a minute); TPOT a fast GPU decode step (~5 ms) to a saturated CPU (~1 s).
@@ -19,14 +49,25 @@ TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0
                 0.5, 0.75, 1.0, 2.0)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300,
                600)
+# Token counts: powers of two from 1 to 128k tokens.
+TOKEN_BUCKETS = tuple(float(2**i) for i in range(18))
 
 OTHER_MODEL = "other"
 NO_POOL = "none"
+NO_LEVER = "none"
 
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One finished request, as telemetry records it. Times in seconds; None = not measured."""
+    """One finished request, as telemetry records it. Times in seconds; None = not measured.
+
+    ``lever``: the route decision's lever; ``endpoint``: the URL that served it (the prefill
+    side of a prefill/decode pair, ``decode_endpoint`` the decode side); token counts from the
+    engine's usage (``cached_tokens``: ``prompt_tokens_details.cached_tokens`` when the engine
+    reports it); ``itl_s``: the stream's inter-token gaps, one per content event after the
+    first; ``max_tokens`` and ``slo_class`` (the client's ``x-ridge-slo-class`` header) choose
+    the SLO class.
+    """
 
     model: str
     pool: str
@@ -34,6 +75,14 @@ class RequestRecord:
     e2e_s: float
     ttft_s: float | None = None
     completion_tokens: int | None = None
+    lever: str | None = None
+    endpoint: str | None = None
+    decode_endpoint: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    itl_s: tuple[float, ...] = ()
+    max_tokens: int | None = None
+    slo_class: str | None = None
 
     @property
     def tpot_s(self) -> float | None:
@@ -42,14 +91,48 @@ class RequestRecord:
             return None
         return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
 
+    @property
+    def tokens(self) -> RequestTokens:
+        return RequestTokens.clamped(self.prompt_tokens, self.cached_tokens,
+                                     self.completion_tokens)
+
+
+class Routed(Protocol):
+    """What :meth:`Telemetry.route` reads of a route decision (``routing.decision``)."""
+
+    @property
+    def pool(self) -> str: ...
+
+    @property
+    def lever(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
 
 class Telemetry:
-    """The gateway's metrics; one instance per app, on an injected registry."""
+    """The gateway's metrics; one instance per app, on an injected registry.
 
-    def __init__(self, registry: CollectorRegistry, models: frozenset[str]) -> None:
+    ``slos``: the SLO policy (default: none, every evaluated request is good). ``clock``:
+    monotonic seconds for the MFU/MBU accounting (injected by tests).
+    """
+
+    def __init__(self, registry: CollectorRegistry, models: frozenset[str], *,
+                 slos: SloPolicy | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = registry
         self._models = models
-        labels = ("model", "pool")
+        self._clock = clock
+        self.slos = SloPolicy()
+        self.ledger: TokenLedger | None = None
+        self._collectors: tuple[EfficiencyCollector, FleetGauges] | None = None
+        self._request_metrics(registry)
+        self._token_metrics(registry)
+        self._goodput_metrics(registry)
+        self.use_slos(slos or SloPolicy())
+
+    def _request_metrics(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "pool", "lever")
         self.requests = Counter(
             "ridge_requests", "Requests finished, by HTTP status",
             ("model", "pool", "status"), registry=registry,
@@ -66,6 +149,10 @@ class Telemetry:
             "ridge_time_per_output_token_seconds", "Mean time per output token after the first",
             labels, buckets=TPOT_BUCKETS, registry=registry,
         )
+        self.itl = Histogram(
+            "ridge_inter_token_latency_seconds", "Time between two content events of a stream",
+            labels, buckets=TPOT_BUCKETS, registry=registry,
+        )
         self.in_flight = Gauge(
             "ridge_requests_in_flight", "Requests being served now", ("pool",), registry=registry,
         )
@@ -73,18 +160,129 @@ class Telemetry:
             "ridge_upstream_retries", "Requests retried on another endpoint", ("pool",),
             registry=registry,
         )
+        self.route_decisions = Counter(
+            "ridge_route_decisions", "Route decisions, by pool, lever and reason",
+            ("pool", "lever", "reason"), registry=registry,
+        )
+
+    def _token_metrics(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "pool", "lever")
+        self.prompt_tokens = Counter(
+            "ridge_prompt_tokens", "Prompt tokens of finished requests (engine usage)", labels,
+            registry=registry,
+        )
+        self.completion_tokens = Counter(
+            "ridge_completion_tokens", "Generated tokens of finished requests (engine usage)",
+            labels, registry=registry,
+        )
+        self.cached_tokens = Counter(
+            "ridge_cached_prompt_tokens", "Prompt tokens the engine served from its prefix "
+            "cache (when its usage says)", labels, registry=registry,
+        )
+        self.prompt_lengths = Histogram(
+            "ridge_request_prompt_tokens", "Prompt length of finished requests (tokens)",
+            ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
+        )
+        self.completion_lengths = Histogram(
+            "ridge_request_completion_tokens", "Output length of finished requests (tokens)",
+            ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
+        )
+
+    def _goodput_metrics(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "pool", "lever", "slo_class")
+        self.slo_evaluated = Counter(
+            "ridge_slo_evaluated_requests", "Finished requests held against their SLO "
+            "(2xx and 5xx; client errors are not)", labels, registry=registry,
+        )
+        self.goodput = Counter(
+            "ridge_goodput_requests", "Finished requests that met every bound of their SLO",
+            labels, registry=registry,
+        )
+        self.slo_violations = Counter(
+            "ridge_slo_violations", "Finished requests that broke a bound, by bound",
+            (*labels, "slo"), registry=registry,
+        )
+        self.slo_objective = Gauge(
+            "ridge_slo_objective_seconds", "The configured SLO bounds",
+            ("model", "slo_class", "slo"), registry=registry,
+        )
 
     def model_label(self, model: str | None) -> str:
         return model if model in self._models else OTHER_MODEL
+
+    def use_slos(self, slos: SloPolicy) -> None:
+        """Evaluate goodput against ``slos`` from now on, and export their bounds."""
+        self.slos = slos
+        self.slo_objective.clear()
+        for model, slo in slos.models.items():
+            for class_name in (None, *(c.name for c in slo.classes)):
+                name, bounds = slo.resolve(None, class_name)
+                for bound, seconds in bounds.by_name().items():
+                    self.slo_objective.labels(model, name, bound).set(seconds)
+
+    def bind_fleet(self, fleet: Fleet, snapshot: Snapshot,
+                   measures: MeasuresSource | None = None) -> EfficiencyCollector:
+        """Take the fleet's SLOs and register the MFU/MBU and fleet/workload collectors on
+        this registry. ``snapshot``: the endpoint registry's ``snapshot``; ``measures``: the
+        router state's ``measures`` (None: no workload gauges). Binding again is a no-op."""
+        if self._collectors is not None:
+            return self._collectors[0]
+        self.use_slos(fleet.slo_policy())
+        self.ledger = TokenLedger(endpoint_facts(fleet), clock=self._clock)
+        efficiency = EfficiencyCollector(self.ledger, snapshot)
+        gauges = FleetGauges(snapshot, self._models, measures)
+        self.registry.register(efficiency)
+        self.registry.register(gauges)
+        self._collectors = (efficiency, gauges)
+        return efficiency
+
+    def route(self, decision: Routed) -> None:
+        """Count one route decision."""
+        self.route_decisions.labels(decision.pool, decision.lever, decision.reason).inc()
 
     def record(self, rec: RequestRecord) -> None:
         model = self.model_label(rec.model)
         self.requests.labels(model, rec.pool, str(rec.status)).inc()
         if rec.pool == NO_POOL:
             return
-        self.e2e.labels(model, rec.pool).observe(rec.e2e_s)
+        lever = rec.lever or NO_LEVER
+        self._latencies(rec, model, lever)
+        self._tokens(rec, model, lever)
+        self._goodput(rec, model, lever)
+        if self.ledger is not None and rec.endpoint is not None:
+            self.ledger.observe(rec.endpoint, rec.tokens, rec.e2e_s, rec.ttft_s, gaps=rec.itl_s,
+                                decode_url=rec.decode_endpoint)
+
+    def _latencies(self, rec: RequestRecord, model: str, lever: str) -> None:
+        self.e2e.labels(model, rec.pool, lever).observe(rec.e2e_s)
         if rec.ttft_s is not None:
-            self.ttft.labels(model, rec.pool).observe(rec.ttft_s)
+            self.ttft.labels(model, rec.pool, lever).observe(rec.ttft_s)
         tpot = rec.tpot_s
         if tpot is not None:
-            self.tpot.labels(model, rec.pool).observe(tpot)
+            self.tpot.labels(model, rec.pool, lever).observe(tpot)
+        if rec.itl_s:
+            itl = self.itl.labels(model, rec.pool, lever)
+            for gap in rec.itl_s:
+                itl.observe(gap)
+
+    def _tokens(self, rec: RequestRecord, model: str, lever: str) -> None:
+        if rec.prompt_tokens is not None:
+            self.prompt_tokens.labels(model, rec.pool, lever).inc(rec.prompt_tokens)
+            self.prompt_lengths.labels(model, rec.pool).observe(rec.prompt_tokens)
+        if rec.completion_tokens is not None:
+            self.completion_tokens.labels(model, rec.pool, lever).inc(rec.completion_tokens)
+            self.completion_lengths.labels(model, rec.pool).observe(rec.completion_tokens)
+        if rec.cached_tokens is not None:
+            self.cached_tokens.labels(model, rec.pool, lever).inc(rec.cached_tokens)
+
+    def _goodput(self, rec: RequestRecord, model: str, lever: str) -> None:
+        slo_class, bounds = self.slos.bounds_for(rec.model, rec.max_tokens, rec.slo_class)
+        verdict = evaluate(bounds, Measured(rec.status, rec.e2e_s, rec.ttft_s, rec.tpot_s))
+        if not verdict.evaluated:
+            return
+        labels = (model, rec.pool, lever, slo_class)
+        self.slo_evaluated.labels(*labels).inc()
+        if verdict.good:
+            self.goodput.labels(*labels).inc()
+        for slo in verdict.violated:
+            self.slo_violations.labels(*labels, slo).inc()

@@ -1,4 +1,5 @@
-"""Frozen snapshots the router decides over. Built by the gateway from the registry; never mutated."""
+"""Frozen snapshots the router decides over. Built by the gateway from the registry; never
+mutated."""
 
 from __future__ import annotations
 

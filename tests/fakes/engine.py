@@ -66,7 +66,9 @@ class FakeEngine:
         return web.Response(status=503 if self.mode == "unhealthy" else 200)
 
     async def _models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        )
 
     async def _metrics(self, _: web.Request) -> web.Response:
         text = (
@@ -91,12 +93,14 @@ class FakeEngine:
             request.transport.abort()
             raise asyncio.CancelledError
         if self.mode == "error_400":
-            return web.json_response(_vllm_error("This model's maximum context length is 2048"),
-                                     status=400)
+            return web.json_response(
+                _vllm_error("This model's maximum context length is 2048"), status=400
+            )
         payload = json.loads(body)
         if payload.get("model") != self.model:
-            return web.json_response(_vllm_error(f"The model `{payload.get('model')}` does not "
-                                                 "exist.", 404), status=404)
+            return web.json_response(
+                _vllm_error(f"The model `{payload.get('model')}` does not exist.", 404), status=404
+            )
         if self.mode == "slow":
             await asyncio.sleep(self.delay_s)
         self.running += 1
@@ -115,18 +119,29 @@ class FakeEngine:
         await asyncio.sleep(self.token_interval_s * n)
         text = " ".join(WORDS[i % len(WORDS)] for i in range(n))
         choice: dict[str, Any] = (
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-            if chat else {"index": 0, "text": text, "finish_reason": "length"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
         )
         self.served += 1
-        return web.json_response({
-            "id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": self.model, "choices": [choice],
-            "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n},
-        })
+        return web.json_response(
+            {
+                "id": "cmpl-fake",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [choice],
+                "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n},
+            }
+        )
 
-    async def _stream(self, request: web.Request, payload: dict[str, Any], chat: bool
-                      ) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, payload: dict[str, Any], chat: bool
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
         n = self._n(payload)
@@ -143,9 +158,18 @@ class FakeEngine:
         await resp.write(_event(_chunk(self.model, chat, {} if chat else "", "length")))
         if (payload.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
-            await resp.write(_event({"id": "cmpl-fake", "object": "chat.completion.chunk",
-                                     "created": 0, "model": self.model, "choices": [],
-                                     "usage": usage}))
+            await resp.write(
+                _event(
+                    {
+                        "id": "cmpl-fake",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+            )
         await resp.write(b"data: [DONE]\n\n")
         self.served += 1
         return resp
@@ -154,10 +178,16 @@ class FakeEngine:
 def _chunk(model: str, chat: bool, piece: Any, finish: str | None = None) -> dict[str, Any]:
     choice: dict[str, Any] = (
         {"index": 0, "delta": piece, "logprobs": None, "finish_reason": finish}
-        if chat else {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
+        if chat
+        else {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
     )
-    return {"id": "cmpl-fake", "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": 0, "model": model, "choices": [choice]}
+    return {
+        "id": "cmpl-fake",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": 0,
+        "model": model,
+        "choices": [choice],
+    }
 
 
 def _event(data: dict[str, Any]) -> bytes:

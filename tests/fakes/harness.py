@@ -19,20 +19,37 @@ from gateway.cli import listening_socket
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 
-MODEL_FACTS = {"params": 1.35e8, "layers": 30, "hidden_size": 576, "kv_heads": 3,
-               "head_dim": 64, "dtype_bytes": 4}
+MODEL_FACTS = {
+    "params": 1.35e8,
+    "layers": 30,
+    "hidden_size": 576,
+    "kv_heads": 3,
+    "head_dim": 64,
+    "dtype_bytes": 4,
+}
 HARDWARE = {"name": "test", "peak_flops": 1e12, "mem_bandwidth": 1e11}
 
 
-def fleet_of(pools: dict[str, list[str]], models: dict[str, list[str]] | None = None,
-             engine: str = "vllm") -> Fleet:
+def fleet_of(
+    pools: dict[str, list[str]], models: dict[str, list[str]] | None = None, engine: str = "vllm"
+) -> Fleet:
     """A fleet of mixed pools: {pool name: [endpoint URLs]}; every pool serves model 'm'
     unless ``models`` says otherwise."""
-    return parse_fleet({"pools": [
-        {"name": name, "engine": engine, "models": (models or {}).get(name, ["m"]),
-         "endpoints": urls, "model": MODEL_FACTS, "hardware": HARDWARE}
-        for name, urls in pools.items()
-    ]})
+    return parse_fleet(
+        {
+            "pools": [
+                {
+                    "name": name,
+                    "engine": engine,
+                    "models": (models or {}).get(name, ["m"]),
+                    "endpoints": urls,
+                    "model": MODEL_FACTS,
+                    "hardware": HARDWARE,
+                }
+                for name, urls in pools.items()
+            ]
+        }
+    )
 
 
 def closed_port_url() -> str:
@@ -58,8 +75,11 @@ class RunningRidge:
 def quick_settings(**overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "registry": {"poll_interval_s": 0.2, "probe_timeout_s": 1.0, "startup_wait_s": 3.0},
-        "upstream": {"connect_timeout_s": 1.0, "first_byte_timeout_s": 5.0,
-                     "stream_idle_timeout_s": 5.0},
+        "upstream": {
+            "connect_timeout_s": 1.0,
+            "first_byte_timeout_s": 5.0,
+            "stream_idle_timeout_s": 5.0,
+        },
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -70,7 +90,9 @@ def quick_settings(**overrides: Any) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def running_ridge(fleet: Fleet, settings: Settings | None = None) -> AsyncIterator[RunningRidge]:
+async def running_ridge(
+    fleet: Fleet, settings: Settings | None = None
+) -> AsyncIterator[RunningRidge]:
     """ridge serving ``fleet`` on a free port until the block ends."""
     metrics = CollectorRegistry()
     app = create_app(settings or quick_settings(), fleet, metrics_registry=metrics)

@@ -108,6 +108,6 @@ async def test_models_health_ready_metrics(ridge: RunningRidge) -> None:
         async with s.get(ridge.url + "/metrics") as r:
             text = await r.text()
     assert 'ridge_requests_total{model="m",pool="general",status="200"} 1.0' in text
-    assert 'ridge_time_to_first_token_seconds_count{model="m",pool="general"} 1.0' in text
-    assert 'ridge_time_per_output_token_seconds_count{model="m",pool="general"} 1.0' in text
-    assert 'ridge_request_duration_seconds_count{model="m",pool="general"} 1.0' in text
+    for name in ("time_to_first_token", "time_per_output_token", "request_duration"):
+        assert f'ridge_{name}_seconds_count{{lever="none",model="m",pool="general"}} 1.0' in text
+    assert 'ridge_route_decisions_total{lever="none",pool="general",reason="only_pool"} 1.0' in text

@@ -33,8 +33,12 @@ async def engines() -> AsyncIterator[list[FakeEngine]]:
         await f.stop()
 
 
-async def _post(url: str, body: bytes | dict[str, Any], path: str = "/v1/chat/completions",
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+async def _post(
+    url: str,
+    body: bytes | dict[str, Any],
+    path: str = "/v1/chat/completions",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as s:
         kwargs: dict[str, Any] = {"json": body} if isinstance(body, dict) else {"data": body}
         async with s.post(url + path, headers=headers, **kwargs) as r:
@@ -58,13 +62,19 @@ def _is_openai_error(body: dict[str, Any]) -> bool:
         ({"model": 3, "messages": []}, "/v1/chat/completions", "model"),
         ({"model": "m"}, "/v1/chat/completions", "messages"),
         ({"model": "m", "messages": "hi"}, "/v1/chat/completions", "messages"),
-        ({"model": "m", "messages": [{"content": "x"}]}, "/v1/chat/completions",
-         "messages[0].role"),
+        (
+            {"model": "m", "messages": [{"content": "x"}]},
+            "/v1/chat/completions",
+            "messages[0].role",
+        ),
         ({**CHAT, "stream": "yes"}, "/v1/chat/completions", "stream"),
         ({**CHAT, "max_tokens": "10"}, "/v1/chat/completions", "max_tokens"),
         ({**CHAT, "max_tokens": 0}, "/v1/chat/completions", "max_tokens"),
-        ({**CHAT, "stream": True, "stream_options": {"include_usage": "y"}},
-         "/v1/chat/completions", "stream_options.include_usage"),
+        (
+            {**CHAT, "stream": True, "stream_options": {"include_usage": "y"}},
+            "/v1/chat/completions",
+            "stream_options.include_usage",
+        ),
         ({"model": "m"}, "/v1/completions", "prompt"),
         ({"model": "m", "prompt": {"a": 1}}, "/v1/completions", "prompt"),
     ],
@@ -89,8 +99,10 @@ async def test_unknown_model_404(engines: list[FakeEngine]) -> None:
 
 
 async def test_unknown_route_and_method_are_openai_shaped(engines: list[FakeEngine]) -> None:
-    async with running_ridge(fleet_of({"p": [engines[0].url]})) as ridge, \
-            aiohttp.ClientSession() as s:
+    async with (
+        running_ridge(fleet_of({"p": [engines[0].url]})) as ridge,
+        aiohttp.ClientSession() as s,
+    ):
         async with s.get(ridge.url + "/v1/nothing") as r:
             assert r.status == 404 and _is_openai_error(await r.json())
         async with s.get(ridge.url + "/v1/chat/completions") as r:
@@ -103,14 +115,16 @@ async def test_body_over_limit_413(engines: list[FakeEngine]) -> None:
     async with running_ridge(fleet_of({"p": [engines[0].url]}), settings) as ridge:
         status, reply = await _post(ridge.url, big)
         assert status == 413 and _is_openai_error(reply)
+
         # chunked upload with no content-length is refused the same way
         async def gen() -> AsyncIterator[bytes]:
             for _ in range(20):
                 yield b"x" * 100
 
-        async with aiohttp.ClientSession() as s, s.post(
-            ridge.url + "/v1/chat/completions", data=gen()
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(ridge.url + "/v1/chat/completions", data=gen()) as r,
+        ):
             assert r.status == 413 and _is_openai_error(await r.json())
     assert engines[0].bodies == []
 
@@ -129,7 +143,8 @@ async def test_no_healthy_endpoint_503(engines: list[FakeEngine]) -> None:
 
 
 async def test_reset_before_first_byte_is_retried_on_another_endpoint(
-    engines: list[FakeEngine], transport: str,
+    engines: list[FakeEngine],
+    transport: str,
 ) -> None:
     engines[0].mode = "reset"
     fleet = fleet_of({"p": [engines[0].url, engines[1].url]})
@@ -152,9 +167,10 @@ async def test_every_endpoint_failing_gives_502(engines: list[FakeEngine], trans
     assert len(engines[0].bodies) + len(engines[1].bodies) == 2  # tried once, retried once
 
 
-async def test_endpoint_killed_before_the_request_is_retried(engines: list[FakeEngine], transport: str) -> None:
-    settings = quick_settings(registry={"poll_interval_s": 60.0},
-                              upstream={"transport": transport})
+async def test_endpoint_killed_before_the_request_is_retried(
+    engines: list[FakeEngine], transport: str
+) -> None:
+    settings = quick_settings(registry={"poll_interval_s": 60.0}, upstream={"transport": transport})
     fleet = fleet_of({"p": [e.url for e in engines]})
     async with running_ridge(fleet, settings) as ridge:
         await engines[0].stop()  # the registry still thinks it healthy: connect is refused
@@ -175,20 +191,29 @@ async def test_upstream_timeout_504(engines: list[FakeEngine], transport: str) -
     assert reply["error"]["code"] == "upstream_timeout"
 
 
-async def test_engine_4xx_reaches_the_client_as_written(engines: list[FakeEngine], transport: str) -> None:
+async def test_engine_4xx_reaches_the_client_as_written(
+    engines: list[FakeEngine], transport: str
+) -> None:
     engines[0].mode = "error_400"
     settings = quick_settings(upstream={"transport": transport})
     async with running_ridge(fleet_of({"p": [engines[0].url]}), settings) as ridge:
         status, reply = await _post(ridge.url, CHAT)
         stream_status, stream_reply = await _post(ridge.url, {**CHAT, "stream": True})
-    expected = {"error": {"message": "This model's maximum context length is 2048",
-                          "type": "BadRequestError", "param": None, "code": 400}}
+    expected = {
+        "error": {
+            "message": "This model's maximum context length is 2048",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    }
     assert (status, reply) == (400, expected)
     assert (stream_status, stream_reply) == (400, expected)
 
 
 async def test_endpoint_dying_mid_stream_ends_with_an_error_event(
-    engines: list[FakeEngine], transport: str,
+    engines: list[FakeEngine],
+    transport: str,
 ) -> None:
     engines[0].mode, engines[0].tokens, engines[0].token_interval_s = "die_mid", 20, 0.01
     settings = quick_settings(upstream={"transport": transport})

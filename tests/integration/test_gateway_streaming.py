@@ -40,7 +40,10 @@ async def test_chunks_are_relayed_as_they_arrive(engines: list[FakeEngine], tran
     engine = engines[0]
     engine.tokens, engine.token_interval_s = 10, 0.1
     settings = quick_settings(upstream={"transport": transport})
-    async with running_ridge(fleet_of({"p": [engine.url]}), settings) as ridge, aiohttp.ClientSession() as s:
+    async with (
+        running_ridge(fleet_of({"p": [engine.url]}), settings) as ridge,
+        aiohttp.ClientSession() as s,
+    ):
         arrivals: list[float] = []
         started = time.monotonic()
         async with s.post(ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
@@ -57,27 +60,34 @@ async def test_chunks_are_relayed_as_they_arrive(engines: list[FakeEngine], tran
     assert all(0.05 < g < 0.2 for g in gaps), gaps
 
 
-async def test_client_leaving_a_stream_stops_the_engine(engines: list[FakeEngine], transport: str) -> None:
+async def test_client_leaving_a_stream_stops_the_engine(
+    engines: list[FakeEngine], transport: str
+) -> None:
     engine = engines[0]
     engine.tokens, engine.token_interval_s = 1000, 0.02
     settings = quick_settings(upstream={"transport": transport})
     async with running_ridge(fleet_of({"p": [engine.url]}), settings) as ridge:
-        async with aiohttp.ClientSession() as s, s.post(
-            ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(ridge.url + "/v1/chat/completions", json={**CHAT, "stream": True}) as r,
+        ):
             await r.content.readline()
             assert await _wait_for(lambda: engine.running == 1, 2)
         # the client closed its connection mid-stream
         assert await _wait_for(lambda: engine.running == 0, 3), "engine still generating"
         assert await _settled(ridge)
-        assert ridge.metrics.get_sample_value(
-            "ridge_requests_total", {"model": "m", "pool": "p", "status": "499"}
-        ) == 1
+        assert (
+            ridge.metrics.get_sample_value(
+                "ridge_requests_total", {"model": "m", "pool": "p", "status": "499"}
+            )
+            == 1
+        )
     assert engine.served == 0
 
 
 async def test_client_leaving_a_non_streaming_request_stops_the_engine(
-    engines: list[FakeEngine], transport: str,
+    engines: list[FakeEngine],
+    transport: str,
 ) -> None:
     engine = engines[0]
     engine.tokens, engine.token_interval_s = 1000, 0.02  # a 20 s answer
@@ -95,8 +105,11 @@ async def test_client_leaving_a_non_streaming_request_stops_the_engine(
 async def test_least_loaded_endpoint_takes_the_next_request(engines: list[FakeEngine]) -> None:
     for e in engines:
         e.tokens, e.token_interval_s = 20, 0.02
-    async with running_ridge(fleet_of({"p": [e.url for e in engines]})) as ridge, \
-            aiohttp.ClientSession() as s:
+    async with (
+        running_ridge(fleet_of({"p": [e.url for e in engines]})) as ridge,
+        aiohttp.ClientSession() as s,
+    ):
+
         async def one() -> None:
             async with s.post(ridge.url + "/v1/chat/completions", json=CHAT) as r:
                 assert r.status == 200

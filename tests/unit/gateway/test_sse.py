@@ -57,3 +57,13 @@ def test_error_event_is_openai_shaped() -> None:
     body = json.loads(event[len(b"data: "):])
     assert body == {"error": {"message": "gone", "type": "bad_gateway", "param": None,
                               "code": "upstream_broken"}}
+
+
+def test_observer_flags_usage_only_chunks_and_measures_gaps() -> None:
+    ticks = iter([1.0, 1.5, 1.75])
+    obs = StreamObserver(clock=lambda: next(ticks))
+    assert obs.observe(_chunk(choices=[{"delta": {"content": "a"}}], usage=None)) is False
+    assert obs.observe(_chunk(choices=[{"delta": {"content": "b"}}])) is False
+    assert obs.observe(_chunk(choices=[{"delta": {"content": "c"}}])) is False
+    assert obs.observe(_chunk(choices=[], usage={"completion_tokens": 3})) is True
+    assert obs.gaps == [0.5, 0.25]

@@ -1,0 +1,150 @@
+"""What the router saw, as gauges read at scrape time: the fleet's endpoints and the workload.
+
+From the endpoint registry's snapshot (engine figures normalised across engines, see
+:mod:`backends.dialects`), per ``{pool, endpoint}``:
+
+- ``ridge_endpoint_up`` (1 healthy, 0 not), ``ridge_endpoint_requests_in_flight`` (this
+  gateway's requests on it), ``ridge_engine_requests_running``, ``ridge_engine_requests_waiting``,
+  ``ridge_engine_kv_cache_usage_ratio`` (0–1), and the counters
+  ``ridge_engine_prefix_cache_queries_total`` / ``ridge_engine_prefix_cache_hits_total``
+  (prompt tokens looked up / found in the engine's prefix cache; their rates' ratio is the
+  engine's cache hit rate). A figure the engine does not export is left out.
+
+From the router's workload measures (:class:`routing.workload.WorkloadMeasures`, the same
+windows the lever policy reads), per ``model`` (a configured model, or ``*`` for all):
+
+- ``ridge_prefix_share_ratio``: f = Σ matched prompt tokens ÷ Σ prompt tokens over the window;
+- ``ridge_workload_prompt_tokens`` / ``ridge_workload_output_tokens`` {model, stat}: mean,
+  p50 and p90 of prompt and output lengths over the window [tokens];
+- ``ridge_workload_window_requests``: requests in the window;
+
+and per ``pool``, joining the router's in-flight counts with the snapshot as the policy does
+(:func:`routing.workload.pool_load`, healthy endpoints only): ``ridge_tokens_in_flight``
+(prompt tokens to prefill + output tokens to decode, reserved by the router),
+``ridge_pool_concurrency`` (requests) and ``ridge_pool_tokens_per_endpoint`` (the figure held
+against the pool's ridge point, ``ridge_pool_ridge_tokens``).
+
+Model names from clients are not labels: only configured models (and ``*``) are exported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from routing.types import EndpointSnapshot, PoolSnapshot
+from routing.workload import WindowMeasures, WorkloadMeasures, pool_load
+
+ALL_MODELS = "*"
+
+Snapshot = Callable[[], Sequence[PoolSnapshot]]
+MeasuresSource = Callable[[], WorkloadMeasures]
+"""What the router state offers: ``measures()`` — synchronous, cheap, read at each scrape."""
+
+_EP = ("pool", "endpoint")
+_ENGINE_GAUGES = (
+    ("ridge_engine_requests_running", "Requests in the engine's running batch", "running"),
+    ("ridge_engine_requests_waiting", "Requests waiting in the engine's queue", "waiting"),
+    ("ridge_engine_kv_cache_usage_ratio", "Fraction of the engine's KV cache in use (0-1)",
+     "kv_cache_usage"),
+)
+_ENGINE_COUNTERS = (
+    ("ridge_engine_prefix_cache_queries", "Prompt tokens looked up in the engine's prefix cache",
+     "prefix_cache_queries_total"),
+    ("ridge_engine_prefix_cache_hits", "Prompt tokens found in the engine's prefix cache",
+     "prefix_cache_hits_total"),
+)
+
+
+class FleetGauges(Collector):
+    """Endpoint and workload gauges (see the module). ``measures`` None = no router state."""
+
+    def __init__(self, snapshot: Snapshot, models: frozenset[str],
+                 measures: MeasuresSource | None = None) -> None:
+        self._snapshot = snapshot
+        self._models = models
+        self._measures = measures
+
+    def collect(self) -> Iterator[Metric]:
+        pools = tuple(self._snapshot())
+        yield from endpoint_families(pools)
+        if self._measures is not None:
+            measures = self._measures()
+            yield from workload_families(measures, self._models)
+            yield from pool_load_families(pools, measures)
+
+
+def endpoint_families(pools: Iterable[PoolSnapshot]) -> Iterator[Metric]:
+    endpoints = [ep for pool in pools for ep in pool.endpoints]
+    up = GaugeMetricFamily("ridge_endpoint_up", "1 when the endpoint's last health probe "
+                           "passed, else 0", labels=_EP)
+    in_flight = GaugeMetricFamily("ridge_endpoint_requests_in_flight", "This gateway's "
+                                  "requests on the endpoint now", labels=_EP)
+    for ep in endpoints:
+        up.add_metric([ep.pool, ep.url], 1.0 if ep.healthy else 0.0)
+        in_flight.add_metric([ep.pool, ep.url], float(ep.in_flight))
+    yield from (up, in_flight)
+    for name, help_, attr in _ENGINE_GAUGES:
+        yield _engine_family(GaugeMetricFamily(name, help_, labels=_EP), endpoints, attr)
+    for name, help_, attr in _ENGINE_COUNTERS:
+        yield _engine_family(CounterMetricFamily(name, help_, labels=_EP), endpoints, attr)
+
+
+def _engine_family(family: GaugeMetricFamily | CounterMetricFamily,
+                   endpoints: Iterable[EndpointSnapshot], attr: str) -> Metric:
+    for ep in endpoints:
+        value = getattr(ep.metrics, attr)
+        if value is not None:
+            family.add_metric([ep.pool, ep.url], float(value))
+    return family
+
+
+def workload_families(measures: WorkloadMeasures, models: frozenset[str]) -> Iterator[Metric]:
+    scopes = [(ALL_MODELS, measures.overall)] + sorted(
+        (m, w) for m, w in measures.by_model.items() if m in models
+    )
+    share = GaugeMetricFamily("ridge_prefix_share_ratio", "Prefix share f: matched prompt "
+                              "tokens ÷ prompt tokens over the router's window", labels=("model",))
+    count = GaugeMetricFamily("ridge_workload_window_requests", "Requests in the router's "
+                              "workload window", labels=("model",))
+    prompt = GaugeMetricFamily("ridge_workload_prompt_tokens", "Prompt length over the router's "
+                               "window (tokens)", labels=("model", "stat"))
+    output = GaugeMetricFamily("ridge_workload_output_tokens", "Output length over the router's "
+                               "window (tokens)", labels=("model", "stat"))
+    for model, window in scopes:
+        count.add_metric([model], float(window.requests))
+        if window.prefix_share is not None:
+            share.add_metric([model], window.prefix_share)
+        _lengths(prompt, model, window, output=False)
+        _lengths(output, model, window, output=True)
+    yield from (share, count, prompt, output)
+
+
+def _lengths(family: GaugeMetricFamily, model: str, window: WindowMeasures, output: bool
+             ) -> None:
+    summary = window.output_tokens if output else window.prompt_tokens
+    for stat, value in (("mean", summary.mean), ("p50", summary.p50), ("p90", summary.p90)):
+        if value is not None:
+            family.add_metric([model, stat], value)
+
+
+def pool_load_families(pools: Iterable[PoolSnapshot], measures: WorkloadMeasures
+                       ) -> Iterator[Metric]:
+    tokens = GaugeMetricFamily("ridge_tokens_in_flight", "Tokens the router has in flight on "
+                               "the pool's healthy endpoints (prompt to prefill + output to "
+                               "decode)", labels=("pool",))
+    concurrency = GaugeMetricFamily("ridge_pool_concurrency", "Requests on the pool's healthy "
+                                    "endpoints, as the router counts them", labels=("pool",))
+    per_endpoint = GaugeMetricFamily("ridge_pool_tokens_per_endpoint", "Tokens in flight per "
+                                     "healthy endpoint", labels=("pool",))
+    ridge = GaugeMetricFamily("ridge_pool_ridge_tokens", "Tokens in flight per step at which "
+                              "the pool's decoding turns compute-bound", labels=("pool",))
+    for pool in pools:
+        load = pool_load(pool, measures.in_flight)
+        tokens.add_metric([pool.name], float(load.tokens_in_flight))
+        concurrency.add_metric([pool.name], load.concurrency)
+        per_endpoint.add_metric([pool.name], load.tokens_per_endpoint)
+        ridge.add_metric([pool.name], pool.ridge_tokens)
+    yield from (tokens, concurrency, per_endpoint, ridge)

@@ -1,0 +1,100 @@
+"""The optimization router: lever policy first, then the chosen pool's replica scheduler.
+
+Algorithm: the :class:`~routing.policy.LeverPolicy` picks a pool (or a prefill/decode pair)
+from the request's features, every pool's snapshot and the router state's view; the pool's
+own :class:`~routing.scheduler.framework.Scheduler` (filters → scorers → picker) picks the
+replica; for a pair, each side's scheduler picks its replica. When a pool's filters leave no
+candidate (every replica already tried, or none passes), that pool is set aside and the
+policy decides again over the rest, so a request goes wherever the policy would send it next.
+Parameters: ``policy``; ``schedulers``, one per pool name. Stateless apart from the plugins'
+own documented state (round-robin's position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from routing.decision import RouteDecision
+from routing.features import RequestFeatures
+from routing.policy import LeverPolicy, PolicyInput
+from routing.scheduler.framework import PluginTiming, Scheduler, SchedulingContext
+from routing.state import StateView
+from routing.types import EndpointSnapshot, PoolSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """Where a request goes: ``endpoint`` answers it; ``prefill``, for a pair, computes its
+    prompt first. ``timings``: every scheduler plugin that ran, in order."""
+
+    decision: RouteDecision
+    endpoint: EndpointSnapshot
+    prefill: EndpointSnapshot | None = None
+    timings: tuple[PluginTiming, ...] = ()
+
+
+class Router:
+    """Pools → lever → replica, for one fleet."""
+
+    def __init__(self, policy: LeverPolicy, schedulers: Mapping[str, Scheduler]) -> None:
+        self._policy = policy
+        self._schedulers = dict(schedulers)
+
+    def plan(
+        self,
+        features: RequestFeatures,
+        pools: tuple[PoolSnapshot, ...],
+        view: StateView,
+        now: float,
+        exclude: frozenset[str] = frozenset(),
+    ) -> RoutePlan | None:
+        """A plan, or None when no pool can take the request."""
+        timings: list[PluginTiming] = []
+        remaining = pools
+        for _ in range(len(pools)):
+            decision = self._policy.decide(PolicyInput(features, remaining, view))
+            if decision is None:
+                return None
+            plan = self._place(decision, features, remaining, view, now, exclude, timings)
+            if plan is not None:
+                return plan
+            dropped = {decision.pool, decision.decode_pool}
+            remaining = tuple(p for p in remaining if p.name not in dropped)
+        return None
+
+    def _place(
+        self,
+        decision: RouteDecision,
+        features: RequestFeatures,
+        pools: tuple[PoolSnapshot, ...],
+        view: StateView,
+        now: float,
+        exclude: frozenset[str],
+        timings: list[PluginTiming],
+    ) -> RoutePlan | None:
+        by_name = {p.name: p for p in pools}
+        first = self._pick(by_name[decision.pool], features, view, now, exclude, timings)
+        if first is None:
+            return None
+        if decision.decode_pool is None:
+            return RoutePlan(decision, first, None, tuple(timings))
+        decode = self._pick(by_name[decision.decode_pool], features, view, now, exclude, timings)
+        if decode is None:
+            return None
+        return RoutePlan(decision, decode, first, tuple(timings))
+
+    def _pick(
+        self,
+        pool: PoolSnapshot,
+        features: RequestFeatures,
+        view: StateView,
+        now: float,
+        exclude: frozenset[str],
+        timings: list[PluginTiming],
+    ) -> EndpointSnapshot | None:
+        result = self._schedulers[pool.name].schedule(
+            SchedulingContext(features, pool, view, now, exclude)
+        )
+        timings.extend(result.timings)
+        return result.endpoint
