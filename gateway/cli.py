@@ -15,16 +15,20 @@ import asyncio
 import logging
 import socket
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
 
 from backends.config import Fleet, FleetConfigError, load_fleet
+from backends.real_fleet import RealFleetError, start_real_fleet
 from gateway.app import create_app
 from gateway.settings import Settings
 
-DEMO_FLEET = Path(__file__).resolve().parent.parent / "deploy" / "demo-fleet.yaml"
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEMO_FLEET = DEPLOY / "demo-fleet.yaml"
+REAL_DEMO_FLEET = DEPLOY / "demo-real-fleet.yaml"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,10 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             fleet = load_fleet(path)
             asyncio.run(serve(settings, fleet))
+        elif args.real:
+            fleet = load_fleet(args.config or REAL_DEMO_FLEET)
+            asyncio.run(demo_real(settings, fleet))
         else:
             fleet = load_fleet(args.config or DEMO_FLEET)
             asyncio.run(demo(settings, fleet, speed=args.speed, seed=args.seed))
-    except FleetConfigError as exc:
+    except (FleetConfigError, RealFleetError) as exc:
         print(f"ridge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -63,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     demo_p.add_argument("--config", help=f"fleet file to simulate (default {DEMO_FLEET.name})")
     demo_p.add_argument("--speed", type=float, default=1.0, help="simulated time speed-up")
     demo_p.add_argument("--seed", type=int, default=0)
+    demo_p.add_argument("--real", action="store_true",
+                        help=f"real vLLM engines instead of simulated ones "
+                             f"(default fleet {REAL_DEMO_FLEET.name}; needs `make engines`)")
     for p in (serve_p, demo_p):
         p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
         p.add_argument("--port", type=int, help="port to listen on (default 8080)")
@@ -109,10 +119,23 @@ async def demo(settings: Settings, fleet: Fleet, *, speed: float, seed: int) -> 
         await running.stop()
 
 
-def _print_demo_banner(settings: Settings, fleet: Fleet) -> None:
+async def demo_real(settings: Settings, fleet: Fleet) -> None:
+    """Start real vLLM engines for the fleet, then the gateway in front of them."""
+    logs = Path(tempfile.mkdtemp(prefix="ridge-engines-"))
+    print(f"ridge demo --real: starting {sum(len(p.endpoints) for p in fleet.pools)} vLLM "
+          f"engine(s), about a minute (logs in {logs})", flush=True)
+    running = await start_real_fleet(fleet, logs)
+    try:
+        _print_demo_banner(settings, fleet, "real vLLM")
+        await serve(settings, fleet)
+    finally:
+        await running.stop()
+
+
+def _print_demo_banner(settings: Settings, fleet: Fleet, kind: str = "simulated") -> None:
     base = f"http://{settings.host}:{settings.port}"
     model = fleet.pools[0].models[0]
-    print(f"ridge demo: {len(fleet.pools)} simulated pools behind {base}", flush=True)
+    print(f"ridge demo: {len(fleet.pools)} {kind} pools behind {base}", flush=True)
     for pool in fleet.pools:
         print(
             f"  pool {pool.name:<12} {pool.engine.value:<7} {pool.role.value:<8} "
