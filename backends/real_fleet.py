@@ -6,7 +6,8 @@ model ``.engines/smollm2-135m``), launched with the flags its pool's levers rend
 (:mod:`backends.vllm_launch`) on the endpoint URL's port, its compute threads bound to one
 core (engines round-robin over the cores). Start-up waits for every ``/health`` within
 ``startup_timeout_s`` seconds; stopping sends SIGTERM to each engine's process group, then
-SIGKILL after ``grace_s`` seconds. Engine output goes to ``<log_dir>/<pool>-<port>.log``.
+SIGKILL after ``grace_s`` seconds; an engine also gets SIGTERM when the gateway process dies
+(Linux parent-death signal). Engine output goes to ``<log_dir>/<pool>-<port>.log``.
 
 Only vLLM runs here: SGLang needs CUDA (or an AMX CPU), so a pool of another engine is refused.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -81,6 +83,7 @@ async def start_real_fleet(fleet: Fleet, log_dir: Path, startup_timeout_s: float
         running.processes.append(subprocess.Popen(
             vllm_command(python, pool, port, model), stdout=log, stderr=subprocess.STDOUT,
             env=vllm_env(os.environ, cpu_bind=str(i % cores)), start_new_session=True,
+            preexec_fn=_die_with_parent,
         ))
     try:
         await _wait_healthy([u for _, u in urls], running, startup_timeout_s, log_dir)
@@ -113,6 +116,13 @@ async def _healthy(session: aiohttp.ClientSession, url: str) -> bool:
             return resp.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the gateway dies, even by SIGKILL (Linux prctl
+    PR_SET_PDEATHSIG = 1), so no engine outlives it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
