@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8080
-APT_PACKAGES ?=
+APT_PACKAGES ?= prometheus
 
 .PHONY: demo test test-fast lint typecheck engines deps clean
 

@@ -60,7 +60,8 @@ class _Strict(BaseModel):
 
 
 class ChunkedPrefill(_Strict):
-    """Chunked prefill: long prompts split into chunks of at most ``token_budget`` tokens per step."""
+    """Chunked prefill: long prompts split into chunks of at most ``token_budget`` tokens a
+    step."""
 
     enabled: bool = True
     token_budget: PositiveInt = 2048

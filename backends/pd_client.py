@@ -49,8 +49,13 @@ class Handoff:
 
 class PDProtocol(Protocol):
     async def run(
-        self, client: BackendClient, prefill_url: str, decode_url: str, path: str,
-        payload: dict[str, Any], headers: Mapping[str, str],
+        self,
+        client: BackendClient,
+        prefill_url: str,
+        decode_url: str,
+        path: str,
+        payload: dict[str, Any],
+        headers: Mapping[str, str],
     ) -> Handoff: ...
 
 
@@ -62,21 +67,36 @@ class VllmKvTransfer:
     """vLLM: prefill first (max_tokens=1), then decode with the returned kv_transfer_params."""
 
     async def run(
-        self, client: BackendClient, prefill_url: str, decode_url: str, path: str,
-        payload: dict[str, Any], headers: Mapping[str, str],
+        self,
+        client: BackendClient,
+        prefill_url: str,
+        decode_url: str,
+        path: str,
+        payload: dict[str, Any],
+        headers: Mapping[str, str],
     ) -> Handoff:
         params = await self._prefill(client, prefill_url + path, payload, headers)
         body = json.dumps({**payload, "kv_transfer_params": params}).encode()
         return Handoff(await client.send(decode_url + path, body, headers))
 
-    async def _prefill(self, client: BackendClient, url: str, payload: dict[str, Any],
-                       headers: Mapping[str, str]) -> Any:
-        request = {k: v for k, v in payload.items() if k not in ("stream_options",
-                                                                 "max_completion_tokens")}
-        request.update(max_tokens=1, stream=False, kv_transfer_params={
-            "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-            "remote_block_ids": None, "remote_host": None, "remote_port": None,
-        })
+    async def _prefill(
+        self, client: BackendClient, url: str, payload: dict[str, Any], headers: Mapping[str, str]
+    ) -> Any:
+        request = {
+            k: v for k, v in payload.items() if k not in ("stream_options", "max_completion_tokens")
+        }
+        request.update(
+            max_tokens=1,
+            stream=False,
+            kv_transfer_params={
+                "do_remote_decode": True,
+                "do_remote_prefill": False,
+                "remote_engine_id": None,
+                "remote_block_ids": None,
+                "remote_host": None,
+                "remote_port": None,
+            },
+        )
         response = await client.send(url, json.dumps(request).encode(), headers)
         try:
             raw = await response.read()
@@ -97,13 +117,24 @@ class SglangBootstrap:
         self._port = bootstrap_port
 
     async def run(
-        self, client: BackendClient, prefill_url: str, decode_url: str, path: str,
-        payload: dict[str, Any], headers: Mapping[str, str],
+        self,
+        client: BackendClient,
+        prefill_url: str,
+        decode_url: str,
+        path: str,
+        payload: dict[str, Any],
+        headers: Mapping[str, str],
     ) -> Handoff:
         room = secrets.randbits(63)
         host = urlsplit(prefill_url).hostname or "127.0.0.1"
-        body = json.dumps({**payload, "bootstrap_host": host, "bootstrap_port": self._port,
-                           "bootstrap_room": room}).encode()
+        body = json.dumps(
+            {
+                **payload,
+                "bootstrap_host": host,
+                "bootstrap_port": self._port,
+                "bootstrap_room": room,
+            }
+        ).encode()
         prefill = asyncio.ensure_future(_drain(client, prefill_url + path, body, headers))
         try:
             response = await client.send(decode_url + path, body, headers)
@@ -114,8 +145,7 @@ class SglangBootstrap:
         return Handoff(response, prefill)
 
 
-async def _drain(client: BackendClient, url: str, body: bytes,
-                 headers: Mapping[str, str]) -> None:
+async def _drain(client: BackendClient, url: str, body: bytes, headers: Mapping[str, str]) -> None:
     response = await client.send(url, body, headers)
     try:
         await response.read()
@@ -123,7 +153,9 @@ async def _drain(client: BackendClient, url: str, body: bytes,
         await response.close()
 
 
-PD_PROTOCOLS: Mapping[str, PDProtocol] = MappingProxyType({
-    "vllm": VllmKvTransfer(),
-    "sglang": SglangBootstrap(),
-})
+PD_PROTOCOLS: Mapping[str, PDProtocol] = MappingProxyType(
+    {
+        "vllm": VllmKvTransfer(),
+        "sglang": SglangBootstrap(),
+    }
+)

@@ -3,18 +3,22 @@
 ``source="ridge"``: ridge's own accounting (:class:`TokenLedger`). Every finished request's
 tokens (prompt P, cached C, completion G, from the engine's usage) are priced with the
 formulas of :mod:`routing.efficiency` and the pool's model facts: FLOPs, KV bytes read and
-written, and weight bytes per engine step (steps counted from the union of decode intervals).
-The prefill's work is placed at the first token; the decodes' work is spread evenly over
-[first token, end]. Achieved rates are the work inside the last ``window_s`` seconds ÷ the
-window (only the time since the ledger started while that is shorter).
+written, and the weights read once per engine step (steps counted by
+:class:`routing.efficiency.StepCounter` from the streams' token timings). The prefill's work is
+placed at the first token, the decodes' FLOPs and KV traffic spread evenly over [first token,
+end], and each new step's weight read at the time of that step. Achieved rates are the work
+inside the last ``window_s`` seconds ÷ the window (only the time since the first scrape while
+that is shorter).
 
 ``source="engine"``: the engine's own estimates, where it exports them (vLLM
 ``vllm:estimated_flops_per_gpu_total`` / ``vllm:estimated_{read,write}_bytes_per_gpu_total``
-with ``--enable-mfu-metrics``; SGLang's ``sglang:estimated_*_per_gpu_total`` likewise), read
-from the endpoint registry's :class:`~routing.types.EngineMetrics`. Each scrape samples the
+with ``--enable-mfu-metrics``), read from the endpoint registry's
+:class:`~routing.types.EngineMetrics` — whatever the engine's dialect table maps there (SGLang
+0.5.10 added ``sglang:estimated_*_per_gpu_total`` behind the same flag). Each scrape samples the
 cumulative totals; the achieved rate is (newest − oldest sample within the window) ÷ the time
-between them. A total of 0 means the engine does not estimate (vLLM without the flag exports
-0): no engine gauge then. A total that went down (engine restart) restarts the history.
+between them. A FLOP total still at 0 means the engine does not estimate (vLLM without the flag
+exports 0): no engine gauge then. A total that went down (engine restart) restarts the history.
+Until a window has passed since the first scrape, both sources cover the time since it.
 
 Gauges: ``ridge_mfu_ratio`` / ``ridge_mbu_ratio`` {pool, endpoint, source} = achieved FLOP/s ÷
 ``hardware.peak_flops`` and achieved (read + written) B/s ÷ ``hardware.mem_bandwidth``;
@@ -23,10 +27,9 @@ the pool's endpoints that have that source. Counters: ``ridge_estimated_flops_to
 ``ridge_estimated_read_bytes_total``, ``ridge_estimated_write_bytes_total`` {pool, endpoint,
 source} (so PromQL can take its own ``rate()``), and the facts
 ``ridge_hardware_peak_flops_per_second`` and ``ridge_hardware_memory_bandwidth_bytes_per_second``
-{pool}. The ridge estimate counts the
-model FLOPs of the tokens served; an engine's counts the work it did, rejected speculative drafts
-and recomputation after preemption included, so on speculative pools the engine's figure is the
-higher one.
+{pool}. The ridge estimate counts the model FLOPs of the tokens served; an engine's counts the
+work it did, rejected speculative drafts and recomputation after preemption included, so on
+speculative pools the engine's figure is the higher one.
 
 Parameters: ``window_s`` (default 60 s), ``max_items`` (work spans kept per endpoint, default
 20 000: older ones are dropped first), ``clock`` (monotonic seconds, injected by tests).
@@ -193,18 +196,18 @@ class TokenLedger:
         """Everything priced on ``url`` since start (FLOP, bytes)."""
         return self._books[url].totals
 
-    def rates(self, url: str, now: float | None = None) -> Totals:
-        """Achieved FLOP/s and B/s on ``url`` over the window ending ``now``."""
+    def rates(self, url: str, now: float | None = None, since: float | None = None) -> Totals:
+        """Achieved FLOP/s and B/s on ``url`` over the window ending ``now``, starting no
+        earlier than ``since`` (default: when the ledger started)."""
         now = self._clock() if now is None else now
-        lo = now - self.window_s
         book = self._books[url]
-        while book.work and book.work[0].end < lo:
+        while book.work and book.work[0].end < now - self.window_s:
             book.work.popleft()
+        lo = max(now - self.window_s, self._since if since is None else since)
         done = Totals()
         for work in book.work:
             done = done.plus(Totals(work.flops, work.read, work.write), work.share_in(lo, now))
-        span = max(1e-9, min(self.window_s, now - self._since))
-        return done.scaled(1.0 / span)
+        return done.scaled(1.0 / max(1e-9, now - lo))
 
 
 @dataclass(slots=True)
@@ -235,9 +238,9 @@ def _went_down(old: Totals, new: Totals) -> bool:
 
 
 def engine_totals(metrics: EngineMetrics) -> Totals | None:
-    """The engine's cumulative estimates, or None when it does not estimate (absent or 0)."""
+    """The engine's cumulative estimates, or None when its dialect has none."""
     flops = metrics.estimated_flops_total
-    if not flops:
+    if flops is None:
         return None
     return Totals(flops, metrics.estimated_read_bytes_total or 0.0,
                   metrics.estimated_write_bytes_total or 0.0)
@@ -271,11 +274,14 @@ class EfficiencyCollector(Collector):
         self._ledger = ledger
         self._snapshot = snapshot
         self._history: dict[str, EngineHistory] = {}
+        self._first: float | None = None
 
     def readings(self) -> list[Reading]:
-        """Both sources' readings for every endpoint that has them, now."""
+        """Both sources' readings for every endpoint that has them, now. Both cover the
+        window, or the time since the first scrape while that is shorter."""
         now = self._ledger.now()
-        out = [Reading(f, RIDGE, self._ledger.rates(url, now), self._ledger.totals(url))
+        first = self._first = now if self._first is None else self._first
+        out = [Reading(f, RIDGE, self._ledger.rates(url, now, first), self._ledger.totals(url))
                for url, f in self._ledger.facts.items()]
         for pool in self._snapshot():
             for ep in pool.endpoints:
@@ -290,9 +296,11 @@ class EfficiencyCollector(Collector):
         if facts is None or totals is None:
             return None
         history = self._history.setdefault(url, EngineHistory())
-        history.add(now, totals, self._ledger.window_s)
+        history.add(now, totals, self._ledger.window_s)  # zeros too: the baseline counts
         rates = history.rate()
-        return None if rates is None else Reading(facts, ENGINE, rates, totals)
+        if rates is None or totals.flops <= 0:  # still 0: the engine does not estimate
+            return None
+        return Reading(facts, ENGINE, rates, totals)
 
     def collect(self) -> Iterator[Metric]:
         readings = self.readings()

@@ -28,9 +28,9 @@ from gateway.errors import GatewayError
 from gateway.openai_request import ParsedRequest
 from gateway.sse import EventSplitter, StreamObserver, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
+from routing.goodput import SLO_CLASS_HEADER
 
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
-SLO_CLASS_HEADER = "x-ridge-slo-class"
 T = TypeVar("T")
 
 

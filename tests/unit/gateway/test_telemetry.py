@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from prometheus_client import CollectorRegistry
 
+from backends.config import parse_fleet
 from gateway.telemetry import RequestRecord, Telemetry
+from routing.goodput import Bounds, ModelSlo, SloClass, SloPolicy
+from tests.fakes.harness import HARDWARE, MODEL_FACTS
 
 
 def test_tpot_is_time_after_the_first_token_per_later_token() -> None:
@@ -22,6 +27,111 @@ def test_record_labels_are_bounded() -> None:
     get = registry.get_sample_value
     assert get("ridge_requests_total", {"model": "m", "pool": "p", "status": "200"}) == 1
     assert get("ridge_requests_total", {"model": "other", "pool": "none", "status": "404"}) == 1
-    assert get("ridge_time_per_output_token_seconds_sum", {"model": "m", "pool": "p"}) == (
-        pytest.approx(0.225))
-    assert get("ridge_request_duration_seconds_count", {"model": "other", "pool": "none"}) is None
+    assert get("ridge_time_per_output_token_seconds_sum",
+               {"model": "m", "pool": "p", "lever": "none"}) == pytest.approx(0.225)
+    assert get("ridge_request_duration_seconds_count",
+               {"model": "other", "pool": "none", "lever": "none"}) is None
+
+
+# -- goodput, tokens, route decisions -------------------------------------------------------------
+
+SLOS = SloPolicy({"m": ModelSlo(Bounds(ttft_s=0.5, tpot_s=0.1, e2e_s=5.0),
+                                (SloClass("long", Bounds(e2e_s=60.0), min_max_tokens=1000),))})
+LABELS = {"model": "m", "pool": "p", "lever": "prefix_cache", "slo_class": "default"}
+
+
+def _telemetry() -> tuple[Telemetry, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return Telemetry(registry, frozenset({"m"}), slos=SLOS), registry
+
+
+def _rec(**kw: object) -> RequestRecord:
+    base: dict[str, object] = {"model": "m", "pool": "p", "status": 200, "e2e_s": 1.0,
+                               "ttft_s": 0.1, "completion_tokens": 10, "lever": "prefix_cache"}
+    return RequestRecord(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_goodput_counts_met_and_names_each_violated_bound() -> None:
+    t, registry = _telemetry()
+    t.record(_rec())                                      # met
+    t.record(_rec(ttft_s=0.9))                            # ttft
+    t.record(_rec(ttft_s=0.9, e2e_s=9.0))                 # ttft, tpot (8.1 s / 9), e2e
+    t.record(_rec(status=503, ttft_s=None, completion_tokens=None))  # error
+    t.record(_rec(status=499))                            # the client left: not evaluated
+    get = registry.get_sample_value
+    assert get("ridge_slo_evaluated_requests_total", LABELS) == 4
+    assert get("ridge_goodput_requests_total", LABELS) == 1
+    for slo, count in (("ttft", 2), ("tpot", 1), ("e2e", 1), ("error", 1)):
+        assert get("ridge_slo_violations_total", {**LABELS, "slo": slo}) == count
+
+
+def test_the_slo_class_follows_max_tokens_and_is_a_label() -> None:
+    t, registry = _telemetry()
+    t.record(_rec(e2e_s=30.0, completion_tokens=1000, max_tokens=2000))  # long: 60 s e2e
+    long = {**LABELS, "slo_class": "long"}
+    assert registry.get_sample_value("ridge_goodput_requests_total", long) == 1
+    assert registry.get_sample_value("ridge_slo_objective_seconds",
+                                     {"model": "m", "slo_class": "long", "slo": "e2e"}) == 60.0
+    assert registry.get_sample_value("ridge_slo_objective_seconds",
+                                     {"model": "m", "slo_class": "long", "slo": "ttft"}) == 0.5
+
+
+def test_without_slos_every_answered_request_is_good() -> None:
+    registry = CollectorRegistry()
+    t = Telemetry(registry, frozenset({"m"}))
+    t.record(_rec(e2e_s=999.0, ttft_s=99.0))
+    assert registry.get_sample_value("ridge_goodput_requests_total", LABELS) == 1
+
+
+def test_tokens_and_inter_token_gaps_are_counted() -> None:
+    t, registry = _telemetry()
+    t.record(_rec(prompt_tokens=100, cached_tokens=64, completion_tokens=4,
+                  itl_s=(0.01, 0.02, 0.03)))
+    t.record(_rec(prompt_tokens=50, completion_tokens=6))
+    get = registry.get_sample_value
+    tok = {"model": "m", "pool": "p", "lever": "prefix_cache"}
+    assert get("ridge_prompt_tokens_total", tok) == 150
+    assert get("ridge_completion_tokens_total", tok) == 10
+    assert get("ridge_cached_prompt_tokens_total", tok) == 64
+    assert get("ridge_inter_token_latency_seconds_count", tok) == 3
+    assert get("ridge_inter_token_latency_seconds_sum", tok) == pytest.approx(0.06)
+    assert get("ridge_request_prompt_tokens_bucket", {"model": "m", "pool": "p", "le": "64.0"}) == 1
+    assert get("ridge_request_completion_tokens_count", {"model": "m", "pool": "p"}) == 2
+
+
+@dataclass(frozen=True)
+class _Decision:
+    pool: str
+    lever: str
+    reason: str
+
+
+def test_route_decisions_are_counted_by_pool_lever_and_reason() -> None:
+    t, registry = _telemetry()
+    t.route(_Decision("radix", "prefix_cache", "high_prefix_share"))
+    t.route(_Decision("radix", "prefix_cache", "high_prefix_share"))
+    t.route(_Decision("general", "none", "prefix>fallback_saturated"))
+    get = registry.get_sample_value
+    assert get("ridge_route_decisions_total", {"pool": "radix", "lever": "prefix_cache",
+                                               "reason": "high_prefix_share"}) == 2
+    assert get("ridge_route_decisions_total", {"pool": "general", "lever": "none",
+                                               "reason": "prefix>fallback_saturated"}) == 1
+
+
+def test_binding_a_fleet_takes_its_slos_and_adds_the_scrape_time_collectors() -> None:
+    fleet = parse_fleet({
+        "pools": [{"name": "p", "engine": "vllm", "models": ["m"],
+                   "endpoints": ["http://127.0.0.1:1"], "model": MODEL_FACTS,
+                   "hardware": HARDWARE}],
+        "slos": {"m": {"e2e_s": 2.0}},
+    })
+    registry = CollectorRegistry()
+    t = Telemetry(registry, frozenset({"m"}), clock=lambda: 100.0)
+    collector = t.bind_fleet(fleet, lambda: ())
+    assert t.bind_fleet(fleet, lambda: ()) is collector  # binding twice is a no-op
+    t.record(_rec(e2e_s=3.0, endpoint="http://127.0.0.1:1", prompt_tokens=10))
+    get = registry.get_sample_value
+    assert get("ridge_slo_violations_total", {**LABELS, "slo": "e2e"}) == 1
+    ridge = {"pool": "p", "endpoint": "http://127.0.0.1:1", "source": "ridge"}
+    assert (get("ridge_estimated_flops_total", ridge) or 0) > 0  # the ledger priced it
+    assert get("ridge_endpoint_up", {"pool": "p", "endpoint": "http://127.0.0.1:1"}) is None
