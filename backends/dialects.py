@@ -162,19 +162,22 @@ _SGLANG_READINGS = (
         "sglang:num_retracted_requests_total",
         note="SGLang retracts (preempts) requests when its KV pool is full",
     ),
+    Reading(
+        "estimated_flops_total",
+        "sglang:estimated_flops_per_gpu_total",
+        note="FLOPs; SGLang >= 0.5.10 with --enable-metrics --enable-mfu-metrics (collector.py)",
+    ),
+    Reading("estimated_read_bytes_total", "sglang:estimated_read_bytes_per_gpu_total"),
+    Reading("estimated_write_bytes_total", "sglang:estimated_write_bytes_per_gpu_total"),
 )
 
 _SPEC_RATIO = (
     "SGLang exports only gauges sglang:spec_accept_length / sglang:spec_accept_rate "
     "(recent averages), which cannot be turned into cumulative token counts"
 )
-_NO_MFU = "SGLang has no FLOP/byte estimate counters"
 _SGLANG_ABSENT = (
     Absent("spec_draft_tokens_total", _SPEC_RATIO),
     Absent("spec_accepted_tokens_total", _SPEC_RATIO),
-    Absent("estimated_flops_total", _NO_MFU),
-    Absent("estimated_read_bytes_total", _NO_MFU),
-    Absent("estimated_write_bytes_total", _NO_MFU),
     Absent(
         "kv_block_size",
         "SGLang does not export its page size (--page-size); its pool capacity is "

@@ -59,6 +59,9 @@ def test_sglang_sample_page() -> None:
         prompt_tokens_total=8128902.0,
         generation_tokens_total=7557572.0,
         preemptions_total=17.0,
+        estimated_flops_total=1.3e17,
+        estimated_read_bytes_total=2.1e15,
+        estimated_write_bytes_total=4.0e13,
     )
 
 
