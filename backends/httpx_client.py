@@ -1,7 +1,9 @@
 """The httpx transport for :class:`backends.client.BackendClient`.
 
 Kept as an alternative and as the other side of the transport benchmark
-(``bench/transport.py``); the default is aiohttp, which measured faster. One
+(``bench/transport.py``, report in ``docs/benchmarks/transport.md``); the default is aiohttp:
+httpx's connection pool does work quadratic in its connections, and through ridge it fell to
+~50 requests/s at 256 concurrent requests where aiohttp held ~1,000. One
 ``httpx.AsyncClient`` is shared by every request; sockets are created with TCP_NODELAY by
 asyncio. Timeouts as in :mod:`backends.aiohttp_client`.
 """
@@ -61,7 +63,9 @@ class HttpxClient:
         self._timeouts = timeouts
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=256),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
         )
 
     async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpxResponse:

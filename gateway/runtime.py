@@ -27,7 +27,8 @@ class Gateway:
     state: RouterState
 
 
-def get_gateway(request: Request) -> Gateway:
+async def get_gateway(request: Request) -> Gateway:
+    """Async on purpose: FastAPI runs a plain ``def`` dependency in a worker thread."""
     gateway: Gateway = request.app.state.gateway
     return gateway
 

@@ -50,5 +50,6 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     log_level: str = "info"
+    access_log: bool = Field(default=False, description="one log line per request (costs CPU)")
     upstream: UpstreamSettings = UpstreamSettings()
     registry: RegistrySettings = RegistrySettings()
