@@ -15,12 +15,13 @@ import aiohttp
 from backends.client import (
     Timeouts,
     UpstreamConnectError,
-    UpstreamStreamError,
     UpstreamTimeout,
+    guarded,
     nodelay_socket,
 )
 
 _BEFORE_FIRST_BYTE = (aiohttp.ClientConnectionError, ConnectionError, OSError)
+_BROKEN = (aiohttp.ClientError, OSError)
 
 
 class AiohttpResponse:
@@ -39,21 +40,10 @@ class AiohttpResponse:
         return self._resp.headers
 
     async def read(self) -> bytes:
-        try:
-            async with asyncio.timeout(self._idle_s):
-                return await self._resp.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise UpstreamStreamError(_describe(exc)) from exc
+        return await guarded(self._resp.read(), self._idle_s, _BROKEN)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        while True:
-            try:
-                async with asyncio.timeout(self._idle_s):
-                    chunk = await self._resp.content.readany()
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                raise UpstreamStreamError(_describe(exc)) from exc
-            if not chunk:
-                return
+        while chunk := await guarded(self._resp.content.readany(), self._idle_s, _BROKEN):
             yield chunk
 
     async def close(self) -> None:
@@ -94,7 +84,4 @@ class AiohttpClient:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "upstream went silent past the idle timeout"
-    text = str(exc) or type(exc).__name__
-    return text
+    return str(exc) or type(exc).__name__

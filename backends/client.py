@@ -15,10 +15,13 @@ the client went away and stops generating.
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class UpstreamError(Exception):
@@ -76,6 +79,19 @@ class BackendClient(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+async def guarded(work: Awaitable[T], idle_s: float,
+                  errors: tuple[type[BaseException], ...]) -> T:
+    """``work`` within ``idle_s`` seconds; silence past it, or one of the transport's
+    ``errors``, becomes :class:`UpstreamStreamError`."""
+    try:
+        async with asyncio.timeout(idle_s):
+            return await work
+    except TimeoutError as exc:
+        raise UpstreamStreamError("upstream went silent past the idle timeout") from exc
+    except errors as exc:
+        raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc
 
 
 def nodelay_socket(addr_info: tuple[object, ...]) -> socket.socket:

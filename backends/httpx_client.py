@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from backends.client import Timeouts, UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
+from backends.client import Timeouts, UpstreamConnectError, UpstreamTimeout, guarded
+
+_BROKEN = (httpx.HTTPError, OSError)
 
 
 class HttpxResponse:
@@ -34,22 +36,15 @@ class HttpxResponse:
         return self._resp.headers
 
     async def read(self) -> bytes:
-        try:
-            async with asyncio.timeout(self._idle_s):
-                return await self._resp.aread()
-        except (httpx.HTTPError, OSError, TimeoutError) as exc:
-            raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc
+        return await guarded(self._resp.aread(), self._idle_s, _BROKEN)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         stream = self._resp.aiter_raw()
         while True:
             try:
-                async with asyncio.timeout(self._idle_s):
-                    chunk = await anext(stream)
+                chunk = await guarded(anext(stream), self._idle_s, _BROKEN)
             except StopAsyncIteration:
                 return
-            except (httpx.HTTPError, OSError, TimeoutError) as exc:
-                raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc
             yield chunk
 
     async def close(self) -> None:

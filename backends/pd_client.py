@@ -37,7 +37,7 @@ class Handoff:
     """A P/D call under way: the decode engine's response, and work to finish with it."""
 
     response: UpstreamResponse
-    prefill_task: asyncio.Task[None] | None = None
+    prefill_task: asyncio.Task[tuple[int, bytes]] | None = None
 
     async def close(self) -> None:
         await self.response.close()
@@ -97,13 +97,9 @@ class VllmKvTransfer:
                 "remote_port": None,
             },
         )
-        response = await client.send(url, json.dumps(request).encode(), headers)
-        try:
-            raw = await response.read()
-        finally:
-            await response.close()
-        if response.status != 200:
-            raise PrefillFailed(f"prefill answered HTTP {response.status}: {raw[:200]!r}")
+        status, raw = await _whole(client, url, json.dumps(request).encode(), headers)
+        if status != 200:
+            raise PrefillFailed(f"prefill answered HTTP {status}: {raw[:200]!r}")
         try:
             return json.loads(raw)["kv_transfer_params"]
         except (ValueError, KeyError, TypeError) as exc:
@@ -135,7 +131,7 @@ class SglangBootstrap:
                 "bootstrap_room": room,
             }
         ).encode()
-        prefill = asyncio.ensure_future(_drain(client, prefill_url + path, body, headers))
+        prefill = asyncio.ensure_future(_whole(client, prefill_url + path, body, headers))
         try:
             response = await client.send(decode_url + path, body, headers)
         except BaseException:
@@ -145,10 +141,12 @@ class SglangBootstrap:
         return Handoff(response, prefill)
 
 
-async def _drain(client: BackendClient, url: str, body: bytes, headers: Mapping[str, str]) -> None:
+async def _whole(client: BackendClient, url: str, body: bytes,
+                 headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """POST ``body`` and read the whole answer: (status, body)."""
     response = await client.send(url, body, headers)
     try:
-        await response.read()
+        return response.status, await response.read()
     finally:
         await response.close()
 

@@ -52,6 +52,17 @@ def fleet_of(
     )
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1 that nothing listens on right now."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
 def closed_port_url() -> str:
     """A URL on which nothing listens (connections are refused)."""
     with socket.socket() as s:

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+
+from tests.fakes.engine import FakeEngine
 
 
 @pytest.fixture(params=["aiohttp", "httpx"])
@@ -8,3 +12,14 @@ def transport(request: pytest.FixtureRequest) -> str:
     """Both upstream transports go through the tests that depend on transport behaviour."""
     value: str = request.param
     return value
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[list[FakeEngine]]:
+    """Two fake engines on free ports, stopped after the test."""
+    fakes = [FakeEngine(), FakeEngine()]
+    for f in fakes:
+        await f.start()
+    yield fakes
+    for f in fakes:
+        await f.stop()

@@ -23,16 +23,6 @@ from tests.fakes.harness import (
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-@pytest.fixture
-async def engines() -> AsyncIterator[list[FakeEngine]]:
-    fakes = [FakeEngine(), FakeEngine()]
-    for f in fakes:
-        await f.start()
-    yield fakes
-    for f in fakes:
-        await f.stop()
-
-
 async def _post(
     url: str,
     body: bytes | dict[str, Any],

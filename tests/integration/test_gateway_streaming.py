@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -14,16 +13,6 @@ from tests.fakes.engine import FakeEngine
 from tests.fakes.harness import RunningRidge, fleet_of, quick_settings, running_ridge
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture
-async def engines() -> AsyncIterator[list[FakeEngine]]:
-    fakes = [FakeEngine(), FakeEngine()]
-    for f in fakes:
-        await f.start()
-    yield fakes
-    for f in fakes:
-        await f.stop()
 
 
 async def _wait_for(predicate: object, timeout_s: float) -> bool:

@@ -17,7 +17,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -31,7 +30,7 @@ import yaml
 
 from backends.config import Fleet, parse_fleet
 from backends.sim import RunningFleet, start_fleet
-from tests.fakes.harness import RunningRidge, quick_settings, running_ridge
+from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge
 
 REPO = Path(__file__).resolve().parents[2]
 PROM_DIR = REPO / "deploy" / "prometheus"
@@ -51,16 +50,6 @@ VARIABLES = {"$__rate_interval": "1m", "${model}": ".*", "$model": ".*", "${pool
 BOUND_S = 20.0  # the longest any single wait may take
 
 
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _pool(name: str, engine: str, ports: list[int], models: list[str], **extra: Any
           ) -> dict[str, Any]:
     return {"name": name, "engine": engine, "models": models, "model": FACTS, "hardware": L4,
@@ -68,7 +57,7 @@ def _pool(name: str, engine: str, ports: list[int], models: list[str], **extra: 
 
 
 def build_fleet() -> Fleet:
-    p = _ports(4)
+    p = free_ports(4)
     return parse_fleet({
         "pools": [
             _pool("general", "vllm", p[0:1], ["m"], levers={"prefix_caching": True}),
@@ -125,7 +114,7 @@ async def start_prometheus(config: dict[str, Any], workdir: Path) -> Prometheus:
     check = subprocess.run([_tool("promtool"), "check", "config", str(config_path)],
                            capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stdout + check.stderr
-    (port,) = _ports(1)
+    (port,) = free_ports(1)
     log = workdir / "prometheus.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -7,7 +7,6 @@ protocols must serve whole answers through ridge.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 
 from backends.config import Fleet, parse_fleet
 from backends.sim import start_fleet
-from tests.fakes.harness import RunningRidge, running_ridge
+from tests.fakes.harness import RunningRidge, free_ports, running_ridge
 
 MODEL = "llama-3-8b"
 FACTS = {"params": 8.03e9, "layers": 32, "hidden_size": 4096, "kv_heads": 8, "head_dim": 128,
@@ -27,23 +26,13 @@ SYSTEM = " ".join(f"Rule {i}: answer politely, cite sources, and keep to the top
                   range(60))  # ≈ 3,800 characters ≈ 950 tokens
 
 
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _pool(name: str, engine: str, ports: list[int], **extra: Any) -> dict[str, Any]:
     return {"name": name, "engine": engine, "models": [MODEL], "model": FACTS, "hardware": L4,
             "endpoints": [f"http://127.0.0.1:{p}" for p in ports], **extra}
 
 
 def lever_fleet() -> Fleet:
-    p = _ports(6)
+    p = free_ports(6)
     return parse_fleet({
         "routing": {"policy": {"busy_load_per_endpoint": 0}},  # any load counts as load
         "pools": [
@@ -59,7 +48,7 @@ def lever_fleet() -> Fleet:
 
 
 def sglang_pd_fleet() -> Fleet:
-    p = _ports(3)
+    p = free_ports(3)
     return parse_fleet({
         "routing": {"policy": {"busy_load_per_endpoint": 0}},
         "pools": [

