@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway routing backends tests
+	$(BIN)/ruff check gateway routing backends bench tests
 
 ## Everything: type checks, lint, unit, integration and real-engine tests
 test: deps engines typecheck lint
