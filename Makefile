@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8080
-APT_PACKAGES ?= prometheus
+APT_PACKAGES ?= prometheus redis-server
 
 .PHONY: demo test test-fast lint typecheck engines deps clean
 

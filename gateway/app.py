@@ -23,12 +23,13 @@ from backends.registry import EndpointRegistry, Poller
 from gateway.dispatch import Dispatcher
 from gateway.errors import install_error_handlers
 from gateway.proxy import Proxy
+from gateway.redis_state import RedisState
 from gateway.routes import router
 from gateway.runtime import Gateway
-from gateway.settings import Settings, UpstreamSettings
+from gateway.settings import Settings, StateSettings, UpstreamSettings
 from gateway.telemetry import Telemetry
 from routing.features import FeatureExtractor
-from routing.memory_state import MemoryState
+from routing.memory_state import MemoryState, StateLimits
 from routing.policy import LeverPolicy
 from routing.router import Router
 from routing.scheduler.registry import build_scheduler
@@ -87,8 +88,8 @@ async def _running(
     probe_factory: ProbeFactory,
 ) -> AsyncIterator[None]:
     registry = EndpointRegistry(fleet)
-    state = MemoryState()
     telemetry = Telemetry(metrics, frozenset(m for p in fleet.pools for m in p.models))
+    state = await build_state(settings, telemetry)
     telemetry.bind_fleet(fleet, registry.snapshot, state.measures)
     client = client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
@@ -112,6 +113,33 @@ async def _running(
         await client.aclose()
         await probe_session.close()
         await state.aclose()
+
+
+def state_limits(state: StateSettings) -> StateLimits:
+    return StateLimits(
+        max_prefix_entries=state.max_prefix_entries, prefix_max_age_s=state.prefix_max_age_s,
+        max_sessions=state.max_sessions, session_max_age_s=state.session_max_age_s,
+        reservation_ttl_s=state.reservation_ttl_s, max_reservations=state.max_reservations,
+        window_requests=state.window_requests, max_models=state.max_models,
+    )
+
+
+async def build_state(settings: Settings, telemetry: Telemetry) -> MemoryState | RedisState:
+    """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside); else memory."""
+    limits = state_limits(settings.state)
+    if settings.redis_url is None:
+        return MemoryState(limits)
+    gauge = telemetry.state_backend_up.labels("redis")
+    state = RedisState.from_url(
+        settings.redis_url, limits, prefix=settings.state.redis_prefix,
+        timeout_s=settings.state.redis_timeout_s,
+        probe_interval_s=settings.state.redis_probe_interval_s,
+        max_connections=settings.state.redis_max_connections,
+        on_backend=lambda up: gauge.set(1 if up else 0),
+    )
+    await state.start()
+    log.info("router state shared in Redis (prefix %r)", settings.state.redis_prefix)
+    return state
 
 
 def build_router(fleet: Fleet) -> Router:

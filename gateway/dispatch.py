@@ -3,10 +3,17 @@
 Order of events: extract the request's features; read the router state once (prefix
 matches, loads, prefix share, session); let the router plan (lever policy → pool → replica,
 or a prefill/decode pair); reserve the chosen endpoint(s) in the state; send — to one endpoint,
-or through the pool engine's P/D hand-off protocol. An endpoint that refuses or resets before
-the first byte is marked failed, its reservation released, and the request re-planned without
-it (``retries`` times, then 502). No pool serves the model: 404; none can take it: 503;
-no response headers in time: 504.
+or through the pool engine's P/D hand-off protocol.
+
+When every pool's scheduler can run inside the state (:attr:`routing.router.Router.atomic`),
+the middle steps go the atomic way instead: the policy chooses the pool on the state's local
+``peek`` (no I/O), the pool's filters run on the snapshot, and ONE
+``select_and_reserve`` call scores, picks and reserves the replica(s) — one round trip to a
+shared state, and no two gateways can both take the endpoint they both saw idle.
+
+An endpoint that refuses or resets before the first byte is marked failed, its reservation
+released, and the request re-planned without it (``retries`` times, then 502).
+No pool serves the model: 404; none can take it: 503; no response headers in time: 504.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from backends.pd_client import PD_PROTOCOLS, Handoff
 from gateway.errors import GatewayError
 from gateway.openai_request import ParsedRequest
 from routing.features import FeatureExtractor, RequestFeatures, with_learned_output
-from routing.router import RoutePlan, Router
+from routing.router import Placement, RoutePlan, Router
+from routing.select import Candidate, Group, SelectRequest
 from routing.state import Outcome, Reservation, RouterState, StateView
 from routing.types import EndpointSnapshot, PoolSnapshot
 
@@ -54,6 +62,8 @@ class Dispatched:
     response: UpstreamResponse
     reservations: list[Reservation] = field(default_factory=list)
     handoff: Handoff | None = None
+    endpoint_index: int = 0
+
 
     @property
     def endpoints(self) -> list[EndpointSnapshot]:
@@ -105,13 +115,13 @@ class Dispatcher:
             )
         features, view = await self._measure(parsed, pools, session_hint)
         for _ in range(1 + self._retries):
-            plan = self._router.plan(
-                features, pools, view, self._clock(), frozenset(attempts.tried)
-            )
-            if plan is None:
+            routed = await self._route(parsed, features, pools, view, attempts)
+            if routed is None:
                 break
-            sent = await self._try(parsed, features, view, plan, attempts)
+            plan, held, seen = routed
+            sent = await self._try(parsed, features, seen, plan, attempts, held)
             if sent is not None:
+                sent.endpoint_index = _index_of(plan.endpoint, pools)
                 return sent
             pools = self._book.snapshot()
         if not attempts.tried:
@@ -138,11 +148,44 @@ class Dispatcher:
             session_hint,
         )
         urls = [e.url for p in pools if p.serves(parsed.model) for e in p.endpoints]
-        view = await self._state.read(parsed.model, features.block_hashes, features.session, urls)
+        if self._router.atomic:
+            view = self._state.peek(parsed.model, features.block_hashes, features.session, urls)
+        else:
+            view = await self._state.read(
+                parsed.model, features.block_hashes, features.session, urls
+            )
         features = with_learned_output(
             features, view.expected_output_tokens, self._extractor.config
         )
         return features, view
+
+    async def _route(
+        self,
+        parsed: ParsedRequest,
+        features: RequestFeatures,
+        pools: tuple[PoolSnapshot, ...],
+        view: StateView,
+        attempts: Attempts,
+    ) -> tuple[RoutePlan, list[Reservation], StateView] | None:
+        """Plan and reserve: the plan, its reservations and the view it was chosen on."""
+        exclude = frozenset(attempts.tried)
+        if not self._router.atomic:
+            plan = self._router.plan(features, pools, view, self._clock(), exclude)
+            if plan is None:
+                return None
+            return plan, await self._hold(plan, features), view
+        placement = self._router.place(features, pools, view, self._clock(), exclude)
+        if placement is None:
+            return None
+        urls = [e.url for p in pools if p.serves(parsed.model) for e in p.endpoints]
+        selection = await self._state.select_and_reserve(
+            _select_request(features, placement, urls)
+        )
+        plan = _plan_of(placement, selection.endpoints)
+        for ep in (plan.prefill, plan.endpoint):
+            if ep is not None:
+                self._book.acquire(ep.url)
+        return plan, list(selection.reservations), selection.view
 
     async def _try(
         self,
@@ -151,9 +194,9 @@ class Dispatcher:
         view: StateView,
         plan: RoutePlan,
         attempts: Attempts,
+        held: list[Reservation],
     ) -> Dispatched | None:
         """One attempt; None when an endpoint refused before the first byte."""
-        held = await self._hold(plan, features)
         try:
             response, handoff = await self._send(parsed, plan)
         except UpstreamConnectError as exc:
@@ -252,6 +295,46 @@ class Dispatcher:
             matched_tokens=sent.matched_tokens,
             prompt_tokens=prompt_tokens,
         )
+
+
+def _select_request(
+    features: RequestFeatures, placement: Placement, urls: list[str]
+) -> SelectRequest:
+    groups = tuple(
+        Group(tuple(Candidate(ep.url, ep.in_flight, ep.metrics.queued) for ep in side.candidates),
+              side.weights)
+        for side in placement.sides
+    )
+    return SelectRequest(
+        model=features.model,
+        block_hashes=features.block_hashes,
+        session=features.session,
+        endpoints=urls,
+        groups=groups,
+        prompt_tokens=features.prompt_tokens,
+        block_tokens=features.block_tokens,
+        tokens=features.prompt_tokens + features.expected_output_tokens,
+    )
+
+
+def _plan_of(placement: Placement, chosen: tuple[str, ...]) -> RoutePlan:
+    """The route plan of a placement whose sides the state picked ``chosen`` from."""
+    picked = [
+        next(ep for ep in side.candidates if ep.url == url)
+        for side, url in zip(placement.sides, chosen, strict=True)
+    ]
+    if len(picked) == 1:
+        return RoutePlan(placement.decision, picked[0])
+    return RoutePlan(placement.decision, picked[1], picked[0])
+
+
+def _index_of(endpoint: EndpointSnapshot, pools: tuple[PoolSnapshot, ...]) -> int:
+    """``endpoint``'s position in its pool's configured endpoint list."""
+    for pool in pools:
+        for i, ep in enumerate(pool.endpoints):
+            if ep.url == endpoint.url:
+                return i
+    return -1
 
 
 def _engine_of(pool: str, pools: tuple[PoolSnapshot, ...]) -> str:

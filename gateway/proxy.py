@@ -267,7 +267,10 @@ async def _disconnected(request: Request) -> None:
 
 
 def _route_headers(sent: Dispatched) -> dict[str, str]:
-    return {"x-ridge-route": sent.plan.decision.header_value()}
+    """The route decision, and which endpoint of its pool answered (its index in the pool's
+    configured list: an engine's address is not the client's business)."""
+    return {"x-ridge-route": sent.plan.decision.header_value(),
+            "x-ridge-endpoint": str(sent.endpoint_index)}
 
 
 def _usage_dict(body: bytes) -> dict[str, Any] | None:

@@ -40,6 +40,29 @@ class RegistrySettings(BaseModel):
     )
 
 
+class StateSettings(BaseModel):
+    """The router state's bounds (:class:`routing.memory_state.StateLimits`, same names) and
+    the shared (Redis) state's connection. Sizes are entries; times in seconds."""
+
+    max_prefix_entries: int = Field(default=500_000, gt=0)
+    prefix_max_age_s: float = Field(default=600.0, gt=0)
+    max_sessions: int = Field(default=100_000, gt=0)
+    session_max_age_s: float = Field(default=1800.0, gt=0)
+    reservation_ttl_s: float = Field(
+        default=900.0, gt=0, description="must exceed the longest request (first-byte timeout)"
+    )
+    max_reservations: int = Field(default=100_000, gt=0)
+    window_requests: int = Field(default=1000, gt=0)
+    max_models: int = Field(default=64, gt=0)
+    redis_prefix: str = Field(default="ridge:", description="prefix of every Redis key")
+    redis_timeout_s: float = Field(
+        default=0.25, gt=0, description="deadline of one Redis call (event-loop lag included); "
+        "past it, local state"
+    )
+    redis_probe_interval_s: float = Field(default=1.0, gt=0)
+    redis_max_connections: int = Field(default=128, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything ridge reads from its environment (and the command line)."""
 
@@ -53,3 +76,8 @@ class Settings(BaseSettings):
     access_log: bool = Field(default=False, description="one log line per request (costs CPU)")
     upstream: UpstreamSettings = UpstreamSettings()
     registry: RegistrySettings = RegistrySettings()
+    redis_url: str | None = Field(
+        default=None, description="share the router state in Redis (e.g. redis://host:6379/0); "
+        "unset: in-memory state, one gateway"
+    )
+    state: StateSettings = StateSettings()

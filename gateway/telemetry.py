@@ -164,6 +164,10 @@ class Telemetry:
             "ridge_route_decisions", "Route decisions, by pool, lever and reason",
             ("pool", "lever", "reason"), registry=registry,
         )
+        self.state_backend_up = Gauge(
+            "ridge_state_backend_up", "1 while the shared router state answers (0: routing on "
+            "this gateway's local state)", ("backend",), registry=registry,
+        )
 
     def _token_metrics(self, registry: CollectorRegistry) -> None:
         labels = ("model", "pool", "lever")

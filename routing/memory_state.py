@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 from routing.prefix_index import PrefixIndex
+from routing.select import Selection, SelectRequest, pick
 from routing.state import LoadCounts, Outcome, Reservation, StateView
 from routing.window import WorkloadWindows
 from routing.workload import WorkloadMeasures
@@ -199,8 +200,9 @@ class MemoryState:
     def limits(self) -> StateLimits:
         return self._limits
 
-    async def read(self, model: str, block_hashes: Sequence[int], session: str | None,
-                   endpoints: Sequence[str]) -> StateView:
+    def peek(self, model: str, block_hashes: Sequence[int], session: str | None,
+             endpoints: Sequence[str]) -> StateView:
+        """The same view as :meth:`read` (no I/O here either)."""
         now = self._clock()
         self._in_flight.expire(now)
         return StateView(
@@ -210,6 +212,20 @@ class MemoryState:
             expected_output_tokens=self._windows.mean_output(model),
             session_endpoint=self._sessions.get(session, now) if session else None,
         )
+
+    async def read(self, model: str, block_hashes: Sequence[int], session: str | None,
+                   endpoints: Sequence[str]) -> StateView:
+        return self.peek(model, block_hashes, session, endpoints)
+
+    async def select_and_reserve(self, request: SelectRequest) -> Selection:
+        """Atomic because it never awaits: read, pick per group, reserve each pick."""
+        urls = list(dict.fromkeys([*request.endpoints,
+                                   *(c.url for g in request.groups for c in g.candidates)]))
+        view = self.peek(request.model, request.block_hashes, request.session, urls)
+        chosen = tuple(pick(request, group, view) for group in request.groups)
+        now = self._clock()
+        held = tuple(self._in_flight.reserve(url, request.tokens, now) for url in chosen)
+        return Selection(chosen, held, view)
 
     async def reserve(self, endpoint: str, tokens: int) -> Reservation:
         return self._in_flight.reserve(endpoint, tokens, self._clock())

@@ -8,12 +8,19 @@ candidate (every replica already tried, or none passes), that pool is set aside 
 policy decides again over the rest, so a request goes wherever the policy would send it next.
 Parameters: ``policy``; ``schedulers``, one per pool name. Stateless apart from the plugins'
 own documented state (round-robin's position).
+
+:meth:`Router.place` stops one step short, for a router state that picks the replica and
+reserves it atomically (:meth:`routing.state.RouterState.select_and_reserve`): it returns the
+decision and, per side, the filtered candidates and the scorer weights, and the state does the
+scoring and picking of :mod:`routing.select`. It is offered when every pool's scheduler can be
+run that way (:attr:`Router.atomic`: picker ``max_score``, scorers among cache_aware,
+least_load, prefix_match and session_affinity).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from routing.decision import RouteDecision
 from routing.features import RequestFeatures
@@ -34,12 +41,67 @@ class RoutePlan:
     timings: tuple[PluginTiming, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of a placement: a pool, its candidates that passed the filters (in pool
+    order, never empty) and its scheduler's scorer weights."""
+
+    pool: PoolSnapshot
+    candidates: tuple[EndpointSnapshot, ...]
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The decision and its sides: one, or (prefill, decode) for a pair."""
+
+    decision: RouteDecision
+    sides: tuple[Side, ...]
+
+
 class Router:
     """Pools → lever → replica, for one fleet."""
 
     def __init__(self, policy: LeverPolicy, schedulers: Mapping[str, Scheduler]) -> None:
         self._policy = policy
         self._schedulers = dict(schedulers)
+        self._weights = {name: s.atomic_weights() for name, s in self._schedulers.items()}
+
+    @property
+    def atomic(self) -> bool:
+        """Whether every pool's scheduler can be run atomically by the state."""
+        return all(w is not None for w in self._weights.values())
+
+    def place(
+        self,
+        features: RequestFeatures,
+        pools: tuple[PoolSnapshot, ...],
+        view: StateView,
+        now: float,
+        exclude: frozenset[str] = frozenset(),
+    ) -> Placement | None:
+        """The decision and each side's candidates (requires :attr:`atomic`), or None when
+        no pool can take the request; pools are set aside as in :meth:`plan`."""
+        remaining = pools
+        for _ in range(len(pools)):
+            decision = self._policy.decide(PolicyInput(features, remaining, view))
+            if decision is None:
+                return None
+            by_name = {p.name: p for p in remaining}
+            names = [n for n in (decision.pool, decision.decode_pool) if n is not None]
+            sides = [self._side(by_name[n], features, view, now, exclude) for n in names]
+            if all(s.candidates for s in sides):
+                return Placement(decision, tuple(sides))
+            remaining = tuple(p for p in remaining if p.name not in names)
+        return None
+
+    def _side(self, pool: PoolSnapshot, features: RequestFeatures, view: StateView, now: float,
+              exclude: frozenset[str]) -> Side:
+        ctx = SchedulingContext(features, pool, view, now, exclude)
+        weights = self._weights[pool.name]
+        if weights is None:
+            raise ValueError(f"pool {pool.name!r}: its scheduler cannot run atomically")
+        return Side(pool, self._schedulers[pool.name].candidates(ctx), weights)
 
     def plan(
         self,

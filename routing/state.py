@@ -8,7 +8,11 @@ many gateway replicas route as one. Both pass the same contract test suite.
 
 On the hot path a request costs two calls: :meth:`RouterState.read` (everything the policy and
 the scheduler need, in one read) and :meth:`RouterState.reserve` (count the request on the
-chosen endpoint); :meth:`RouterState.finish` releases the reservation and records what was
+chosen endpoint) — or ONE: :meth:`RouterState.select_and_reserve` picks the replica with the
+state's own copy of the scheduler's scoring (:mod:`routing.select`) and reserves it in the same
+atomic step, so gateways sharing a state cannot herd onto the endpoint they all saw idle; the
+pool is chosen beforehand on :meth:`RouterState.peek`, a view from the process's own memory
+without I/O. :meth:`RouterState.finish` releases the reservation and records what was
 learned (blocks now cached on the endpoint, prefix share, output length). Reservations expire
 on their own after ``ttl_s`` so a crashed gateway cannot hold them forever.
 """
@@ -17,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from routing.select import Selection, SelectRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,19 @@ class RouterState(Protocol):
     ) -> StateView:
         """Prefix matches, loads of ``endpoints``, prefix share and output estimate for
         ``model``, and the session's endpoint, in one read."""
+        ...
+
+    def peek(
+        self, model: str, block_hashes: Sequence[int], session: str | None,
+        endpoints: Sequence[str],
+    ) -> StateView:
+        """Like :meth:`read` but from this process's memory, without I/O (the in-memory state:
+        the same as ``read``; a shared state: its local mirror, possibly one request stale)."""
+        ...
+
+    async def select_and_reserve(self, request: SelectRequest) -> Selection:
+        """Read, pick one endpoint per group (:func:`routing.select.pick`) and reserve it,
+        atomically: no other reservation lands between this call's read and its reserve."""
         ...
 
     async def reserve(self, endpoint: str, tokens: int) -> Reservation:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from routing.features import RequestFeatures
+from routing.select import ATOMIC_PICKERS, ATOMIC_SCORERS
 from routing.state import StateView
 from routing.types import EndpointSnapshot, PoolSnapshot
 
@@ -140,6 +141,19 @@ class Scheduler:
         self._scorers = tuple(scorers)
         self._picker = picker
         self._clock = clock
+
+    def atomic_weights(self) -> dict[str, float] | None:
+        """The scorer weights when a router state can run this scheduler's scoring and
+        picking atomically (:mod:`routing.select`), else None."""
+        if self._picker[0] not in ATOMIC_PICKERS:
+            return None
+        if any(name not in ATOMIC_SCORERS for name, _, _ in self._scorers):
+            return None
+        return {name: weight for name, _, weight in self._scorers}
+
+    def candidates(self, ctx: SchedulingContext) -> tuple[EndpointSnapshot, ...]:
+        """The pool's endpoints, less ``ctx.exclude``, that pass the filters (in order)."""
+        return tuple(self._filter(ctx, []))
 
     def schedule(self, ctx: SchedulingContext) -> ScheduleResult:
         timings: list[PluginTiming] = []

@@ -17,6 +17,7 @@ import pytest
 
 from routing.features import block_hashes
 from routing.memory_state import StateLimits
+from routing.select import Candidate, Group, SelectRequest
 from routing.state import LoadCounts, Outcome, Reservation, RouterState
 
 StateFactory = Callable[[StateLimits], Awaitable[RouterState]]
@@ -58,9 +59,18 @@ async def loads(state: RouterState, *urls: str) -> dict[str, LoadCounts]:
     return {url: view.load_of(url) for url in urls}
 
 
-A, B, C = "http://a", "http://b", "http://c"
+A, B, C, D = "http://a", "http://b", "http://c", "http://d"
+CANDIDATES = (Candidate(A), Candidate(B), Candidate(C))
 SHARED = "sys prompt" * 8  # 80 characters: 10 blocks of 8
 LIMITS = StateLimits()
+
+
+def select_request(hashes: tuple[int, ...], groups: list[Group], session: str | None = None,
+                   tokens: int = 10) -> SelectRequest:
+    """A request of 100 prompt tokens, 2 tokens per block, over ``groups``."""
+    return SelectRequest(model=M, block_hashes=hashes, session=session, endpoints=(A, B, C),
+                         groups=tuple(groups), prompt_tokens=100, block_tokens=2,
+                         tokens=tokens)
 
 
 class RouterStateContract:
@@ -258,3 +268,76 @@ class RouterStateContract:
         clock.advance(11.0)  # B's record is now 31 s old, C's 21 s
         assert dict((await state.read(M, chain(texts[B]), None, (B,))).matched_blocks) == {}
         assert dict((await state.read(M, chain(texts[C]), None, (C,))).matched_blocks) == {C: 10}
+
+    @pytest.mark.parametrize(
+        ("weights", "served", "busy", "expected"),
+        [
+            ({"cache_aware": 1.0}, {}, {}, A),  # all equal: the first in pool order
+            ({"cache_aware": 1.0}, {B: SHARED}, {}, B),  # the cached prefix
+            ({"cache_aware": 1.0}, {}, {A: 2}, B),  # the least loaded
+            ({"least_load": 1.0}, {B: SHARED}, {B: 1}, A),
+            ({"prefix_match": 1.0}, {C: SHARED}, {C: 5}, C),  # load ignored
+            ({"session_affinity": 1.0}, {}, {}, A),  # no session bound yet: a tie
+        ],
+    )
+    async def test_select_and_reserve_scores_then_reserves(
+        self, make_state: StateFactory, weights: dict[str, float], served: dict[str, str],
+        busy: dict[str, int], expected: str,
+    ) -> None:
+        state = await make_state(LIMITS)
+        for url, text in served.items():
+            await serve(state, url, outcome(chain(text)))
+        for url, n in busy.items():
+            for _ in range(n):
+                await state.reserve(url, 1)
+        request = select_request(chain(SHARED), [Group(CANDIDATES, weights)], tokens=30)
+        chosen = await state.select_and_reserve(request)
+        assert chosen.endpoints == (expected,)
+        assert [(r.endpoint, r.tokens) for r in chosen.reservations] == [(expected, 30)]
+        assert chosen.view.load_of(expected).requests == busy.get(expected, 0)
+        after = await loads(state, expected)
+        assert after[expected] == LoadCounts(busy.get(expected, 0) + 1,
+                                             busy.get(expected, 0) + 30)
+        await state.finish(chosen.reservations[0], outcome())
+        assert (await loads(state, expected))[expected].requests == busy.get(expected, 0)
+
+    async def test_select_and_reserve_returns_the_view_it_chose_on(
+        self, make_state: StateFactory
+    ) -> None:
+        state = await make_state(LIMITS)
+        await serve(state, B, outcome(chain(SHARED), prompt=20, matched=5, output=40,
+                                      session="s"))
+        request = select_request(chain(SHARED + "tail...."), [Group(CANDIDATES)], session="s")
+        view = (await state.select_and_reserve(request)).view
+        assert dict(view.matched_blocks) == {B: 10}
+        assert (view.prefix_share, view.expected_output_tokens) == (0.25, 40.0)
+        assert view.session_endpoint == B
+
+    async def test_a_pair_reserves_one_endpoint_per_group(self, make_state: StateFactory) -> None:
+        state = await make_state(LIMITS)
+        await state.reserve(A, 1)
+        groups = [Group((Candidate(A), Candidate(B))), Group((Candidate(C),))]
+        chosen = await state.select_and_reserve(select_request((), groups, tokens=5))
+        assert chosen.endpoints == (B, C)
+        assert [r.endpoint for r in chosen.reservations] == [B, C]
+        assert await loads(state, A, B, C) == {A: LoadCounts(1, 1), B: LoadCounts(1, 5),
+                                               C: LoadCounts(1, 5)}
+
+    async def test_concurrent_selects_spread_like_one_gateway(
+        self, make_state: StateFactory
+    ) -> None:
+        state = await make_state(LIMITS)
+        request = select_request(chain(SHARED), [Group(CANDIDATES + (Candidate(D),))])
+        chosen = await asyncio.gather(*(state.select_and_reserve(request) for _ in range(40)))
+        counts = {url: 0 for url in (A, B, C, D)}
+        for selection in chosen:
+            counts[selection.endpoints[0]] += 1
+        assert counts == {A: 10, B: 10, C: 10, D: 10}
+
+    async def test_select_counts_the_callers_own_and_the_engines_load(
+        self, make_state: StateFactory
+    ) -> None:
+        state = await make_state(LIMITS)
+        group = Group((Candidate(A, in_flight=3), Candidate(B, queued=2.0), Candidate(C, 1, 1.5)))
+        chosen = await state.select_and_reserve(select_request((), [group]))
+        assert chosen.endpoints == (B,)  # loads 3, 2, 2.5
