@@ -8,9 +8,9 @@ from importlib import resources
 from typing import Any
 
 import pytest
-from sim_helpers import make_core, make_pool, make_request
 
 from backends.sim.virtual import simulate
+from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 
 @pytest.fixture(scope="module")

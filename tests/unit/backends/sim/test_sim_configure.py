@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sim_helpers import make_pool
 
 from backends.config import Engine, Role, load_fleet
 from backends.sim.configure import engine_config, kv_cache_bytes, profile_for
 from backends.sim.dialects import SGLANG, VLLM
 from backends.sim.faults import Faults, parse_command
 from backends.sim.profiles import HARDWARE, MODELS, hardware_profile, model_profile
+from tests.unit.backends.sim.sim_helpers import make_pool
 
 DEMO = Path(__file__).parents[4] / "deploy" / "demo-fleet.yaml"
 

@@ -4,11 +4,11 @@ speculation, SGLang's prefill-first steps."""
 from __future__ import annotations
 
 import pytest
-from sim_helpers import make_core, make_pool, make_request
 
 from backends.sim.request import Phase
 from backends.sim.speculative import expected_tokens_per_step
 from backends.sim.virtual import simulate
+from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 
 def _itl_during_long_prefill(chunk: int | None) -> tuple[float, float]:

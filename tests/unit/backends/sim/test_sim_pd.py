@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from sim_helpers import make_core, make_pool, make_request
 
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
@@ -14,6 +13,7 @@ from backends.sim.openai_api import ApiError
 from backends.sim.request import Phase, RemoteKV
 from backends.sim.roofline import SeqWork, step_cost
 from backends.sim.virtual import simulate
+from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 LINK = 10e9  # B/s
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from sim_helpers import make_pool
-
 from backends.sim.clock import ScaledClock, VirtualClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.pd import KVTransferHub
+from tests.unit.backends.sim.sim_helpers import make_pool
 
 
 def endpoint(**kw: object) -> SimEndpoint:
