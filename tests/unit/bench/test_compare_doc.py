@@ -40,6 +40,18 @@ def test_targets_on_worked_numbers() -> None:
     assert spec.met and (spec.value, spec.goal) == (0.0, 0.4)
 
 
+def test_every_full_router_row_gets_its_targets() -> None:
+    cells = [cell("agent", "round_robin", 2.0), cell("agent", "ridge", 3.1),
+             cell("agent", "ridge_tuned", 2.9)]
+    assert checks(cells, "ridge_tuned")[0].met is False
+    meta = {"command": "x", "requests": 1, "durations_s": {"agent": 1}, "steps": 3,
+            "seed": 0, "speed": 1,
+            "slo": {"ttft_s": 2, "tpot_s": 0.1, "e2e_s": 30}, "rates": {"agent": 6},
+            "cpus": 2, "machine": "x86_64", "python": "3.11"}
+    text = markdown(cells, meta)
+    assert "### Targets: ridge\n" in text and "### Targets: ridge_tuned\n" in text
+
+
 def test_a_spec_share_that_rises_at_any_step_misses() -> None:
     rising = [{"spec": 0.2}, {"spec": 0.3}, {"spec": 0.1}]
     *_, spec = checks([cell("mixed", "ridge", 1.0, rising)])
@@ -58,7 +70,8 @@ def test_the_goodput_table_shows_ratios_to_round_robin() -> None:
 def test_write_doc_keeps_the_hand_written_text(tmp_path: Path) -> None:
     doc = tmp_path / "router.md"
     doc.write_text(f"# Title\n\nintro\n\n{BEGIN}\nold\n{END}\n\n## Discussion\nkept\n")
-    meta = {"requests": 400, "duration_s": 60, "steps": 3, "seed": 0, "speed": 1,
+    meta = {"command": "python -m bench.compare", "requests": 400,
+            "durations_s": {"agent": 60}, "steps": 3, "seed": 0, "speed": 1,
             "slo": {"ttft_s": 2, "tpot_s": 0.1, "e2e_s": 30}, "rates": {"agent": 6},
             "cpus": 2, "machine": "x86_64", "python": "3.11"}
     write_doc(doc, markdown([cell("agent", "round_robin", 2.0)], meta))

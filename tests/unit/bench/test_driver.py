@@ -154,6 +154,7 @@ async def test_requests_still_running_after_the_drain_are_cancelled(
     wl = Workload("h", 0, {"agent": Hangs()}, {"agent": 1.0}, (LoadStep(500.0, 5.0),))
     data = await run_workload(wl, Target(url, "m"), Bounds(3, 5.0, 0.2))
     assert [r.error for r in data.results] == ["unfinished"] * 3
+    assert all(r.route.pool == "radix" for r in data.results)  # headers had arrived
     for _ in range(100):  # the server sees the closed connections soon after
         if fake.aborted == 3:
             break

@@ -24,11 +24,11 @@ def test_hit_rate_is_the_sum_of_deltas_per_pool_and_fleet() -> None:
     urls = {p.name: p.endpoint_urls() for p in FLEET.pools}
     before = {u: m(100, 50) for us in urls.values() for u in us}
     after = dict(before)
-    after[urls["radix"][0]] = m(1100, 850)  # +1000 queried, +800 hit
-    after[urls["radix"][1]] = m(1100, 250)  # +1000 queried, +200 hit
+    after[urls["prefix"][0]] = m(1100, 850)  # +1000 queried, +800 hit
+    after[urls["prefix"][1]] = m(1100, 250)  # +1000 queried, +200 hit
     after[urls["chunked"][0]] = m(2100, 50)  # +2000 queried, none hit
     use = cache_use(FLEET, before, after)
-    assert use.pools["radix"].hit_rate == pytest.approx(0.5)  # 1000 / 2000
+    assert use.pools["prefix"].hit_rate == pytest.approx(0.5)  # 1000 / 2000
     assert use.pools["chunked"].hit_rate == 0.0
     assert use.pools["spec"].hit_rate is None  # nothing queried
     assert use.total.hit_rate == pytest.approx(1000 / 4000)

@@ -28,8 +28,10 @@ def test_mixed_report_splits_steps_and_kinds() -> None:
     assert [s.window_s for s in report.steps] == [10.0, 10.0, 5.0]
     assert report.steps[0].pool_share == {"spec": 0.5, "radix": 0.5}
     assert report.steps[0].goodput == 0.2  # 2 good in 10 s
+    assert report.step_kind_pools[0] == {"agent": {"radix": 1.0}, "chat": {"spec": 1.0}}
     assert report.summary.goodput == 4 / 25.0
     assert set(report.kinds) == {"agent", "chat", "rag"}
+    assert {k: v.requests for k, v in report.pools.items()} == {"spec": 1, "radix": 3, "-": 1}
     assert report.rates == (2.0, 4.0, 6.0)
     body = json.loads(json.dumps(report_dict(report)))
     assert body["steps"][2]["errors"] == {"HTTP 503": 1}

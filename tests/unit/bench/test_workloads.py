@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bench import workloads as w
-from bench.prefix import prompt_tokens
+from bench.prefix import canonical_text, prompt_tokens
 
 
 def _first(source: w.Source, n: int) -> list[w.Conversation]:
@@ -52,9 +52,19 @@ def test_mixed_steps_go_light_to_heavy_and_mix_the_kinds() -> None:
     per_step = [sum(a.step == i for a in arrivals) for i in range(3)]
     assert per_step[0] < per_step[1] < per_step[2]
     assert all(100 * i <= a.at_s < 100 * (i + 1) for a in arrivals for i in [a.step])
-    kinds = [a.kind for a in arrivals]
-    assert 0.45 < kinds.count(w.AGENT) / len(kinds) < 0.55
-    assert {w.AGENT, w.RAG, w.CHAT} == set(kinds)
+    for i in range(3):
+        kinds = [a.kind for a in arrivals if a.step == i]
+        for kind, weight in w.MIXED_WEIGHTS.items():
+            assert abs(kinds.count(kind) - weight * len(kinds)) <= 1  # the same mix per step
+
+
+def test_kind_sequence_is_smooth_weighted_round_robin() -> None:
+    seq = w.kind_sequence({"a": 0.5, "r": 0.3, "c": 0.2})
+    first = [next(seq) for _ in range(10)]
+    # credits (a, r, c) before each pick: (.5,.3,.2) a; (0,.6,.4) r; (.5,-.1,.6) c;
+    # (1,.2,-.2) a; (.5,.5,0) a (tie: first listed); (0,.8,.2) r; (.5,.1,.4) a; (0,.4,.6) c;
+    # (.5,.7,-.2) r; (1,0,0) a
+    assert first == ["a", "r", "c", "a", "a", "r", "a", "c", "r", "a"]
 
 
 def test_agent_system_prompts_are_long_and_carry_json_tool_schemas() -> None:
@@ -122,3 +132,25 @@ def test_bad_arguments_are_refused() -> None:
         w.build("batch", 0, 1.0, 1.0)
     with pytest.raises(ValueError):
         w.build(w.AGENT, 0, 0.0, 1.0)
+
+
+def test_rag_questions_are_shuffled_not_a_fixed_rotation() -> None:
+    source = w.RagSource(0)
+    n = source.window * source.questions
+    docs = [source.document_of(i) for i in range(n)]
+    # a rotation (doc = i % window) would send each document to the same replicas under a
+    # round-robin router over a multiple of ``window`` replicas
+    assert docs != [i % source.window for i in range(n)]
+    assert any(docs[i] == docs[i + 1] for i in range(n - 1))
+
+
+@pytest.mark.parametrize("source", [w.agent_source(0), w.RagSource(0), w.ChatSource(0)],
+                         ids=lambda s: s.kind)
+def test_every_request_fits_an_8k_context(source: w.Source) -> None:
+    """Llama-3-8B serves 8,192 tokens; leave 10 % for chat-template and tokeniser slack."""
+    for i in range(150):
+        conv = source.conversation(i)
+        replies = [w.placeholder_reply(conv.key, k, t.max_tokens) for k, t in enumerate(conv.turns)]
+        last = len(conv.turns) - 1
+        prompt = prompt_tokens(canonical_text(w.full_messages(conv, last, replies)))
+        assert prompt + conv.turns[last].max_tokens <= 0.9 * 8192
