@@ -19,7 +19,8 @@ A process over ``SATURATED_CORE_FRACTION`` of one core during a run is flagged: 
 is one event loop (past that, simulated time slips and the GPUs look slower than they are),
 and a saturated client or gateway measures itself, not the router. Results go to
 ``DIR/results.json`` after every cell; ``--doc`` rewrites the generated part of the doc
-(:mod:`bench.compare_doc`). Ctrl-C stops the current cell cleanly and skips the rest.
+(:mod:`bench.compare_doc`), and ``--from-results DIR/results.json --doc FILE`` rewrites it from
+saved results without running anything. Ctrl-C stops the current cell cleanly and skips the rest.
 """
 
 from __future__ import annotations
@@ -222,6 +223,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-results/router", help="results directory")
     p.add_argument("--doc", help="rewrite the generated part of this markdown file")
     p.add_argument("--progress", action="store_true", help="progress bar per cell")
+    p.add_argument("--from-results", metavar="RESULTS_JSON",
+                   help="run nothing: rewrite --doc from a saved results.json")
     return p
 
 
@@ -257,6 +260,12 @@ def command_line(argv: Sequence[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    if args.from_results:
+        if not args.doc:
+            raise SystemExit("--from-results needs --doc")
+        saved = json.loads(Path(args.from_results).read_text())
+        compare_doc.write_doc(Path(args.doc), compare_doc.markdown(saved["cells"], saved["meta"]))
+        return 0
     matrix = replace(matrix_of(args), command=command_line(argv))
     return asyncio.run(run_matrix(matrix, Path(args.doc) if args.doc else None))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,11 +59,14 @@ class Check:
     value: float | None
     goal: float | None
     met: bool | None
+    detail: str = ""
 
     def text(self) -> str:
         if self.met is None or self.value is None or self.goal is None:
             return f"{self.name}: not measured"
         mark = "met" if self.met else "MISSED"
+        if self.detail:
+            return f"{self.name}: {self.detail} — {mark}"
         miss = "" if self.met else f" (short by {1 - self.value / self.goal:.0%})" \
             if self.goal > 0 else ""
         return f"{self.name}: {self.value:.2f} vs goal {self.goal:.2f} — {mark}{miss}"
@@ -98,13 +102,14 @@ def checks(cells: Sequence[Cell], router: str = "ridge") -> list[Check]:
                      "round_robin", 0.95),
     ]
     shares = spec_shares(cells, router)
-    name = f"mixed: {router}'s spec share falls with load (last step vs first)"
+    name = f"mixed: {router}'s spec share falls with load"
     if shares is None or len(shares) < 2:
         out.append(Check(name, None, None, None))
     else:
         falls = all(b <= a for a, b in zip(shares, shares[1:], strict=False)) \
             and shares[-1] < shares[0]
-        out.append(Check(name, shares[-1], shares[0], falls))
+        steps = " → ".join(f"{s:.0%}" for s in shares)
+        out.append(Check(name, shares[-1], shares[0], falls, f"{steps} over the steps"))
     return out
 
 
@@ -180,8 +185,9 @@ def detail_table(cells: Sequence[Cell]) -> str:
 
 def _chat_to_spec(cell: Cell, step: int) -> str:
     kinds = cell.get("step_kind_pools") or []
-    share = kinds[step].get("chat", {}).get(SPEC_POOL) if step < len(kinds) else None
-    return "-" if share is None else f"{share:.0%}"
+    if step >= len(kinds) or "chat" not in kinds[step]:
+        return "-"
+    return f"{kinds[step]['chat'].get(SPEC_POOL, 0.0):.0%}"
 
 
 def steps_table(cells: Sequence[Cell]) -> str:
@@ -200,11 +206,27 @@ def steps_table(cells: Sequence[Cell]) -> str:
                    "TPOT p99 ms", "pools", "chat → spec"], rows)
 
 
+LOCAL_FLAGS = ("--out", "--doc", "--from-results")
+
+
+def portable(command: str) -> str:
+    """``command`` without the flags that only name local files (``--out``, ``--doc``)."""
+    words, out, skip = shlex.split(command), [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in LOCAL_FLAGS:
+            skip = True
+        elif not word.startswith(tuple(f"{f}=" for f in LOCAL_FLAGS)):
+            out.append(word)
+    return shlex.join(out)
+
+
 def _settings(m: Mapping[str, Any]) -> str:
     slo = m["slo"]
     rates = ", ".join(f"{k} {v:g}" for k, v in m["rates"].items())
     durations = ", ".join(f"{k} {v:g}" for k, v in m["durations_s"].items())
-    return (f"Command: `{m['command']}`\n\n"
+    return (f"Command: `{portable(m['command'])}` (plus `--out DIR --doc FILE`)\n\n"
             f"Bounds: {m['requests']} requests per cell, or seconds: {durations}; SLO "
             f"TTFT ≤ {slo['ttft_s']:g} s, TPOT ≤ {slo['tpot_s'] * 1000:g} ms, e2e ≤ "
             f"{slo['e2e_s']:g} s; seed {m['seed']}; simulated speed {m['speed']:g}; "

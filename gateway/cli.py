@@ -1,8 +1,10 @@
 """The ``ridge`` command.
 
 - ``ridge serve --config FLEET.yaml [--host H] [--port P]``: the gateway in front of a fleet.
-- ``ridge demo [--port P] [--speed X]``: the gateway in front of the simulated demo fleet
-  (``deploy/demo-fleet.yaml``), all in one process.
+- ``ridge demo [--port P] [--speed X] [--real]``: the gateway in front of the simulated demo
+  fleet (``deploy/demo-fleet.yaml``), all in one process; ``--real``: real vLLM engines.
+- ``ridge bench --workload agent|rag|chat|mixed --url URL ...``: replay a workload against a
+  gateway and report goodput (:mod:`bench.cli`; ``ridge bench --help``).
 
 Settings also come from the environment (prefix ``RIDGE_``, see :mod:`gateway.settings`);
 flags win over the environment.
@@ -33,6 +35,11 @@ REAL_DEMO_FLEET = DEPLOY / "demo-real-fleet.yaml"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from bench.cli import run as bench
+
+        return bench(argv[1:])
     args = _parser().parse_args(argv)
     settings = _settings(args)
     logging.basicConfig(
@@ -76,6 +83,7 @@ def run(main: Coroutine[Any, Any, None]) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ridge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("bench", help="replay a workload against a gateway (ridge bench --help)")
     serve_p = sub.add_parser("serve", help="run the gateway in front of a fleet")
     serve_p.add_argument("--config", help="fleet YAML file (or RIDGE_CONFIG)")
     demo_p = sub.add_parser("demo", help="run the gateway with the simulated demo fleet")

@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from bench.compare_doc import BEGIN, END, checks, goodput_table, markdown, write_doc
+from bench.compare_doc import (
+    BEGIN,
+    END,
+    checks,
+    goodput_table,
+    markdown,
+    portable,
+    steps_table,
+    write_doc,
+)
 
 
 def cell(workload: str, router: str, goodput: float,
@@ -38,6 +47,7 @@ def test_targets_on_worked_numbers() -> None:
     assert not mixed_ca.met and mixed_ca.goal == 2.8
     assert chat.met and chat.goal == pytest.approx(0.95)
     assert spec.met and (spec.value, spec.goal) == (0.0, 0.4)
+    assert "40% → 20% → 0% over the steps — met" in spec.text()
 
 
 def test_every_full_router_row_gets_its_targets() -> None:
@@ -55,7 +65,17 @@ def test_every_full_router_row_gets_its_targets() -> None:
 def test_a_spec_share_that_rises_at_any_step_misses() -> None:
     rising = [{"spec": 0.2}, {"spec": 0.3}, {"spec": 0.1}]
     *_, spec = checks([cell("mixed", "ridge", 1.0, rising)])
-    assert spec.met is False
+    assert spec.met is False and "MISSED" in spec.text()
+    *_, flat = checks([cell("mixed", "ridge", 1.0, [{"spec": 0.2}] * 3)])
+    assert flat.met is False
+
+
+def test_the_steps_table_shows_how_much_chat_the_spec_pool_took() -> None:
+    mixed = cell("mixed", "ridge", 1.0, FALLING)
+    mixed["step_kind_pools"] = [{"chat": {"spec": 0.9, "radix": 0.1}},
+                                {"chat": {"radix": 1.0}}, {"agent": {"radix": 1.0}}]
+    rows = steps_table([mixed]).splitlines()[2:]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows] == ["90%", "0%", "-"]
 
 
 def test_targets_without_their_cells_are_not_measured() -> None:
@@ -79,6 +99,11 @@ def test_write_doc_keeps_the_hand_written_text(tmp_path: Path) -> None:
     assert text.startswith("# Title\n\nintro\n\n" + BEGIN) and "old" not in text
     assert text.endswith(f"{END}\n\n## Discussion\nkept\n")
     assert "TPOT ≤ 100 ms" in text
+
+
+def test_the_printed_command_names_no_local_paths() -> None:
+    cmd = "python -m bench.compare --rate agent=16 --out /tmp/x --doc=/tmp/d.md --seed 1"
+    assert portable(cmd) == "python -m bench.compare --rate agent=16 --seed 1"
 
 
 def test_write_doc_appends_the_block_to_a_doc_without_markers(tmp_path: Path) -> None:
