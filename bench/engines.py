@@ -42,11 +42,13 @@ class CacheUse:
 
 @dataclass(frozen=True)
 class FleetCacheUse:
-    """Per pool and for the whole fleet; ``missing``: endpoints left out."""
+    """Per pool, per endpoint and for the whole fleet; ``missing``: endpoints left out. The
+    per-endpoint queries (prompt tokens) also show how evenly the router spread the work."""
 
     total: CacheUse
     pools: Mapping[str, CacheUse]
     missing: tuple[str, ...] = field(default=())
+    endpoints: Mapping[str, CacheUse] = field(default_factory=dict)
 
 
 async def _scrape_one(session: aiohttp.ClientSession, url: str, engine: str
@@ -84,12 +86,13 @@ def _add(a: CacheUse, b: CacheUse) -> CacheUse:
 def cache_use(fleet: Fleet, before: Scrape, after: Scrape) -> FleetCacheUse:
     """Hit rates over the run from two scrapes (module doc)."""
     total, pools, missing = CacheUse(), dict[str, CacheUse](), []
+    endpoints: dict[str, CacheUse] = {}
     for pool in fleet.pools:
         for url in pool.endpoint_urls():
             if url not in before or url not in after:
                 missing.append(url)
                 continue
-            use = _delta(before[url], after[url])
+            use = endpoints[url] = _delta(before[url], after[url])
             pools[pool.name] = _add(pools.get(pool.name, CacheUse()), use)
             total = _add(total, use)
-    return FleetCacheUse(total, pools, tuple(missing))
+    return FleetCacheUse(total, pools, tuple(missing), endpoints)

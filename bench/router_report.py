@@ -98,6 +98,8 @@ def _cache_dict(cache: FleetCacheUse | None) -> dict[str, Any] | None:
         "hits_tokens": cache.total.hits, "missing": list(cache.missing),
         "pools": {k: {"hit_rate": v.hit_rate, "queries_tokens": v.queries, "hits_tokens": v.hits}
                   for k, v in cache.pools.items()},
+        "endpoints": {k: {"queries_tokens": v.queries, "hits_tokens": v.hits}
+                      for k, v in cache.endpoints.items()},
     }
 
 

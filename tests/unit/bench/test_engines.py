@@ -9,7 +9,7 @@ import pytest
 from backends.config import load_fleet
 from backends.dialects import dialect_for
 from backends.metrics import normalise
-from bench.engines import cache_use
+from bench.engines import CacheUse, cache_use
 from routing.types import EngineMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,6 +33,8 @@ def test_hit_rate_is_the_sum_of_deltas_per_pool_and_fleet() -> None:
     assert use.pools["spec"].hit_rate is None  # nothing queried
     assert use.total.hit_rate == pytest.approx(1000 / 4000)
     assert use.missing == ()
+    assert use.endpoints[urls["prefix"][1]] == CacheUse(1000, 200)
+    assert len(use.endpoints) == sum(len(u) for u in urls.values())
 
 
 def test_unscraped_endpoints_are_left_out_and_named() -> None:
