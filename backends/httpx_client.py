@@ -54,13 +54,20 @@ class HttpxResponse:
 class HttpxClient:
     """BackendClient over one shared httpx.AsyncClient."""
 
-    def __init__(self, timeouts: Timeouts, max_connections: int) -> None:
+    def __init__(
+        self,
+        timeouts: Timeouts,
+        max_connections: int,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """``transport``: another I/O layer under httpx's API (default: httpx's own pool)."""
         self._timeouts = timeouts
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None),
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
+            transport=transport,
         )
 
     async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpxResponse:
