@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import socket
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from backends.config import Fleet, FleetConfigError, load_fleet
 from backends.real_fleet import RealFleetError, start_real_fleet
@@ -117,13 +119,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(settings: Settings, fleet: Fleet) -> None:
-    """Serve the gateway until interrupted."""
-    app = create_app(settings, fleet)
-    config = uvicorn.Config(
-        app, log_level=settings.log_level, access_log=settings.access_log,
+def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+    """The server's settings: logging, idle keep-alive and graceful shutdown [s]; a failing
+    start-up (lifespan) stops the server."""
+    return uvicorn.Config(
+        app, log_level=settings.log_level, access_log=settings.access_log, lifespan="on",
+        timeout_keep_alive=max(1, math.ceil(settings.keep_alive_s)),
         timeout_graceful_shutdown=10,
     )
+
+
+async def serve(settings: Settings, fleet: Fleet) -> None:
+    """Serve the gateway until interrupted."""
+    config = uvicorn_config(create_app(settings, fleet), settings)
     sock = listening_socket(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     logging.getLogger("ridge").info("ridge listening on http://%s:%s", host, port)

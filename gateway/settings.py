@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     log_level: str = "info"
     access_log: bool = Field(default=False, description="one log line per request (costs CPU)")
+    keep_alive_s: float = Field(
+        default=75.0, gt=0, description="how long an idle client connection stays open [s]; "
+        "longer than clients' own pool expiry (httpx 5 s, aiohttp 15 s), so a client never "
+        "reuses a connection the gateway is closing at that moment")
     upstream: UpstreamSettings = UpstreamSettings()
     registry: RegistrySettings = RegistrySettings()
     redis_url: str | None = Field(

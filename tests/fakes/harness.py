@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from backends.config import Fleet, parse_fleet
 from gateway.app import create_app
-from gateway.cli import listening_socket
+from gateway.cli import listening_socket, uvicorn_config
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 
@@ -106,10 +106,11 @@ async def running_ridge(
 ) -> AsyncIterator[RunningRidge]:
     """ridge serving ``fleet`` on a free port until the block ends."""
     metrics = CollectorRegistry()
-    app = create_app(settings or quick_settings(), fleet, metrics_registry=metrics)
+    settings = (settings or quick_settings()).model_copy(update={"log_level": "warning"})
+    app = create_app(settings, fleet, metrics_registry=metrics)
     sock = listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, settings))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

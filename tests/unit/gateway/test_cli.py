@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import listening_socket, main
+from fastapi import FastAPI
+
+from gateway.cli import listening_socket, main, uvicorn_config
+from gateway.settings import Settings
 
 
 def test_bad_fleet_file_stops_start_up_naming_file_and_field(
@@ -45,3 +48,12 @@ def test_listening_socket_has_nodelay() -> None:
         client.close()
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize(("keep_alive_s", "expected"), [(None, 75), (2.5, 3), (0.2, 1)])
+def test_idle_connections_outlive_clients_pool_expiry(keep_alive_s: float | None,
+                                                      expected: int) -> None:
+    settings = Settings() if keep_alive_s is None else Settings(keep_alive_s=keep_alive_s)
+    config = uvicorn_config(FastAPI(), settings)
+    assert config.timeout_keep_alive == expected  # uvicorn's own default is 5 s
+    assert config.lifespan == "on"
