@@ -156,6 +156,8 @@ class EndpointRegistry:
             chunk_tokens=pool.levers.chunked_prefill.token_budget
             if pool.levers.chunked_prefill and pool.levers.chunked_prefill.enabled
             else None,
+            draft_tokens=pool.levers.speculative.num_draft_tokens
+            if pool.levers.speculative else 0,
         )
 
     def _endpoint_snapshot(self, ep: _Endpoint, now: float) -> EndpointSnapshot:

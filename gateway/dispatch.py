@@ -243,7 +243,7 @@ class Dispatcher:
         for ep in (plan.prefill, plan.endpoint):
             if ep is not None:
                 self._book.acquire(ep.url)
-                held.append(await self._state.reserve(ep.url, tokens))
+                held.append(await self._state.reserve(ep.url, tokens, features.block_hashes))
         return held
 
     async def _release(

@@ -5,7 +5,10 @@ Input: ``ARGV[1]``, a JSON object (decoded with cjson): ``op`` (``select`` | ``r
 ``finish`` | ``release``), ``p`` the key prefix, ``now`` the caller's clock [s], ``lim`` the
 limits ``[max_prefix_entries, prefix_max_age_s, max_sessions, session_max_age_s,
 reservation_ttl_s, max_reservations, window_requests, max_models]``, and the operation's
-fields. Block hashes travel as DECIMAL STRINGS and are only ever concatenated, never turned
+fields. ``select`` and ``reserve`` also record the request's blocks ``h`` on each endpoint they
+reserve and answer ``from``, per reservation the first block that endpoint did not hold before
+(−1: no blocks); ``finish`` of a failed request forgets the blocks from ``ff`` on (−1: none).
+Block hashes travel as DECIMAL STRINGS and are only ever concatenated, never turned
 into Lua numbers (doubles: a 64-bit hash would lose bits). Output: a JSON string.
 
 Key layout (``P`` = prefix, e.g. ``ridge:``):
@@ -128,6 +131,22 @@ local function record(url, h)
   redis.call('ZREMRANGEBYSCORE', K_LRU, '-inf', '(' .. fmt(now - AGE_P))
 end
 
+local function forget(url, h, from)
+  local e = eid_of(url, false)
+  if not e or from >= #h then return end
+  local keys = {}
+  for i = from + 1, #h do keys[#keys + 1] = e .. ':' .. h[i] end
+  for s = 1, #keys, 1000 do
+    redis.call('ZREM', K_LRU, unpack(keys, s, math.min(s + 999, #keys)))
+  end
+end
+
+local function hold(url, h, before)
+  if #h == 0 then return -1 end
+  record(url, h)
+  return before
+end
+
 local function session_get(s)
   local v = redis.call('HGET', K_SU, s)
   if not v then return false end
@@ -217,7 +236,7 @@ local function scores(g, v, nb)
   local tot, ld, mt = {}, {}, {}
   for i, c in ipairs(cs) do
     local l = v.l[c.u]
-    ld[i] = math.max(l and l[1] or 0, c.f) + c.q
+    ld[i] = math.max(l and l[1] or 0, c.f, c.q)
     mt[i] = math.min(math.max(v.m[c.u] or 0, 0), nb)
     tot[i] = 0
   end
@@ -257,20 +276,24 @@ expire()
 if req.op == 'select' then
   local v = {m = matches(req.h, req.urls), l = loads(req.urls), w = window(req.model), s = false}
   if req.session ~= '' then v.s = session_get(req.session) end
-  local picks = {}
+  local picks, froms = {}, {}
   for i, g in ipairs(req.groups) do
     picks[i] = pick(g, v)
     reserve(req.rids[i], picks[i], req.tok)
+    froms[i] = hold(picks[i], req.h, v.m[picks[i]] or 0)
   end
-  return cjson.encode({m = v.m, l = v.l, w = v.w, s = v.s, picks = picks})
+  return cjson.encode({m = v.m, l = v.l, w = v.w, s = v.s, picks = picks, from = froms})
 elseif req.op == 'reserve' then
   reserve(req.rids[1], req.url, req.tok)
+  return cjson.encode({from = hold(req.url, req.h, matches(req.h, {req.url})[req.url] or 0)})
 elseif req.op == 'finish' then
   for _, rid in ipairs(req.rids) do drop(rid) end
   if req.ok then
     if #req.h > 0 then record(req.url, req.h) end
     if req.session ~= '' then session_bind(req.session, req.url) end
     observe(req.model, req.pt, req.mt, req.o)
+  elseif req.ff >= 0 then
+    forget(req.url, req.h, req.ff)
   end
 elseif req.op == 'release' then
   for _, rid in ipairs(req.rids) do drop(rid) end

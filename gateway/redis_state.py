@@ -10,9 +10,9 @@ seconds by default, so that gateways on different hosts agree up to NTP skew), p
 script; the contract tests pass their fake clock the same way.
 
 Local mirror: a :class:`routing.memory_state.MemoryState` that learns everything this gateway
-finishes. It serves :meth:`peek` (the pool choice runs on it, with the loads, prefix share and
-output mean of the last shared view overlaid), :meth:`measures` (telemetry) and every call
-while Redis is down.
+reserves and finishes. It serves :meth:`peek` (the pool choice runs on it, with the loads,
+prefix share and output mean of the last shared view overlaid), :meth:`measures` (telemetry)
+and every call while Redis is down.
 
 Redis failing is routine. Each call has a deadline of ``timeout_s`` (default 250 ms). On an
 error or a timeout the call is served by the local mirror, ``on_backend(False)`` is called
@@ -60,6 +60,11 @@ def _limits_arg(limits: StateLimits) -> list[float]:
 def _mapping(raw: Any) -> Mapping[str, Any]:
     """cjson encodes an empty table as ``{}`` or ``[]``: both mean empty here."""
     return raw if isinstance(raw, dict) else {}
+
+
+def _recorded_from(raw: Any) -> int | None:
+    """The script's ``from`` (−1 or absent: nothing recorded) as ``Reservation.recorded_from``."""
+    return None if raw is None or int(raw) < 0 else int(raw)
 
 
 def view_of(raw: Mapping[str, Any]) -> StateView:
@@ -156,16 +161,26 @@ class RedisState:
             return await self._local.select_and_reserve(request)
         view = self._remember(request.model, raw, urls)
         chosen = tuple(str(u) for u in raw["picks"])
-        held = tuple(Reservation(rid, url, max(0, request.tokens))
-                     for rid, url in zip(rids, chosen, strict=True))
+        froms = [_recorded_from(f) for f in raw.get("from") or [-1] * len(chosen)]
+        held = tuple(self._held(rid, url, request.tokens, frm, request.block_hashes)
+                     for rid, url, frm in zip(rids, chosen, froms, strict=True))
         return Selection(chosen, held, view)
 
-    async def reserve(self, endpoint: str, tokens: int) -> Reservation:
+    async def reserve(self, endpoint: str, tokens: int,
+                      block_hashes: Sequence[int] = ()) -> Reservation:
         rid, tokens = self._new_id(), max(0, tokens)
-        args = {"op": "reserve", "rids": [rid], "url": endpoint, "tok": tokens}
-        if await self._call(args, [rid]) is None:
-            return await self._local.reserve(endpoint, tokens)
-        return Reservation(rid, endpoint, tokens)
+        args = {"op": "reserve", "rids": [rid], "url": endpoint, "tok": tokens,
+                "h": [str(h) for h in block_hashes]}
+        raw = await self._call(args, [rid])
+        if raw is None:
+            return await self._local.reserve(endpoint, tokens, block_hashes)
+        return self._held(rid, endpoint, tokens, _recorded_from(raw.get("from")), block_hashes)
+
+    def _held(self, rid: str, url: str, tokens: int, recorded_from: int | None,
+              block_hashes: Sequence[int]) -> Reservation:
+        """A shared reservation; its blocks also go into the local mirror (for :meth:`peek`)."""
+        self._local.record_blocks(url, block_hashes)
+        return Reservation(rid, url, max(0, tokens), recorded_from)
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
         shared = reservation.id.startswith(RID_MARK)
@@ -216,7 +231,8 @@ class RedisState:
                 "h": [str(h) for h in outcome.block_hashes], "session": outcome.session or "",
                 "model": outcome.model, "pt": prompt,
                 "mt": min(prompt, max(0, outcome.matched_tokens)),
-                "o": output if output is not None and output >= 0 else -1}
+                "o": output if output is not None and output >= 0 else -1,
+                "ff": -1 if reservation.recorded_from is None else reservation.recorded_from}
 
     async def _call(self, args: dict[str, Any],
                     rids: Sequence[str] = ()) -> dict[str, Any] | None:

@@ -3,14 +3,19 @@
 Pure functions of an :class:`~routing.types.EndpointSnapshot` / :class:`~routing.types.PoolSnapshot`
 and the router's :class:`~routing.state.StateView`. Units: requests, tokens, blocks.
 
-- ``endpoint_load`` [requests] = gateway in-flight + engine running + engine waiting. The gateway
-  count is the larger of the shared state's count (every gateway replica) and the snapshot's
-  own (this replica only, a subset of the shared one), so neither is counted twice. The
-  engine's figures lag by one metrics poll, so a request may be counted by both the gateway
-  and the engine for up to one poll: the measure ranks endpoints, it is not an exact census
-  (the convention of :attr:`EndpointSnapshot.load`).
+- ``endpoint_load`` [requests] = max(gateway in-flight, engine running + engine waiting). The
+  gateway count is the larger of the shared state's count (every gateway replica) and the
+  snapshot's own (this replica only, a subset of the shared one). A request sent through the
+  gateway is in both the gateway's count and, once the engine has it, the engine's, so the two
+  are not added: the gateway's count is live and covers what the engine has not reported yet
+  (its figures lag by one metrics poll); the engine's covers requests that reached it some
+  other way (a gateway that does not share this state, a direct client). Each request is
+  counted once (the convention of :attr:`EndpointSnapshot.load`).
 - ``pool_load`` [requests per endpoint] = mean ``endpoint_load`` over the healthy endpoints.
 - ``uncached_tokens`` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
+- ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint, 1) × (load + 1):
+  the prefill work a request adds on an endpoint scaled by the queue it joins (the
+  ``cache_aware`` scorer's cost, :mod:`routing.scheduler.plugins.cache_aware`).
 - ``pool_saturated``: every healthy endpoint's engine waiting queue [requests] is at least
   ``max_waiting`` (the engine has no batch room left anywhere in the pool).
 """
@@ -30,9 +35,9 @@ DECODE = "decode"
 
 
 def endpoint_load(ep: EndpointSnapshot, view: StateView) -> float:
-    """Requests on ``ep``: gateway in-flight (shared view or local, the larger) + engine queued."""
-    gateway = max(view.load_of(ep.url).requests, ep.in_flight)
-    return gateway + ep.metrics.queued
+    """Requests on ``ep``: the largest of the shared view's in-flight, this gateway's own and
+    the engine's running + waiting."""
+    return max(view.load_of(ep.url).requests, ep.in_flight, ep.metrics.queued)
 
 
 def pool_load(pool: PoolSnapshot, view: StateView) -> float:
@@ -57,6 +62,12 @@ def best_match(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
 def uncached_tokens(features: RequestFeatures, matched: int) -> int:
     """Prompt tokens an endpoint holding ``matched`` leading blocks still has to prefill (≥ 0)."""
     return max(features.prompt_tokens - matched * features.block_tokens, 0)
+
+
+def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView) -> float:
+    """max(uncached tokens on ``ep``, 1) × (``endpoint_load`` + 1) [tokens × requests], ≥ 1."""
+    uncached = max(uncached_tokens(features, matched_blocks(ep.url, features, view)), 1)
+    return uncached * (endpoint_load(ep, view) + 1.0)
 
 
 def pool_saturated(pool: PoolSnapshot, max_waiting: float) -> bool:

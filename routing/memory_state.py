@@ -16,9 +16,11 @@ Parts, each bounded (parameters in :class:`StateLimits`):
   successful requests overall and per model (at most ``max_models`` models): prefix share,
   prompt and output lengths, and the output-length mean.
 
-What ``finish`` learns, it learns from SUCCESSFUL requests only: a failed request's blocks
-are not in any cache, its session found no home, and counting it in the windows would
-count a retried request twice. The reservation is released either way.
+A reservation records the request's blocks on its endpoint when it is made (the engine
+holds them from its prefill on). What ``finish`` learns, it learns from SUCCESSFUL requests
+only: a failed request's blocks are not in any cache (the ones its reservation added are
+forgotten), its session found no home, and counting it in the windows would count a retried
+request twice. The reservation is released either way.
 
 All methods run without awaiting, so under asyncio each is atomic: no locks needed.
 """
@@ -30,7 +32,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from routing.prefix_index import PrefixIndex
 from routing.select import Selection, SelectRequest, pick
@@ -223,18 +225,34 @@ class MemoryState:
                                    *(c.url for g in request.groups for c in g.candidates)]))
         view = self.peek(request.model, request.block_hashes, request.session, urls)
         chosen = tuple(pick(request, group, view) for group in request.groups)
-        now = self._clock()
-        held = tuple(self._in_flight.reserve(url, request.tokens, now) for url in chosen)
+        held = tuple(self.hold(url, request.tokens, request.block_hashes) for url in chosen)
         return Selection(chosen, held, view)
 
-    async def reserve(self, endpoint: str, tokens: int) -> Reservation:
-        return self._in_flight.reserve(endpoint, tokens, self._clock())
+    async def reserve(self, endpoint: str, tokens: int,
+                      block_hashes: Sequence[int] = ()) -> Reservation:
+        return self.hold(endpoint, tokens, block_hashes)
+
+    def hold(self, endpoint: str, tokens: int, block_hashes: Sequence[int]) -> Reservation:
+        """Reserve ``endpoint`` and record ``block_hashes`` on it (see :meth:`reserve`)."""
+        held = self._in_flight.reserve(endpoint, tokens, self._clock())
+        frm = self.record_blocks(endpoint, block_hashes)
+        return replace(held, recorded_from=frm)
+
+    def record_blocks(self, endpoint: str, block_hashes: Sequence[int]) -> int | None:
+        """Record ``block_hashes`` as held by ``endpoint``; the first block it did not hold
+        before (None when there are no blocks)."""
+        if not block_hashes:
+            return None
+        before = self._prefix.match(block_hashes, (endpoint,)).get(endpoint, 0)
+        self._prefix.record(endpoint, block_hashes)
+        return before
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
         now = self._clock()
         self._in_flight.expire(now)
         self._in_flight.release(reservation.id)
         if not outcome.succeeded:
+            self.forget_blocks(reservation, outcome.block_hashes)
             return
         if outcome.block_hashes:
             self._prefix.record(reservation.endpoint, outcome.block_hashes)
@@ -247,6 +265,11 @@ class MemoryState:
         self._prefix.clear()
         self._in_flight.clear()
         self._sessions.clear()
+
+    def forget_blocks(self, reservation: Reservation, block_hashes: Sequence[int]) -> None:
+        """Forget the blocks ``reservation`` recorded (a failed request's prompt)."""
+        if reservation.recorded_from is not None:
+            self._prefix.forget(reservation.endpoint, block_hashes[reservation.recorded_from:])
 
     def forget_endpoint(self, url: str) -> None:
         """Stop matching prefixes recorded for ``url`` (it restarted or left the fleet)."""

@@ -13,23 +13,34 @@ The default table (:data:`DEFAULT_RULES`), in order:
   and the model's mixed pools hold ≥ ``busy_load_per_endpoint`` requests per healthy endpoint
   (a long prefill stalls the decodes already running there). Pools: each prefill pool with its
   ``pair`` (decision carries both; lever ``pd_disaggregation``), least loaded first, then each
-  mixed pool with chunked prefill (lever ``chunked_prefill``). Reason
-  ``long_uncached_under_load``; detail ``uncached=3000,load=5.0``.
-``prefix`` — shared prefixes. Fires when the model's prefix share f ≥ ``high_prefix_share``
-  or the longest match on an endpoint of a prefix-caching pool is ≥ ``long_match_blocks`` or
-  ≥ ``long_match_fraction`` of the prompt's blocks. Pools: mixed pools with prefix caching, the
-  one holding the longest match first, then least loaded. Reason ``long_match`` (the match
-  test held) or ``high_prefix_share``; detail ``f=0.82,match=14/16``.
+  mixed pool with chunked prefill and without speculative decoding (lever
+  ``chunked_prefill``; a long prefill would share its steps with speculation's verify
+  batches). Reason ``long_uncached_under_load``; detail ``uncached=3000,load=5.0``.
 ``spec`` — decode-heavy at low load. Fires when expected output tokens ≥
   ``decode_heavy_ratio`` × prompt tokens. Pools: mixed pools with speculative decoding, least
-  loaded first, each admitted only while its decode batch — requests in flight per healthy
-  endpoint, each a sequence decoding one token per step — stays below
+  loaded first, each admitted only while its verify batch stays below
   ``spec_max_ridge_fraction`` × the pool's ``ridge_tokens`` (tokens per step where decoding
-  turns compute-bound, :mod:`routing.roofline`): past it the draft tokens' verify work competes
-  with real work and speculation's gain collapses. Speculation verifies (K+1) tokens per
-  sequence per step, so with K draft tokens a fraction of 1/(K+1) puts the verify batch exactly
-  at the ridge. A pool with an unknown ridge (0) is not admitted. Reason
-  ``low_load_decode_heavy``; detail ``out=800,in=100,batch=3.0/147.5``.
+  turns compute-bound, :mod:`routing.roofline`). Speculation verifies K + 1 tokens per
+  sequence per step (K = the pool's ``draft_tokens``), so with a decode batch of B sequences —
+  requests in flight per healthy endpoint (:func:`routing.measures.pool_load`) — the verify
+  batch is B × (K + 1) tokens: below the ridge the draft tokens ride along almost free; past it
+  they compete with real work and speculation's gain collapses. The default fraction 0.5 keeps
+  a margin below the roofline's ideal (real kernels turn compute-bound earlier). For an L4
+  (ridge ≈ 403 tokens) and K = 4: B < 0.5 × 403 / 5 ≈ 40 sequences per endpoint. A pool with
+  an unknown ridge (0) is not admitted. Reason ``low_load_decode_heavy``; detail
+  ``out=800,in=100,batch=3.0/40.3`` (sequences per endpoint: now / cap). Tried before
+  ``prefix``: a decode-heavy request's prompt is at most 1 / ``decode_heavy_ratio`` of its
+  work, so a cached prefix saves little of it while speculation speeds up the rest — and the
+  prefix rule also fires on the model-wide prefix share f, which says nothing about a short
+  unique chat prompt arriving among agent traffic.
+``prefix`` — shared prefixes. Fires when the model's prefix share f ≥ ``high_prefix_share``
+  or the longest match on an endpoint of a prefix-caching pool is ≥ ``long_match_blocks`` or
+  ≥ ``long_match_fraction`` of the prompt's blocks. Pools: mixed pools with prefix caching,
+  cheapest first: the pool whose best endpoint has the lowest cache cost, max(uncached
+  prompt tokens there, 1) × (load + 1) (:func:`routing.measures.cache_cost`, the replica
+  scorer's own measure) — the pool holding the longest match, unless its replicas are so busy
+  that recomputing the prompt on an idler pool is cheaper. Reason ``long_match`` (the match
+  test held) or ``high_prefix_share``; detail ``f=0.82,match=14/16``.
 ``default`` — everything else. Pools: the general pools — mixed pools without speculative
   decoding (speculation slows ordinary traffic at load; prefix caching and chunked prefill do
   not hurt it) — least loaded first; if the model has no general pool, every mixed pool
@@ -48,6 +59,7 @@ Decode pools are reached only through their prefill pool's pair.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,6 +83,7 @@ from routing.measures import (
     MIXED,
     PREFILL,
     best_match,
+    cache_cost,
     endpoint_load,
     pool_load,
     pool_saturated,
@@ -96,9 +109,9 @@ class PolicyConfig:
     long_match_blocks: int = 8  # [blocks] a match this long counts as long
     long_match_fraction: float = 0.5  # [fraction of the prompt's blocks] ... or this long
     decode_heavy_ratio: float = 2.0  # [output tokens per prompt token] decode-heavy
-    spec_max_ridge_fraction: float = 0.5  # [fraction of ridge_tokens] speculation's batch cap
+    spec_max_ridge_fraction: float = 0.5  # [fraction of ridge_tokens] cap on the verify batch
     saturated_queue_per_endpoint: float = 8.0  # [waiting requests per healthy endpoint]
-    rules: tuple[str, ...] = ("pd", "prefix", "spec", "default")
+    rules: tuple[str, ...] = ("pd", "spec", "prefix", "default")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +229,9 @@ def _high_share(inp: PolicyInput, cfg: PolicyConfig) -> bool:
 
 
 def _spec_limit(pool: PoolSnapshot, cfg: PolicyConfig) -> float:
-    """The decode batch [tokens per step] speculation may run at: a fraction of the ridge."""
-    return cfg.spec_max_ridge_fraction * pool.ridge_tokens
+    """The decode batch [sequences per endpoint] speculation may run at: the batch whose
+    verify tokens, (K + 1) per sequence, reach a fraction of the ridge [tokens per step]."""
+    return cfg.spec_max_ridge_fraction * pool.ridge_tokens / (max(pool.draft_tokens, 0) + 1)
 
 
 # --- the default rules ----------------------------------------------------------------------
@@ -229,7 +243,8 @@ def _pd_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
 
 
 def _pd_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
-    chunked = _least_loaded(_serving(inp, MIXED, CHUNKED_PREFILL), inp.view)
+    chunked = [p for p in _serving(inp, MIXED, CHUNKED_PREFILL) if SPECULATIVE not in p.levers]
+    chunked = _least_loaded(chunked, inp.view)
     return (*_pairs(inp), *(Target(p, CHUNKED_PREFILL) for p in chunked))
 
 
@@ -237,9 +252,15 @@ def _pd_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
     return f"uncached={_uncached(inp)},load={_busy(inp):.1f}"
 
 
+def _cheapest(inp: PolicyInput, pool: PoolSnapshot) -> float:
+    """The lowest ``cache_cost`` over the pool's healthy endpoints (inf when none)."""
+    return min((cache_cost(e, inp.features, inp.view) for e in pool.healthy_endpoints),
+               default=math.inf)
+
+
 def _prefix_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
     pools = _serving(inp, MIXED, PREFIX_CACHE)
-    pools.sort(key=lambda p: (-_prefix_match(inp, p), pool_load(p, inp.view)))
+    pools.sort(key=lambda p: _cheapest(inp, p))
     return tuple(Target(p, PREFIX_CACHE) for p in pools)
 
 

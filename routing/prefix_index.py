@@ -15,6 +15,9 @@ about 220 bytes (measured with tracemalloc on CPython 3.11).
   request's blocks an endpoint holds is therefore a prefix, and ``match(hashes)`` finds its
   length per endpoint by binary search: O(endpoints × log blocks) look-ups. Entries older
   than ``max_age_s`` count as absent even before they are purged.
+- ``forget(endpoint, hashes)`` removes those blocks of one endpoint (a request that was
+  recorded when its replica was chosen, then failed: pass the blocks past the match the
+  endpoint already had, so the held set stays a prefix). O(blocks).
 - ``forget_endpoint(url)`` retires the endpoint's id in O(1): its entries stop matching at
   once and leave through eviction and aging; if the URL comes back it gets a new id (an
   engine that restarted has an empty cache).
@@ -115,6 +118,14 @@ class PrefixIndex:
             if eid is not None and (n := self._leading(hashes, eid, cutoff)):
                 out[url] = n
         return out
+
+    def forget(self, endpoint: str, hashes: Sequence[int]) -> None:
+        """Drop the entries of ``hashes`` on ``endpoint`` (absent ones are ignored)."""
+        eid = self._ids.get(endpoint)
+        if eid is None:
+            return
+        for h in hashes:
+            self._entries.pop((h << _ID_BITS) | eid, None)
 
     def forget_endpoint(self, url: str) -> None:
         """Stop matching anything recorded for ``url`` (e.g. it restarted or was removed)."""

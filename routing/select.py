@@ -10,7 +10,7 @@ the state can compute atomically:
 - candidates: the pool's endpoints that passed the scheduler's filters (filters read only the
   frozen snapshot, so the caller runs them), each with ``in_flight`` (this gateway's own count,
   requests) and ``queued`` (the engine's running + waiting, requests);
-- load_e [requests] = max(state's in-flight requests on e, in_flight_e) + queued_e
+- load_e [requests] = max(state's in-flight requests on e, in_flight_e, queued_e)
   (:func:`routing.measures.endpoint_load`);
 - scorers (each in [0, 1], weighted, summed, like :class:`routing.scheduler.Scheduler`):
   ``cache_aware`` = min cost / cost_e with cost_e = max(prompt − matched_e × block_tokens, 1)
@@ -89,8 +89,8 @@ class Selection:
 
 
 def load_of(c: Candidate, view: StateView) -> float:
-    """load_e [requests] = max(shared in-flight, own in-flight) + engine queued."""
-    return max(view.load_of(c.url).requests, c.in_flight) + c.queued
+    """load_e [requests] = max(shared in-flight, own in-flight, engine queued)."""
+    return max(view.load_of(c.url).requests, c.in_flight, c.queued)
 
 
 def _cache_aware(req: SelectRequest, group: Group, view: StateView) -> dict[str, float]:

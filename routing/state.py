@@ -12,9 +12,13 @@ chosen endpoint) — or ONE: :meth:`RouterState.select_and_reserve` picks the re
 state's own copy of the scheduler's scoring (:mod:`routing.select`) and reserves it in the same
 atomic step, so gateways sharing a state cannot herd onto the endpoint they all saw idle; the
 pool is chosen beforehand on :meth:`RouterState.peek`, a view from the process's own memory
-without I/O. :meth:`RouterState.finish` releases the reservation and records what was
-learned (blocks now cached on the endpoint, prefix share, output length). Reservations expire
-on their own after ``ttl_s`` so a crashed gateway cannot hold them forever.
+without I/O. A reservation also records the request's prompt blocks as held by the chosen
+endpoint at once — the engine caches them as soon as it prefills, and requests that share a
+prompt often arrive together, long before the first one finishes — so the next request
+sharing them finds them there. :meth:`RouterState.finish` releases the reservation and records
+what was learned (the blocks again, refreshed; prefix share, output length); when the request
+failed, it forgets the blocks its reservation added. Reservations expire on their own after
+``ttl_s`` so a crashed gateway cannot hold them forever.
 """
 
 from __future__ import annotations
@@ -60,11 +64,14 @@ class StateView:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A request counted on an endpoint; hand it back to ``finish``."""
+    """A request counted on an endpoint; hand it back to ``finish``. ``recorded_from``: the
+    first of the request's prompt blocks the reservation recorded on ``endpoint`` that it did
+    not hold before (None: it recorded none), forgotten again if the request fails."""
 
     id: str
     endpoint: str
     tokens: int
+    recorded_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +108,21 @@ class RouterState(Protocol):
         ...
 
     async def select_and_reserve(self, request: SelectRequest) -> Selection:
-        """Read, pick one endpoint per group (:func:`routing.select.pick`) and reserve it,
-        atomically: no other reservation lands between this call's read and its reserve."""
+        """Read, pick one endpoint per group (:func:`routing.select.pick`), reserve it and
+        record the request's blocks there, atomically: no other reservation lands between
+        this call's read and its reserve."""
         ...
 
-    async def reserve(self, endpoint: str, tokens: int) -> Reservation:
-        """Count one request of ``tokens`` on ``endpoint`` until ``finish`` or expiry."""
+    async def reserve(self, endpoint: str, tokens: int,
+                      block_hashes: Sequence[int] = ()) -> Reservation:
+        """Count one request of ``tokens`` on ``endpoint`` until ``finish`` or expiry, and
+        record its prompt blocks ``block_hashes`` as held there."""
         ...
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
         """Release ``reservation``; on success remember the blocks as cached on its endpoint,
-        bind the session to it, and feed the prefix-share window and output estimate."""
+        bind the session to it, and feed the prefix-share window and output estimate; on
+        failure forget the blocks the reservation recorded (from ``recorded_from`` on)."""
         ...
 
     async def aclose(self) -> None: ...

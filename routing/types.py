@@ -55,9 +55,10 @@ class EndpointSnapshot:
 
     @property
     def load(self) -> float:
-        """Requests on this endpoint: the gateway's in-flight count plus the engine's running and
-        waiting (the engine's figures lag by one poll; the gateway's are live)."""
-        return self.in_flight + self.metrics.queued
+        """Requests on this endpoint: the larger of the gateway's in-flight count and the
+        engine's running + waiting (the same requests seen twice: the engine's figures lag by
+        one poll, the gateway's are live but miss requests sent some other way)."""
+        return max(float(self.in_flight), self.metrics.queued)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ class PoolSnapshot:
     prefill pool, its decode pool. ``ridge_tokens``: tokens in flight per step at which the
     pool's decoding turns compute-bound (:func:`routing.roofline.decode_ridge_tokens`).
     ``chunk_tokens``: its chunked-prefill token budget, if chunked prefill is on.
+    ``draft_tokens``: K, the tokens speculative decoding drafts per verify step (0 without it).
     """
 
     name: str
@@ -79,6 +81,7 @@ class PoolSnapshot:
     pair: str | None = None
     ridge_tokens: float = 0.0
     chunk_tokens: int | None = None
+    draft_tokens: int = 0
 
     def serves(self, model: str) -> bool:
         return model in self.models

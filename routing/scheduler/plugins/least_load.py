@@ -1,7 +1,7 @@
 """Scorer ``least_load``: the fewer requests an endpoint holds, the higher its score.
 
-Algorithm: load_e [requests] = gateway in-flight (shared state or local count, the larger) +
-engine running + engine waiting (:func:`routing.measures.endpoint_load`);
+Algorithm: load_e [requests] = the largest of the gateway's in-flight count (shared state or
+local) and the engine's running + waiting (:func:`routing.measures.endpoint_load`);
 score_e = 1 − load_e / max_load, with max_load the largest load among the candidates, so the
 busiest candidate scores 0 and an idle one 1. When every candidate is idle (max_load = 0) all
 score 1. Parameters: none.

@@ -190,6 +190,17 @@ def test_snapshot_mirrors_the_fleet(registry: EndpointRegistry) -> None:
     assert {ep.pool for ep in pools[0].endpoints} == {"a"}
 
 
+def test_snapshot_carries_the_levers_numbers(clock: FakeClock) -> None:
+    fleet = parse_fleet({"pools": [
+        pool("s", "vllm", ["m"], [A1], levers={"speculative": {"num_draft_tokens": 5}}),
+        pool("c", "vllm", ["m"], [B1], levers={"chunked_prefill": {"token_budget": 512}}),
+    ]})
+    spec, chunked = EndpointRegistry(fleet, clock=clock).snapshot()
+    # ridge: 1e12 FLOP/s ÷ 1e11 bytes/s × 2 bytes ÷ 2 = 10 tokens per step
+    assert (spec.draft_tokens, spec.chunk_tokens, spec.ridge_tokens) == (5, None, 10.0)
+    assert (chunked.draft_tokens, chunked.chunk_tokens) == (0, 512)
+
+
 def test_snapshot_is_frozen_and_cached_until_a_change(registry: EndpointRegistry) -> None:
     first = registry.snapshot()
     assert registry.snapshot() is first

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -135,6 +135,59 @@ class RouterStateContract:
         await serve(state, A, outcome(chain(SHARED), prompt=20, ok=succeeded))
         view = await state.read(M, chain(SHARED), None, (A, B))
         assert dict(view.matched_blocks) == expected
+
+    async def test_a_reservation_records_its_blocks_at_once(
+        self, make_state: StateFactory
+    ) -> None:
+        state = await make_state(LIMITS)
+        held = await state.reserve(A, 1, chain(SHARED))
+        assert held.recorded_from == 0
+        view = await state.read(M, chain(SHARED + "more"), None, (A, B))
+        assert dict(view.matched_blocks) == {A: 10}  # before the request finishes
+        await state.finish(held, outcome(chain(SHARED)))
+        view = await state.read(M, chain(SHARED), None, (A, B))
+        assert dict(view.matched_blocks) == {A: 10}
+
+    @pytest.mark.parametrize(("held_before", "recorded_from", "after_failure"),
+                             [(0, 0, {}), (5, 5, {A: 5}), (10, 10, {A: 10})])
+    async def test_a_failed_request_forgets_only_the_blocks_it_added(
+        self, make_state: StateFactory, held_before: int, recorded_from: int,
+        after_failure: dict[str, int],
+    ) -> None:
+        state = await make_state(LIMITS)
+        if held_before:
+            await serve(state, A, outcome(chain(SHARED[:8 * held_before])))
+        held = await state.reserve(A, 1, chain(SHARED))
+        assert held.recorded_from == recorded_from
+        await state.finish(held, outcome(chain(SHARED), ok=False))
+        view = await state.read(M, chain(SHARED), None, (A, B))
+        assert dict(view.matched_blocks) == after_failure
+
+    async def test_a_reservation_without_blocks_records_nothing(
+        self, make_state: StateFactory
+    ) -> None:
+        state = await make_state(LIMITS)
+        held = await state.reserve(A, 1)
+        assert held.recorded_from is None
+        await state.finish(held, outcome(chain(SHARED), ok=False))
+        assert dict((await state.read(M, chain(SHARED), None, (A,))).matched_blocks) == {}
+
+    async def test_select_and_reserve_records_the_blocks_on_each_pick(
+        self, make_state: StateFactory
+    ) -> None:
+        state = await make_state(LIMITS)
+        hashes = chain(SHARED)
+        groups = [Group((Candidate(A), Candidate(B))), Group((Candidate(C),))]
+        selection = await state.select_and_reserve(select_request(hashes, groups))
+        assert selection.endpoints == (A, C)
+        assert [r.recorded_from for r in selection.reservations] == [0, 0]
+        assert dict(selection.view.matched_blocks) == {}  # the view before the reservation
+        # the next request sharing the prompt goes where the first one went
+        whole = replace(select_request(hashes, groups[:1]), prompt_tokens=20)  # all cached on A
+        again = await state.select_and_reserve(whole)
+        assert again.endpoints == (A,)
+        assert again.reservations[0].recorded_from == 10
+        assert dict(again.view.matched_blocks) == {A: 10, C: 10}
 
     @pytest.mark.parametrize(
         ("served", "request_text", "endpoints", "expected"),
@@ -338,6 +391,6 @@ class RouterStateContract:
         self, make_state: StateFactory
     ) -> None:
         state = await make_state(LIMITS)
-        group = Group((Candidate(A, in_flight=3), Candidate(B, queued=2.0), Candidate(C, 1, 1.5)))
+        group = Group((Candidate(A, in_flight=3), Candidate(B, queued=2.0), Candidate(C, 1, 2.5)))
         chosen = await state.select_and_reserve(select_request((), [group]))
-        assert chosen.endpoints == (B,)  # loads 3, 2, 2.5
+        assert chosen.endpoints == (B,)  # loads 3, 2, max(1, 2.5): the largest count, not a sum

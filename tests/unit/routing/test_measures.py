@@ -20,7 +20,9 @@ from tests.unit.routing.scheduler.snapshots import ep, features, view
     ("endpoint", "shared", "load"),
     [
         (ep("a"), {}, 0),
-        (ep("a", in_flight=2, running=3, waiting=1), {}, 6),
+        (ep("a", in_flight=2, running=3, waiting=1), {}, 4),  # the engine's count, not a sum
+        (ep("a", in_flight=5, running=3, waiting=1), {}, 5),  # the gateway's (engine behind)
+        (ep("a", in_flight=1, running=1), {"a": 3}, 3),
         (ep("a", in_flight=2), {"a": 5}, 5),  # shared count covers the local one
         (ep("a", in_flight=4), {"a": 1}, 4),  # shared state behind: local count still counts
     ],

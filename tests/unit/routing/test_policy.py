@@ -116,12 +116,15 @@ CASES = [
     Case("unhealthy prefix pool → next rule",
          ("general", None, "none", "prefix>fallback_unhealthy"),
          pools=fleet(state=down("r1", "r2")), view=view(prefix_share=0.9)),
-    Case("saturated prefix pool → spec when spec fires",
-         ("spec", None, SPECULATIVE, "prefix>fallback_saturated"),
-         pools=fleet(state=saturated("r1", "r2")), features=features(prompt_tokens=100, output=800),
+    Case("decode-heavy with a high prefix share → spec (tried before prefix)",
+         ("spec", None, SPECULATIVE, "low_load_decode_heavy"),
+         features=features(prompt_tokens=100, output=800), view=view(prefix_share=0.9)),
+    Case("saturated spec pool → prefix when prefix fires",
+         ("radix", None, PREFIX_CACHE, "spec>fallback_saturated"),
+         pools=fleet(state=saturated("s1")), features=features(prompt_tokens=100, output=800),
          view=view(prefix_share=0.9)),
     Case("two rules lose the request: the first is named",
-         ("general", None, "none", "prefix>fallback_saturated"),
+         ("general", None, "none", "spec>fallback_unhealthy"),
          pools=fleet(state={**saturated("r1", "r2"), **down("s1")}),
          features=features(prompt_tokens=100, output=800), view=view(prefix_share=0.9)),
     # spec
@@ -146,7 +149,7 @@ CASES = [
     Case("every pool saturated → least-loaded of them",
          ("prefill", "decode", PD_DISAGGREGATION, "default>fallback_saturated"),
          pools=fleet(state=saturated("g1", "g2", "r1", "r2", "c1", "s1", "p1")),
-         view=view(load={u: 1 for u in MIXED_URLS})),
+         view=view(load={u: 9 for u in MIXED_URLS})),  # 9 in flight vs the pair's 8 waiting
     Case("no general pool → least-loaded mixed pool serving the model",
          ("spec", None, "none", "default"),
          pools=fleet(drop=("general", "radix", "chunk"))),
@@ -209,11 +212,27 @@ def test_switch_point_follows_the_fraction_and_counts_engine_load() -> None:
                           view(load={"s1": requests}))
         got = LeverPolicy(config).decide(inp)
         assert got is not None and got.pool == expected, requests
-    # 10 at the gateway + 45 running in the engine = 55 ≥ 50
+    # 10 in flight at this gateway, but the engine runs 50 (others send to it too): 50 ≥ 50
     inp = PolicyInput(features(prompt_tokens=100, output=800),
-                      fleet(state={"s1": {"in_flight": 10, "running": 45}}), view())
+                      fleet(state={"s1": {"in_flight": 10, "running": 50}}), view())
     got = LeverPolicy().decide(inp)
     assert got is not None and got.reason == "spec>fallback_near_ridge"
+
+
+@pytest.mark.parametrize(("draft_tokens", "requests", "pool", "detail"), [
+    (4, 9, "spec", "out=800,in=100,batch=9.0/10.0"),  # 0.5 × 100 / (4 + 1) = 10 sequences
+    (4, 10, "general", "out=800,in=100,batch=10.0/10.0,load=0.0"),
+    (1, 24, "spec", "out=800,in=100,batch=24.0/25.0"),  # 0.5 × 100 / 2 = 25
+    (1, 25, "general", "out=800,in=100,batch=25.0/25.0,load=0.0"),
+])
+def test_the_cap_counts_the_verify_tokens_of_each_sequence(
+        draft_tokens: int, requests: int, pool: str, detail: str) -> None:
+    pools = tuple(replace(p, draft_tokens=draft_tokens) if p.name == "spec" else p
+                  for p in fleet())
+    inp = PolicyInput(features(prompt_tokens=100, output=800), pools,
+                      view(load={"s1": requests}))
+    got = LeverPolicy().decide(inp)
+    assert got is not None and (got.pool, got.detail) == (pool, detail)
 
 
 def test_spec_pool_with_unknown_ridge_is_not_used_for_speculation() -> None:
@@ -224,9 +243,9 @@ def test_spec_pool_with_unknown_ridge_is_not_used_for_speculation() -> None:
 
 def test_rule_order_and_enabled_rules_come_from_config() -> None:
     both = PolicyInput(features(prompt_tokens=100, output=800), fleet(), view(prefix_share=0.9))
-    assert _pool(LeverPolicy().decide(both)) == "radix"
-    assert _pool(LeverPolicy(PolicyConfig(rules=("spec", "prefix", "default"))).decide(both)) \
-        == "spec"
+    assert _pool(LeverPolicy().decide(both)) == "spec"
+    assert _pool(LeverPolicy(PolicyConfig(rules=("prefix", "spec", "default"))).decide(both)) \
+        == "radix"
     assert _pool(LeverPolicy(PolicyConfig(rules=("default",))).decide(both)) == "general"
     # no rule at all: the least-loaded open pool
     none = LeverPolicy(PolicyConfig(rules=())).decide(both)
@@ -248,6 +267,19 @@ def test_prefix_prefers_the_pool_holding_the_longest_match() -> None:
     inp = PolicyInput(features(), pools, view(prefix_share=0.9, matched={"r1": 2, "x1": 6}))
     got = LeverPolicy().decide(inp)
     assert got is not None and (got.pool, got.detail) == ("radix2", "f=0.90,match=6/10")
+
+
+@pytest.mark.parametrize(("load", "pool"), [
+    ({"r1": 1}, "radix"),  # r1: 400 uncached × 2 = 800 < x1: 1000 × 1
+    ({"r1": 3, "r2": 1}, "radix2"),  # r1: 400 × 4 = 1600, r2: 1000 × 2 > x1: 1000 × 1
+    ({"r1": 3}, "radix"),  # r2 idle costs 1000 too: a tie keeps fleet order
+])
+def test_prefix_leaves_the_pool_holding_the_match_when_recomputing_elsewhere_is_cheaper(
+        load: dict[str, int], pool: str) -> None:
+    pools = (*fleet(), PoolSnapshot("radix2", "sglang", "mixed", ("m",),
+                                    (ep("x1", pool="radix2"),), frozenset({PREFIX_CACHE})))
+    inp = PolicyInput(features(), pools, view(prefix_share=0.9, matched={"r1": 6}, load=load))
+    assert _pool(LeverPolicy().decide(inp)) == pool
 
 
 def test_unknown_or_repeated_rules_are_refused() -> None:

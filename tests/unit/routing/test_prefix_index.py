@@ -92,6 +92,18 @@ def test_forget_endpoint_stops_its_matches_and_a_return_starts_empty() -> None:
     assert index.match(SHARED) == {A: 2, B: 10}
 
 
+def test_forget_drops_a_tail_of_one_endpoint_only() -> None:
+    index = PrefixIndex(1000, 60.0, FakeClock())
+    index.record(A, SHARED)
+    index.record(B, SHARED)
+    index.forget(A, SHARED[4:])  # a failed request's blocks past what A held before it
+    index.forget("http://never-seen", SHARED)
+    assert index.match(SHARED) == {A: 4, B: 10}
+    assert len(index) == 14
+    index.forget(A, SHARED)
+    assert index.match(SHARED) == {B: 10}
+
+
 @pytest.mark.parametrize(("max_entries", "max_age_s"), [(0, 1.0), (10, 0.0)])
 def test_limits_must_be_positive(max_entries: int, max_age_s: float) -> None:
     with pytest.raises(ValueError):

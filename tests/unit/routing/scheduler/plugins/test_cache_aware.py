@@ -22,8 +22,12 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
         ([ep("a", in_flight=3), ep("b")], {"a": 8}, {"a": 1.0, "b": 0.8}),
         # ... but not with load 5: 200 × 6 = 1200 > 1000
         ([ep("a", in_flight=5), ep("b")], {"a": 8}, {"a": 1000 / 1200, "b": 1.0}),
-        # engine running/waiting count as load: 200 × (1 + 2 + 2 + 1) = 1200
-        ([ep("a", in_flight=1, running=2, waiting=2), ep("b")], {"a": 8},
+        # the engine's running + waiting is the load when it exceeds the gateway's count (the
+        # same requests seen twice, not added): 200 × (max(1, 2 + 3) + 1) = 1200
+        ([ep("a", in_flight=1, running=2, waiting=3), ep("b")], {"a": 8},
+         {"a": 1000 / 1200, "b": 1.0}),
+        # ... and the gateway's count when it is larger: 200 × (max(5, 1 + 1) + 1) = 1200
+        ([ep("a", in_flight=5, running=1, waiting=1), ep("b")], {"a": 8},
          {"a": 1000 / 1200, "b": 1.0}),
         # the whole prompt cached on both: uncached floors at 1, load still decides (1 vs 5)
         ([ep("a"), ep("b", in_flight=4)], {"a": 10, "b": 10}, {"a": 1.0, "b": 0.2}),
@@ -45,7 +49,8 @@ def test_empty_prompt_reduces_to_least_load() -> None:
 
 
 def test_cost_units() -> None:
-    # 350 tokens, blocks of 100, 2 matched → 150 uncached; gateway 2 (shared) + engine 1 → 4
-    e = ep("a", in_flight=1, running=1)
-    c = ctx([e], features(prompt_tokens=350), view(matched={"a": 2}, load={"a": 2}))
+    # 350 tokens, blocks of 100, 2 matched → 150 uncached; load max(shared 3, own 1, engine 2)
+    # = 3 → × 4
+    e = ep("a", in_flight=1, running=2)
+    c = ctx([e], features(prompt_tokens=350), view(matched={"a": 2}, load={"a": 3}))
     assert cost(c, e) == 150 * 4

@@ -12,8 +12,9 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep, view
     [
         # score = 1 − load / max_load
         ([ep("a"), ep("b", in_flight=2), ep("c", in_flight=4)], {}, {"a": 1, "b": 0.5, "c": 0}),
-        # engine running + waiting add to the gateway count: a=1+1+2=4, b=1
-        ([ep("a", in_flight=1, running=1, waiting=2), ep("b", running=1)], {},
+        # the larger of the gateway count and the engine's running + waiting: a=max(1, 1+3)=4,
+        # b=max(0, 1)=1
+        ([ep("a", in_flight=1, running=1, waiting=3), ep("b", running=1)], {},
          {"a": 0, "b": 0.75}),
         # the shared state's count (all gateways) wins over the local one when larger
         ([ep("a", in_flight=1), ep("b", in_flight=2)], {"a": 4}, {"a": 0, "b": 0.5}),
