@@ -42,10 +42,11 @@ from bench.router_report import RunReport, build_report, report_dict, text
 from bench.workloads import NAMES, build, theoretical_f
 
 DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
-    {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 18.0})
-"""Requests/s per workload when ``--rate`` is not given (mixed: its heaviest step). Chosen for
-the 8-GPU benchmark fleets (``deploy/bench/``): the load at which round-robin meets the SLOs
-for about half of the requests (chat: a low load, few requests in flight per GPU)."""
+    {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 18.0, "chat_ramp": 9.0})
+"""Requests/s per workload when ``--rate`` is not given (mixed, chat_ramp: the heaviest step).
+Chosen for the 8-GPU benchmark fleets (``deploy/bench/``): the load at which round-robin meets
+the SLOs for about half of the requests (chat: a low load, few requests in flight per GPU;
+chat_ramp: 3 → 6 → 9 req/s, from about 30 decode-heavy requests in flight to about 90)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name (default: the first of GET /v1/models)")
     p.add_argument("--rate", type=float, help="requests/s (mixed: the heaviest step); "
                    f"defaults {dict(DEFAULT_RATES)}")
-    p.add_argument("--steps", type=int, default=3, help="mixed: load steps (default 3)")
+    p.add_argument("--steps", type=int, default=3, help="mixed, chat_ramp: load steps (default 3)")
     p.add_argument("--requests", type=int, default=400, help="request bound (default 400)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds bound (default 60)")
     p.add_argument("--drain", type=float, help="seconds to wait for requests in flight "

@@ -9,7 +9,6 @@ the fleet's ``routing.scheduler``, see :mod:`backends.config`). The table :data:
 - ``cache_aware``: the homogeneous fleet, the ``cache_aware`` scorer (fewest uncached prompt
   tokens × (load + 1)), ``max_score`` picker;
 - ``ridge``: the lever fleet with its own routing section (defaults unless the file sets them);
-- ``ridge_tuned``: the same pools with the policy settings this benchmark proposes;
 - ``ridge_sglang``: the lever fleet with an SGLang (radix cache) prefix pool, default routing.
 
 More routers (fleet variants for experiments) come from :func:`custom_router`.
@@ -36,7 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 HOMOGENEOUS = ROOT / "deploy" / "bench" / "homogeneous.yaml"
 LEVERS = ROOT / "deploy" / "bench" / "levers.yaml"
 LEVERS_SGLANG = ROOT / "deploy" / "bench" / "levers-sglang.yaml"
-LEVERS_TUNED = ROOT / "deploy" / "bench" / "levers-tuned.yaml"
 
 
 @dataclass(frozen=True)
@@ -62,8 +60,6 @@ ROUTERS: Mapping[str, Router] = MappingProxyType({
                            "picker": "max_score"},
                           "homogeneous fleet, cache-aware only"),
     "ridge": Router("ridge", LEVERS, None, "lever pools, full ridge router"),
-    "ridge_tuned": Router("ridge_tuned", LEVERS_TUNED, None,
-                          "lever pools, full ridge router with the proposed policy settings"),
     "ridge_sglang": Router("ridge_sglang", LEVERS_SGLANG, None,
                            "lever pools with an SGLang prefix pool, full ridge router"),
 })

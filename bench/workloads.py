@@ -19,15 +19,17 @@ the engine's real answers, appended by the driver, so histories grow as they do 
   (``max_tokens`` 256–512); run at a low rate, so few requests are in flight.
 - **mixed**: all three, arrivals drawn agent/rag/chat with ``MIXED_WEIGHTS``, in load steps of
   rising rate.
+- **chat_ramp**: chat's requests in load steps of rising rate, low to high concurrency (where
+  speculative decoding's batch climbs toward the compute ridge).
 
 Arrivals (open loop): a Poisson process per load step (exponential gaps with mean 1 / rate),
 from ``Random("{seed}:arrivals")``; their kinds follow the weights by smooth weighted
-round-robin (:func:`kind_sequence`), so every step gets the same mix. Single-kind workloads
-have one step at ``rate``; mixed has ``steps`` steps of equal duration at rate × k / steps,
-k = 1..steps (light → heavy). Arrival times do not depend on how fast the fleet answers: that
-is what makes goodput honest (a slow router cannot slow its own load down). Which
-conversation fills an arrival is decided at run time (:mod:`bench.dispatch`), since a
-conversation's next turn waits for its previous reply.
+round-robin (:func:`kind_sequence`), so every step gets the same mix. agent, rag and chat
+have one step at ``rate``; mixed and chat_ramp have ``steps`` steps of equal duration at
+rate × k / steps, k = 1..steps (light → heavy). Arrival times do not depend on how fast the
+fleet answers: that is what makes goodput honest (a slow router cannot slow its own load
+down). Which conversation fills an arrival is decided at run time (:mod:`bench.dispatch`),
+since a conversation's next turn waits for its previous reply.
 
 Units: tokens are estimated tokens (4 characters each), rates requests/s, times seconds.
 """
@@ -43,9 +45,10 @@ from typing import Protocol
 from bench import corpus
 from bench.prefix import Message, PrefixTracker
 
-AGENT, RAG, CHAT, MIXED = "agent", "rag", "chat", "mixed"
+AGENT, RAG, CHAT, MIXED, CHAT_RAMP = "agent", "rag", "chat", "mixed", "chat_ramp"
 KINDS = (AGENT, RAG, CHAT)
-NAMES = (AGENT, RAG, CHAT, MIXED)
+NAMES = (AGENT, RAG, CHAT, MIXED, CHAT_RAMP)
+STEPPED = frozenset({MIXED, CHAT_RAMP})  # workloads whose rate rises in load steps
 MIXED_WEIGHTS: Mapping[str, float] = MappingProxyType({AGENT: 0.5, RAG: 0.3, CHAT: 0.2})
 
 Range = tuple[int, int]
@@ -232,18 +235,20 @@ def kind_sequence(weights: Mapping[str, float]) -> Iterator[str]:
 
 
 def build(name: str, seed: int, rate: float, duration_s: float, steps: int = 3) -> Workload:
-    """The named workload at ``rate`` requests/s (mixed: the heaviest step's rate)."""
+    """The named workload at ``rate`` requests/s (stepped ones: the heaviest step's rate)."""
     if name not in NAMES:
         raise ValueError(f"unknown workload {name!r}; known: {', '.join(NAMES)}")
     if rate <= 0 or duration_s <= 0 or steps < 1:
         raise ValueError("rate and duration must be positive, steps at least 1")
     all_sources: dict[str, Source] = {
         AGENT: agent_source(seed), RAG: RagSource(seed), CHAT: ChatSource(seed)}
-    if name != MIXED:
-        return Workload(name, seed, {name: all_sources[name]}, {name: 1.0},
-                        (LoadStep(rate, duration_s),))
     ladder = tuple(LoadStep(rate * k / steps, duration_s / steps) for k in range(1, steps + 1))
-    return Workload(name, seed, all_sources, MIXED_WEIGHTS, ladder)
+    if name == MIXED:
+        return Workload(name, seed, all_sources, MIXED_WEIGHTS, ladder)
+    if name == CHAT_RAMP:
+        return Workload(name, seed, {CHAT: all_sources[CHAT]}, {CHAT: 1.0}, ladder)
+    return Workload(name, seed, {name: all_sources[name]}, {name: 1.0},
+                    (LoadStep(rate, duration_s),))
 
 
 def placeholder_reply(key: str, turn: int, tokens: int) -> str:

@@ -39,34 +39,38 @@ FALLING = [{"spec": 0.4, "radix": 0.6}, {"spec": 0.2, "radix": 0.8}, {"radix": 1
 def test_targets_on_worked_numbers() -> None:
     cells = [cell("agent", "round_robin", 2.0), cell("agent", "ridge", 3.1),
              cell("mixed", "round_robin", 2.0), cell("mixed", "cache_aware", 2.8),
-             cell("mixed", "ridge", 2.7, FALLING),
-             cell("chat", "round_robin", 1.0), cell("chat", "ridge", 0.96)]
-    agent, mixed_rr, mixed_ca, chat, spec = checks(cells)
+             cell("mixed", "ridge", 2.7, [{"spec": 0.2}] * 3),
+             cell("chat", "round_robin", 1.0), cell("chat", "ridge", 0.96),
+             cell("chat_ramp", "ridge", 2.0, FALLING)]
+    agent, mixed_rr, mixed_ca, chat, spec, mixed_spec = checks(cells)
     assert agent.met and agent.goal == pytest.approx(3.0)
     assert not mixed_rr.met and "short by 10%" in mixed_rr.text()  # 2.7 vs 3.0
     assert not mixed_ca.met and mixed_ca.goal == 2.8
     assert chat.met and chat.goal == pytest.approx(0.95)
     assert spec.met and (spec.value, spec.goal) == (0.0, 0.4)
-    assert "40% → 20% → 0% over the steps — met" in spec.text()
+    assert spec.text() == "chat_ramp: ridge's spec share falls with load: " \
+                          "40% → 20% → 0% over the steps — met"
+    assert mixed_spec.met is None  # reported only
+    assert mixed_spec.text().endswith("spec share: 20% → 20% → 20% over the steps")
 
 
 def test_every_full_router_row_gets_its_targets() -> None:
     cells = [cell("agent", "round_robin", 2.0), cell("agent", "ridge", 3.1),
-             cell("agent", "ridge_tuned", 2.9)]
-    assert checks(cells, "ridge_tuned")[0].met is False
+             cell("agent", "ridge_sglang", 2.9)]
+    assert checks(cells, "ridge_sglang")[0].met is False
     meta = {"command": "x", "requests": 1, "durations_s": {"agent": 1}, "steps": 3,
             "seed": 0, "speed": 1,
             "slo": {"ttft_s": 2, "tpot_s": 0.1, "e2e_s": 30}, "rates": {"agent": 6},
             "cpus": 2, "machine": "x86_64", "python": "3.11"}
     text = markdown(cells, meta)
-    assert "### Targets: ridge\n" in text and "### Targets: ridge_tuned\n" in text
+    assert "### Targets: ridge\n" in text and "### Targets: ridge_sglang\n" in text
 
 
 def test_a_spec_share_that_rises_at_any_step_misses() -> None:
     rising = [{"spec": 0.2}, {"spec": 0.3}, {"spec": 0.1}]
-    *_, spec = checks([cell("mixed", "ridge", 1.0, rising)])
+    *_, spec = checks([cell("chat_ramp", "ridge", 1.0, rising)])
     assert spec.met is False and "MISSED" in spec.text()
-    *_, flat = checks([cell("mixed", "ridge", 1.0, [{"spec": 0.2}] * 3)])
+    *_, flat = checks([cell("chat_ramp", "ridge", 1.0, [{"spec": 0.2}] * 3)])
     assert flat.met is False
 
 

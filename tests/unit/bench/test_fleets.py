@@ -12,7 +12,6 @@ from bench.fleets import (
     HOMOGENEOUS,
     LEVERS,
     LEVERS_SGLANG,
-    LEVERS_TUNED,
     ROUTERS,
     custom_router,
     render,
@@ -25,7 +24,7 @@ def _gpus(path: Path) -> list[tuple[str, float, float, str]]:
                    repr(p.model)) for p in fleet.pools for _ in p.endpoints)
 
 
-@pytest.mark.parametrize("levers", [LEVERS, LEVERS_SGLANG, LEVERS_TUNED], ids=lambda p: p.name)
+@pytest.mark.parametrize("levers", [LEVERS, LEVERS_SGLANG], ids=lambda p: p.name)
 def test_lever_fleets_have_the_homogeneous_gpus_and_replica_count(levers: Path) -> None:
     assert _gpus(HOMOGENEOUS) == _gpus(levers)
     assert len(_gpus(HOMOGENEOUS)) == 8
@@ -36,15 +35,6 @@ def test_the_sglang_variant_differs_only_in_the_prefix_pool_engine() -> None:
     assert [len(p.endpoints) for p in a.pools] == [len(p.endpoints) for p in b.pools]
     assert [p.levers for p in a.pools] == [p.levers for p in b.pools]
     assert [p.engine.value for p in b.pools] == ["sglang", "vllm", "vllm"]
-
-
-def test_the_tuned_variant_differs_only_in_its_routing_section() -> None:
-    plain, tuned = load_fleet(LEVERS), load_fleet(LEVERS_TUNED)
-    strip = [p.model_copy(update={"endpoints": []}) for p in plain.pools]
-    assert strip == [p.model_copy(update={"endpoints": []}) for p in tuned.pools]
-    assert plain.routing.policy.rules != tuned.routing.policy.rules
-    assert tuned.routing.policy.rules == ["pd", "spec", "prefix", "default"]
-    assert tuned.routing.policy.spec_max_ridge_fraction == pytest.approx(1 / (4 + 1))
 
 
 def test_custom_routers_name_a_fleet_file() -> None:

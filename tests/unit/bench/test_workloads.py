@@ -44,6 +44,13 @@ def test_poisson_arrivals_keep_the_rate() -> None:
     assert 9_500 <= len(arrivals) <= 10_500  # 10 req/s for 1000 s; sd ≈ 100
 
 
+def test_chat_ramp_is_chat_in_rising_steps() -> None:
+    wl = w.build(w.CHAT_RAMP, 0, 9.0, 90.0, steps=3)
+    assert [s.rate for s in wl.steps] == [3.0, 6.0, 9.0]
+    assert set(wl.sources) == {w.CHAT} and {a.kind for a in wl.arrivals(1000)} == {w.CHAT}
+    assert _first(wl.sources[w.CHAT], 3) == _first(w.build(w.CHAT, 0, 1.0, 9.0).sources[w.CHAT], 3)
+
+
 def test_mixed_steps_go_light_to_heavy_and_mix_the_kinds() -> None:
     wl = w.build(w.MIXED, 0, 9.0, 300.0, steps=3)
     assert [s.rate for s in wl.steps] == [3.0, 6.0, 9.0]
