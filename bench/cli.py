@@ -73,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", required=True, choices=NAMES)
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's base URL")
     p.add_argument("--model", help="model name (default: the first of GET /v1/models)")
-    p.add_argument("--rate", type=float, help="requests/s (mixed: the heaviest step); "
+    p.add_argument("--rate", type=float, help="requests/s (mixed, chat_ramp: the heaviest step); "
                    f"defaults {dict(DEFAULT_RATES)}")
     p.add_argument("--steps", type=int, default=3, help="mixed, chat_ramp: load steps (default 3)")
     p.add_argument("--requests", type=int, default=400, help="request bound (default 400)")

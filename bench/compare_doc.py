@@ -115,8 +115,8 @@ def checks(cells: Sequence[Cell], router: str = "ridge") -> list[Check]:
                      "round_robin", 0.95),
     ]
     out.append(_falls_check(cells, router, "chat_ramp"))
-    if spec_shares(cells, router, "mixed") is not None:
-        shares = spec_shares(cells, router, "mixed") or []
+    shares = spec_shares(cells, router, "mixed")
+    if shares is not None:
         steps = " → ".join(f"{s:.0%}" for s in shares)
         out.append(Check(f"mixed (reported, not a target): {router}'s spec share", None, None,
                          None, f"{steps} over the steps"))

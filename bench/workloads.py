@@ -48,7 +48,6 @@ from bench.prefix import Message, PrefixTracker
 AGENT, RAG, CHAT, MIXED, CHAT_RAMP = "agent", "rag", "chat", "mixed", "chat_ramp"
 KINDS = (AGENT, RAG, CHAT)
 NAMES = (AGENT, RAG, CHAT, MIXED, CHAT_RAMP)
-STEPPED = frozenset({MIXED, CHAT_RAMP})  # workloads whose rate rises in load steps
 MIXED_WEIGHTS: Mapping[str, float] = MappingProxyType({AGENT: 0.5, RAG: 0.3, CHAT: 0.2})
 
 Range = tuple[int, int]
