@@ -4,7 +4,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from fastapi import FastAPI
 
 from gateway.cli import listening_socket, main, uvicorn_config
