@@ -10,7 +10,7 @@ and the router's :class:`~routing.state.StateView`. Units: requests, tokens, blo
   are not added: the gateway's count is live and covers what the engine has not reported yet
   (its figures lag by one metrics poll); the engine's covers requests that reached it some
   other way (a gateway that does not share this state, a direct client). Each request is
-  counted once (the convention of :attr:`EndpointSnapshot.load`).
+  counted once.
 - ``pool_load`` [requests per endpoint] = mean ``endpoint_load`` over the healthy endpoints.
 - ``uncached_tokens`` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
 - ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint, 1) × (load + 1):

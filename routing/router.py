@@ -19,8 +19,9 @@ least_load, prefix_match and session_affinity).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from routing.decision import RouteDecision
 from routing.features import RequestFeatures
@@ -28,6 +29,8 @@ from routing.policy import LeverPolicy, PolicyInput
 from routing.scheduler.framework import PluginTiming, Scheduler, SchedulingContext
 from routing.state import StateView
 from routing.types import EndpointSnapshot, PoolSnapshot
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +85,28 @@ class Router:
     ) -> Placement | None:
         """The decision and each side's candidates (requires :attr:`atomic`), or None when
         no pool can take the request; pools are set aside as in :meth:`plan`."""
+        def attempt(decision: RouteDecision, by_name: Mapping[str, PoolSnapshot]
+                    ) -> Placement | None:
+            names = [n for n in (decision.pool, decision.decode_pool) if n is not None]
+            sides = [self._side(by_name[n], features, view, now, exclude) for n in names]
+            return Placement(decision, tuple(sides)) if all(s.candidates for s in sides) else None
+        return self._first(features, pools, view, attempt)
+
+    def _first(self, features: RequestFeatures, pools: tuple[PoolSnapshot, ...],
+               view: StateView, attempt: Callable[[RouteDecision, Mapping[str, PoolSnapshot]],
+                                                  _T | None]) -> _T | None:
+        """The policy decides; ``attempt`` tries the decision; when it fails, the decision's
+        pool(s) are set aside and the policy decides again over the rest."""
         remaining = pools
         for _ in range(len(pools)):
             decision = self._policy.decide(PolicyInput(features, remaining, view))
             if decision is None:
                 return None
-            by_name = {p.name: p for p in remaining}
-            names = [n for n in (decision.pool, decision.decode_pool) if n is not None]
-            sides = [self._side(by_name[n], features, view, now, exclude) for n in names]
-            if all(s.candidates for s in sides):
-                return Placement(decision, tuple(sides))
-            remaining = tuple(p for p in remaining if p.name not in names)
+            outcome = attempt(decision, {p.name: p for p in remaining})
+            if outcome is not None:
+                return outcome
+            dropped = {decision.pool, decision.decode_pool}
+            remaining = tuple(p for p in remaining if p.name not in dropped)
         return None
 
     def _side(self, pool: PoolSnapshot, features: RequestFeatures, view: StateView, now: float,
@@ -113,29 +127,22 @@ class Router:
     ) -> RoutePlan | None:
         """A plan, or None when no pool can take the request."""
         timings: list[PluginTiming] = []
-        remaining = pools
-        for _ in range(len(pools)):
-            decision = self._policy.decide(PolicyInput(features, remaining, view))
-            if decision is None:
-                return None
-            plan = self._place(decision, features, remaining, view, now, exclude, timings)
-            if plan is not None:
-                return plan
-            dropped = {decision.pool, decision.decode_pool}
-            remaining = tuple(p for p in remaining if p.name not in dropped)
-        return None
+
+        def attempt(decision: RouteDecision, by_name: Mapping[str, PoolSnapshot]
+                    ) -> RoutePlan | None:
+            return self._place(decision, features, by_name, view, now, exclude, timings)
+        return self._first(features, pools, view, attempt)
 
     def _place(
         self,
         decision: RouteDecision,
         features: RequestFeatures,
-        pools: tuple[PoolSnapshot, ...],
+        by_name: Mapping[str, PoolSnapshot],
         view: StateView,
         now: float,
         exclude: frozenset[str],
         timings: list[PluginTiming],
     ) -> RoutePlan | None:
-        by_name = {p.name: p for p in pools}
         first = self._pick(by_name[decision.pool], features, view, now, exclude, timings)
         if first is None:
             return None

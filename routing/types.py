@@ -53,13 +53,6 @@ class EndpointSnapshot:
     in_flight: int = 0
     metrics: EngineMetrics = field(default_factory=EngineMetrics)
 
-    @property
-    def load(self) -> float:
-        """Requests on this endpoint: the larger of the gateway's in-flight count and the
-        engine's running + waiting (the same requests seen twice: the engine's figures lag by
-        one poll, the gateway's are live but miss requests sent some other way)."""
-        return max(float(self.in_flight), self.metrics.queued)
-
 
 @dataclass(frozen=True, slots=True)
 class PoolSnapshot:
