@@ -1,0 +1,23 @@
+"""The router's decisions on seeded workloads are pinned: every cell of
+:mod:`tests.integration.decision_replay` (fleet × workload) must route exactly as recorded in
+``tests/data/decision_trace.json``. A deliberate change of routing behaviour re-records it
+(``python -m tests.integration.decision_replay``) and says why in its commit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.decision_replay import FLEETS, GOLDEN, WORKLOADS, digest, trace
+
+RECORDED = json.loads(GOLDEN.read_text())
+
+
+@pytest.mark.parametrize("fleet", list(FLEETS))
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_decisions_match_the_recorded_trace(fleet: str, workload: str) -> None:
+    lines = trace(fleet, workload)
+    cell = RECORDED[f"{fleet}/{workload}"]
+    assert len(lines) == cell["requests"]
+    assert digest(lines) == cell["digest"]
