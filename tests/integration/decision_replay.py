@@ -29,11 +29,11 @@ from typing import Any
 import yaml
 
 from backends.config import Fleet, parse_fleet
+from backends.registry import EndpointRegistry, PollResult
 from bench.cli import DEFAULT_RATES
 from bench.dispatch import Dispatcher as Turns
 from bench.dispatch import Pending
 from bench.workloads import build, placeholder_reply
-from backends.registry import EndpointRegistry, PollResult
 from gateway.app import build_router
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.openai_request import Endpoint, ParsedRequest, parse_request
@@ -223,7 +223,8 @@ def record(path: Path = GOLDEN) -> None:
             lines = trace(fleet_name, workload)
             pools = Counter(line.split("|")[0] for line in lines)
             out[f"{fleet_name}/{workload}"] = {
-                "requests": len(lines), "digest": digest(lines), "pools": dict(sorted(pools.items())),
+                "requests": len(lines), "digest": digest(lines),
+                "pools": dict(sorted(pools.items())),
             }
     path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
