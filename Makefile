@@ -8,12 +8,12 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 APT_PACKAGES ?= prometheus redis-server
 
-.PHONY: demo test test-fast lint typecheck engines deps clean
+.PHONY: demo test test-fast lint typecheck engines deps bench-overhead clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml bench/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e ./bench
 	touch $(STAMP)
 
 deps: $(STAMP)
@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway routing backends bench tests
+	$(BIN)/ruff check gateway routing backends bench/ridge_bench tests
 
 ## Everything: type checks, lint, unit, integration and real-engine tests
 test: deps engines typecheck lint
@@ -41,5 +41,9 @@ test: deps engines typecheck lint
 test-fast: deps typecheck lint
 	$(BIN)/pytest -q -p no:cacheprovider -m "not real_engine"
 
+## The gateway overhead benchmark (docs/benchmarks/overhead.md; about 10 minutes)
+bench-overhead: $(STAMP)
+	$(BIN)/python -m ridge_bench.overhead
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .bench-venv .mypy_cache .pytest_cache .ruff_cache

@@ -1,10 +1,10 @@
 """Engine dialects: how each engine spells its HTTP paths and metric names, as data.
 
-One frozen :class:`EngineDialect` per :class:`backends.config.Engine`, held in the read-only
+One frozen :class:`EngineDialect` per :class:`backends.fleet_file.Engine`, held in the read-only
 table :data:`DIALECTS`. Code that talks to engines looks a dialect up and reads its fields;
 it never branches on the engine's name.
 
-A dialect maps each :class:`routing.types.EngineMetrics` field either to a :class:`Reading`
+A dialect maps each :class:`routing.snapshots.EngineMetrics` field either to a :class:`Reading`
 (which exposed sample to read and how to combine its label sets) or to an :class:`Absent`
 entry that says why the engine has no equivalent. Every field is in exactly one of the two
 (a unit test checks it), so a gap is a documented decision, never an oversight.
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from backends.config import Engine
-from routing.types import EngineMetrics
+from backends.fleet_file import Engine
+from routing.snapshots import EngineMetrics
 
 
 class Aggregate(StrEnum):

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from backends.dialects import Aggregate, EngineDialect, Reading
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _LABEL_VALUE = r'"(?:[^"\\]|\\.)*"'  # double-quoted, backslash escapes

@@ -24,7 +24,7 @@ import aiohttp
 
 from backends.dialects import EngineDialect
 from backends.metrics import MetricsParseError, normalise
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 
 
 class ProbeError(Exception):

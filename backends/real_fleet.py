@@ -26,11 +26,17 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from backends.config import Engine, Fleet
+from backends.fleet_file import Engine, Fleet
 from backends.vllm_launch import vllm_command, vllm_env
 
-ROOT = Path(__file__).resolve().parent.parent
-ENGINES = ROOT / ".engines"
+ENGINES_DIR_VARIABLE = "RIDGE_ENGINES_DIR"  # as deploy/vllm-cpu/setup.sh names it
+
+
+def engines_dir() -> Path:
+    """Where ``deploy/vllm-cpu/setup.sh`` built the engines: ``$RIDGE_ENGINES_DIR``, else
+    ``.engines`` in the working directory (the repository root, where ``make engines`` puts
+    it)."""
+    return Path(os.environ.get(ENGINES_DIR_VARIABLE) or ".engines")
 
 
 class RealFleetError(RuntimeError):
@@ -57,19 +63,21 @@ class RealFleet:
             await asyncio.to_thread(proc.wait)
 
 
-def engine_paths(root: Path = ENGINES) -> tuple[str, str]:
+def engine_paths(root: Path) -> tuple[str, str]:
     """(vLLM's python, the model folder), or RealFleetError naming the set-up script."""
     python, model = root / "vllm-venv" / "bin" / "python", root / "smollm2-135m"
     if not python.exists() or not (model / "config.json").exists():
-        raise RealFleetError(f"no real engine set-up in {root}: run deploy/vllm-cpu/setup.sh "
-                             "(make engines) first")
+        raise RealFleetError(f"no real engine set-up in {root.resolve()}: run "
+                             "deploy/vllm-cpu/setup.sh (make engines) in a checkout first, "
+                             f"and run from its root or set {ENGINES_DIR_VARIABLE}")
     return str(python), str(model)
 
 
 async def start_real_fleet(fleet: Fleet, log_dir: Path, startup_timeout_s: float = 300.0,
-                           root: Path = ENGINES) -> RealFleet:
-    """Launch every endpoint of ``fleet`` as a real vLLM and wait until all are healthy."""
-    python, model = engine_paths(root)
+                           root: Path | None = None) -> RealFleet:
+    """Launch every endpoint of ``fleet`` as a real vLLM and wait until all are healthy
+    (``root``: the engines' directory, default :func:`engines_dir`)."""
+    python, model = engine_paths(root or engines_dir())
     refused = [p.name for p in fleet.pools if p.engine is not Engine.VLLM]
     if refused:
         raise RealFleetError(f"only vLLM runs on this machine; pools {refused} are not vLLM")

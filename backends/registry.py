@@ -1,11 +1,13 @@
 """The endpoint registry: live state of every engine endpoint, and the poller that refreshes it.
 
-:class:`EndpointRegistry` is built from a :class:`backends.config.Fleet` and holds, per
-endpoint: healthy flag, the gateway's in-flight count, the last :class:`EngineMetrics`, the
-last error, consecutive health failures and the time of the last poll. The router reads it
-through :meth:`EndpointRegistry.snapshot` (frozen :class:`PoolSnapshot` objects, rebuilt only
-after a change). The app creates one registry; there is no module-level state. It is meant for
-one asyncio event loop and is not thread-safe.
+:class:`EndpointRegistry` is built from a :class:`backends.fleet_file.Fleet` and holds, per
+endpoint: healthy flag, the last :class:`EngineMetrics`, the last error, consecutive health
+failures and the time of the last poll. The router reads it through
+:meth:`EndpointRegistry.snapshot` (frozen :class:`PoolSnapshot` objects, rebuilt only after a
+poll or a failure changed something). The gateway's in-flight requests are not counted here:
+the router state's reservations are the one count (:mod:`routing.load`). The app creates one
+registry; there is no module-level state. It is meant for one asyncio event loop and is not
+thread-safe.
 
 Health rules (the decisions, in one place):
 - an endpoint starts *unhealthy* (state unknown) and becomes healthy on its first successful
@@ -29,18 +31,17 @@ MetricsSource's own timeout).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from backends.config import Fleet, Pool, pool_levers
 from backends.dialects import EngineDialect, dialect_for
+from backends.fleet_file import Fleet, Pool, pool_levers
 from backends.probe import MetricsSource, ProbeError
-from routing.roofline import decode_ridge_tokens
-from routing.types import EndpointSnapshot, EngineMetrics, PoolSnapshot
+from routing.fleet_math import decode_ridge_tokens
+from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,6 @@ class EndpointStatus:
     url: str
     pool: str
     healthy: bool
-    in_flight: int
     metrics: EngineMetrics
     last_error: str | None
     consecutive_failures: int
@@ -76,7 +76,6 @@ class _Endpoint:
     pool: str
     dialect: EngineDialect
     healthy: bool = False
-    in_flight: int = 0
     metrics: EngineMetrics = field(default_factory=EngineMetrics)
     metrics_at: float | None = None
     last_error: str | None = None
@@ -161,9 +160,7 @@ class EndpointRegistry:
         )
 
     def _endpoint_snapshot(self, ep: _Endpoint, now: float) -> EndpointSnapshot:
-        return EndpointSnapshot(
-            ep.url, ep.pool, ep.healthy, ep.in_flight, self._shown_metrics(ep, now)
-        )
+        return EndpointSnapshot(ep.url, ep.pool, ep.healthy, self._shown_metrics(ep, now))
 
     def _shown_metrics(self, ep: _Endpoint, now: float) -> EngineMetrics:
         if ep.metrics_at is None or self._metrics_ttl_s is None:
@@ -187,7 +184,6 @@ class EndpointRegistry:
             url=ep.url,
             pool=ep.pool,
             healthy=ep.healthy,
-            in_flight=ep.in_flight,
             metrics=ep.metrics,
             last_error=ep.last_error,
             consecutive_failures=ep.consecutive_failures,
@@ -202,31 +198,6 @@ class EndpointRegistry:
             if any(self._endpoints[u].healthy for u in pool.endpoint_urls()):
                 models.update(pool.models)
         return sorted(models)
-
-    # -- the gateway's in-flight counting -----------------------------------------------------
-
-    def acquire(self, url: str) -> None:
-        """One more gateway request in flight to ``url``."""
-        self._get(url).in_flight += 1
-        self._changed()
-
-    def release(self, url: str) -> None:
-        """One gateway request to ``url`` finished; never goes below zero."""
-        ep = self._get(url)
-        if ep.in_flight == 0:
-            log.warning("release(%s) without a matching acquire; in-flight stays 0", url)
-            return
-        ep.in_flight -= 1
-        self._changed()
-
-    @contextlib.contextmanager
-    def track(self, url: str) -> Iterator[None]:
-        """``with registry.track(url):`` counts one request in flight for the block's duration."""
-        self.acquire(url)
-        try:
-            yield
-        finally:
-            self.release(url)
 
     # -- health ---------------------------------------------------------------------------------
 

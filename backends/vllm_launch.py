@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from backends.config import Pool, Speculative, load_fleet
+from backends.fleet_file import Pool, Speculative, load_fleet
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from backends.aiohttp_client import AiohttpClient
 from backends.client import BackendClient, Timeouts
-from backends.config import Fleet
+from backends.fleet_file import Fleet, FleetConfigError
 from backends.httpx_client import HttpxClient
 from backends.probe import HttpProbe, MetricsSource
 from backends.registry import EndpointRegistry, Poller
@@ -25,14 +25,15 @@ from gateway.errors import install_error_handlers
 from gateway.proxy import Proxy
 from gateway.redis_state import RedisState
 from gateway.routes import router
-from gateway.runtime import Gateway
+from gateway.services import Gateway
 from gateway.settings import Settings, StateSettings, UpstreamSettings
 from gateway.telemetry import Telemetry
-from routing.features import FeatureExtractor
+from routing.features import FeatureConfig, FeatureExtractor
 from routing.memory_state import MemoryState, StateLimits
 from routing.policy import LeverPolicy
 from routing.router import Router
-from routing.scheduler.registry import build_scheduler
+from routing.scheduler.catalog import build_scheduler
+from routing.token_counters import HFTokenizerCounter, TokenCounter, tokenizers_available
 
 log = logging.getLogger("ridge")
 
@@ -62,13 +63,15 @@ def create_app(
     client_factory: ClientFactory = default_client,
     probe_factory: ProbeFactory = HttpProbe,
 ) -> FastAPI:
-    """A ridge app for ``fleet``. The factories are seams for tests."""
+    """A ridge app for ``fleet``. The factories are seams for tests. Raises
+    :class:`~backends.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded."""
+    extractor = build_extractor(fleet)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with _running(
             app, settings, fleet, metrics_registry or CollectorRegistry(), client_factory,
-            probe_factory,
+            probe_factory, extractor,
         ):
             yield
 
@@ -86,11 +89,12 @@ async def _running(
     metrics: CollectorRegistry,
     client_factory: ClientFactory,
     probe_factory: ProbeFactory,
+    extractor: FeatureExtractor,
 ) -> AsyncIterator[None]:
     registry = EndpointRegistry(fleet)
     telemetry = Telemetry(metrics, frozenset(m for p in fleet.pools for m in p.models))
     state = await build_state(settings, telemetry)
-    telemetry.bind_fleet(fleet, registry.snapshot, state.measures)
+    telemetry.bind_fleet(fleet, registry.snapshot, state)
     client = client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
@@ -98,7 +102,7 @@ async def _running(
         probe_factory(probe_session, settings.registry.probe_timeout_s),
         interval_s=settings.registry.poll_interval_s,
     )
-    dispatcher = Dispatcher(registry, client, build_router(fleet), state, FeatureExtractor(),
+    dispatcher = Dispatcher(registry, client, build_router(fleet), state, extractor,
                             settings.upstream.retries)
     proxy = Proxy(dispatcher, telemetry)
     app.state.gateway = Gateway(settings, fleet, registry, telemetry, proxy, state)
@@ -140,6 +144,25 @@ async def build_state(settings: Settings, telemetry: Telemetry) -> MemoryState |
     await state.start()
     log.info("router state shared in Redis (prefix %r)", settings.state.redis_prefix)
     return state
+
+
+def build_extractor(fleet: Fleet) -> FeatureExtractor:
+    """The fleet's feature extraction: block size, estimate and a tokenizer per model."""
+    f = fleet.routing.features
+    config = FeatureConfig(f.block_tokens, f.chars_per_token, f.default_output_tokens)
+    return FeatureExtractor(config, {m: load_tokenizer(m, p) for m, p in f.tokenizers.items()})
+
+
+def load_tokenizer(model: str, path: str) -> TokenCounter:
+    """The exact token counter of ``model`` from ``tokenizer.json`` at ``path``."""
+    where = f"routing.features.tokenizers.{model}"
+    if not tokenizers_available():
+        raise FleetConfigError(f"{where}: the 'tokenizers' package is not installed "
+                               "(pip install 'ridge[tokenizers]')")
+    try:
+        return HFTokenizerCounter.from_file(path)
+    except Exception as exc:  # noqa: BLE001 - the library raises its own exception types
+        raise FleetConfigError(f"{where}: cannot load {path}: {exc}") from exc
 
 
 def build_router(fleet: Fleet) -> Router:

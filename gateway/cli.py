@@ -2,9 +2,11 @@
 
 - ``ridge serve --config FLEET.yaml [--host H] [--port P]``: the gateway in front of a fleet.
 - ``ridge demo [--port P] [--speed X] [--real]``: the gateway in front of the simulated demo
-  fleet (``deploy/demo-fleet.yaml``), all in one process; ``--real``: real vLLM engines.
-- ``ridge bench --workload agent|rag|chat|mixed --url URL ...``: replay a workload against a
-  gateway and report goodput (:mod:`bench.cli`; ``ridge bench --help``).
+  fleet (``gateway/demo/demo-fleet.yaml``, package data), all in one process; ``--real``: real
+  vLLM engines.
+- ``ridge NAME ...``: a command another installed distribution adds through the entry-point
+  group ``ridge.commands`` (a function ``run(argv) -> exit status``), such as ``ridge bench``
+  from ridge-bench (``bench/`` in the repository). ridge never imports them itself.
 
 Settings also come from the environment (prefix ``RIDGE_``, see :mod:`gateway.settings`);
 flags win over the environment.
@@ -19,30 +21,39 @@ import math
 import socket
 import sys
 import tempfile
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
+from importlib.resources import as_file, files
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from fastapi import FastAPI
 
-from backends.config import Fleet, FleetConfigError, load_fleet
+from backends.fleet_file import Fleet, FleetConfigError, load_fleet
 from backends.real_fleet import RealFleetError, start_real_fleet
 from gateway.app import create_app
 from gateway.settings import Settings
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-DEMO_FLEET = DEPLOY / "demo-fleet.yaml"
-REAL_DEMO_FLEET = DEPLOY / "demo-real-fleet.yaml"
+DEMO_FLEET = "demo-fleet.yaml"
+REAL_DEMO_FLEET = "demo-real-fleet.yaml"
+COMMANDS_GROUP = "ridge.commands"
+BUILTIN = ("serve", "demo")
+KNOWN_PLUGINS = {"bench": "ridge-bench (from a ridge checkout: pip install -e ./bench)"}
+"""Plugin commands ridge can name when they are missing: command → how to install it."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        from bench.cli import run as bench
-
-        return bench(argv[1:])
-    args = _parser().parse_args(argv)
+    plugins = plugin_commands()
+    name = argv[0] if argv else ""
+    if name in plugins and name not in BUILTIN:
+        command = cast(Callable[[list[str]], int], plugins[name].load())
+        return command(argv[1:])
+    if name in KNOWN_PLUGINS:
+        print(f"ridge {name}: not installed; install {KNOWN_PLUGINS[name]}", file=sys.stderr)
+        return 2
+    args = _parser(plugins).parse_args(argv)
     settings = _settings(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
@@ -58,10 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             fleet = load_fleet(path)
             run(serve(settings, fleet))
         elif args.real:
-            fleet = load_fleet(args.config or REAL_DEMO_FLEET)
+            fleet = _demo_fleet(args.config, REAL_DEMO_FLEET)
             run(demo_real(settings, fleet))
         else:
-            fleet = load_fleet(args.config or DEMO_FLEET)
+            fleet = _demo_fleet(args.config, DEMO_FLEET)
             run(demo(settings, fleet, speed=args.speed, seed=args.seed))
     except (FleetConfigError, RealFleetError) as exc:
         print(f"ridge: {exc}", file=sys.stderr)
@@ -82,19 +93,35 @@ def run(main: Coroutine[Any, Any, None]) -> None:
     uvloop.run(main)
 
 
-def _parser() -> argparse.ArgumentParser:
+def plugin_commands() -> Mapping[str, EntryPoint]:
+    """The commands installed distributions add (entry-point group ``ridge.commands``)."""
+    return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
+
+
+def _demo_fleet(config: str | None, name: str) -> Fleet:
+    """``config`` if given, else the demo fleet ``name`` shipped inside the package."""
+    if config:
+        return load_fleet(config)
+    with as_file(files("gateway").joinpath("demo", name)) as path:
+        return load_fleet(path)
+
+
+def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ridge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("bench", help="replay a workload against a gateway (ridge bench --help)")
+    for name, ep in sorted(plugins.items()):
+        if name not in BUILTIN:
+            dist = ep.dist.name if ep.dist else ep.value
+            sub.add_parser(name, help=f"from {dist} (ridge {name} --help)", add_help=False)
     serve_p = sub.add_parser("serve", help="run the gateway in front of a fleet")
     serve_p.add_argument("--config", help="fleet YAML file (or RIDGE_CONFIG)")
     demo_p = sub.add_parser("demo", help="run the gateway with the simulated demo fleet")
-    demo_p.add_argument("--config", help=f"fleet file to simulate (default {DEMO_FLEET.name})")
+    demo_p.add_argument("--config", help=f"fleet file to simulate (default {DEMO_FLEET})")
     demo_p.add_argument("--speed", type=float, default=1.0, help="simulated time speed-up")
     demo_p.add_argument("--seed", type=int, default=0)
     demo_p.add_argument("--real", action="store_true",
                         help=f"real vLLM engines instead of simulated ones "
-                             f"(default fleet {REAL_DEMO_FLEET.name}; needs `make engines`)")
+                             f"(default fleet {REAL_DEMO_FLEET}; needs `make engines`)")
     for p in (serve_p, demo_p):
         p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
         p.add_argument("--port", type=int, help="port to listen on (default 8080)")

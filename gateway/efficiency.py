@@ -2,9 +2,9 @@
 
 ``source="ridge"``: ridge's own accounting (:class:`TokenLedger`). Every finished request's
 tokens (prompt P, cached C, completion G, from the engine's usage) are priced with the
-formulas of :mod:`routing.efficiency` and the pool's model facts: FLOPs, KV bytes read and
+formulas of :mod:`routing.fleet_math` and the pool's model facts: FLOPs, KV bytes read and
 written, and the weights read once per engine step (steps counted by
-:class:`routing.efficiency.StepCounter` from the streams' token timings). The prefill's work is
+:class:`gateway.engine_steps.StepCounter` from the streams' token timings). The prefill's work is
 placed at the first token, the decodes' FLOPs and KV traffic spread evenly over [first token,
 end], and each new step's weight read at the time of that step. Achieved rates are the work
 inside the last ``window_s`` seconds ÷ the window (only the time since the first scrape while
@@ -13,7 +13,7 @@ that is shorter).
 ``source="engine"``: the engine's own estimates, where it exports them (vLLM
 ``vllm:estimated_flops_per_gpu_total`` / ``vllm:estimated_{read,write}_bytes_per_gpu_total``
 with ``--enable-mfu-metrics``), read from the endpoint registry's
-:class:`~routing.types.EngineMetrics` — whatever the engine's dialect table maps there (SGLang
+:class:`~routing.snapshots.EngineMetrics` — whatever the engine's dialect table maps there (SGLang
 0.5.10 added ``sglang:estimated_*_per_gpu_total`` behind the same flag). Each scrape samples the
 cumulative totals; the achieved rate is (newest − oldest sample within the window) ÷ the time
 between them. A FLOP total still at 0 means the engine does not estimate (vLLM without the flag
@@ -46,15 +46,11 @@ from types import MappingProxyType
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backends.config import Fleet, Pool
-from routing.efficiency import (
-    ModelShape,
-    RequestTokens,
-    StepCounter,
-    request_cost,
-    utilisation,
-)
-from routing.types import EngineMetrics, PoolSnapshot
+from backends.fleet_file import Fleet
+from gateway.engine_steps import StepCounter
+from routing import fleet_math
+from routing.fleet_math import HardwareRates, ModelShape, RequestTokens, request_cost, utilisation
+from routing.snapshots import EngineMetrics, PoolSnapshot
 
 RIDGE = "ridge"
 ENGINE = "engine"
@@ -76,14 +72,8 @@ class EndpointFacts:
     pool: str
     engine: str
     shape: ModelShape
-    peak_flops: float
-    mem_bandwidth: float
+    rates: HardwareRates
     chunk: int | None = None
-
-
-def pool_shape(pool: Pool) -> ModelShape:
-    m = pool.model
-    return ModelShape(m.params, m.layers, m.hidden_size, m.kv_heads, m.head_dim, m.dtype_bytes)
 
 
 def endpoint_facts(fleet: Fleet) -> dict[str, EndpointFacts]:
@@ -93,8 +83,8 @@ def endpoint_facts(fleet: Fleet) -> dict[str, EndpointFacts]:
         chunked = pool.levers.chunked_prefill
         chunk = chunked.token_budget if chunked and chunked.enabled else None
         for url in pool.endpoint_urls():
-            out[url] = EndpointFacts(url, pool.name, pool.engine.value, pool_shape(pool),
-                                     pool.hardware.peak_flops, pool.hardware.mem_bandwidth, chunk)
+            out[url] = EndpointFacts(url, pool.name, pool.engine.value, pool.model.to_shape(),
+                                     pool.hardware.to_rates(), chunk)
     return out
 
 
@@ -257,11 +247,11 @@ class Reading:
 
     @property
     def mfu(self) -> float:
-        return utilisation(self.rates.flops, self.facts.peak_flops)
+        return fleet_math.mfu(self.rates.flops, self.facts.rates)
 
     @property
     def mbu(self) -> float:
-        return utilisation(self.rates.read + self.rates.write, self.facts.mem_bandwidth)
+        return fleet_math.mbu(self.rates.read + self.rates.write, self.facts.rates)
 
 
 Snapshot = Callable[[], Sequence[PoolSnapshot]]
@@ -340,7 +330,7 @@ def _pool_families(readings: Iterable[Reading]) -> Iterator[Metric]:
         key = (r.facts.pool, r.source)
         achieved[key] = achieved.get(key, Totals()).plus(r.rates)
         flops, bandwidth = peaks.get(key, (0.0, 0.0))
-        peaks[key] = (flops + r.facts.peak_flops, bandwidth + r.facts.mem_bandwidth)
+        peaks[key] = (flops + r.facts.rates.peak_flops, bandwidth + r.facts.rates.mem_bandwidth)
     mfu = GaugeMetricFamily("ridge_pool_mfu_ratio", "Pool MFU: Σ achieved FLOP/s ÷ Σ peak over "
                             "the pool's endpoints", labels=("pool", "source"))
     mbu = GaugeMetricFamily("ridge_pool_mbu_ratio", "Pool MBU: Σ achieved bytes/s ÷ Σ memory "
@@ -361,6 +351,6 @@ def _fact_families(facts: Iterable[EndpointFacts]) -> Iterator[Metric]:
     for f in facts:
         if f.pool not in seen:
             seen.add(f.pool)
-            peak.add_metric([f.pool], f.peak_flops)
-            bandwidth.add_metric([f.pool], f.mem_bandwidth)
+            peak.add_metric([f.pool], f.rates.peak_flops)
+            bandwidth.add_metric([f.pool], f.rates.mem_bandwidth)
     yield from (peak, bandwidth)

@@ -4,13 +4,15 @@ From the endpoint registry's snapshot (engine figures normalised across engines,
 :mod:`backends.dialects`), per ``{pool, endpoint}``:
 
 - ``ridge_endpoint_up`` (1 healthy, 0 not), ``ridge_endpoint_requests_in_flight`` (this
-  gateway's requests on it), ``ridge_engine_requests_running``, ``ridge_engine_requests_waiting``,
+  gateway's requests on it, and ``ridge_requests_in_flight`` {pool} their sum per pool, both
+  read from the router state's reservations, the one place in-flight requests are counted),
+  ``ridge_engine_requests_running``, ``ridge_engine_requests_waiting``,
   ``ridge_engine_kv_cache_usage_ratio`` (0–1), and the counters
   ``ridge_engine_prefix_cache_queries_total`` / ``ridge_engine_prefix_cache_hits_total``
   (prompt tokens looked up / found in the engine's prefix cache; their rates' ratio is the
   engine's cache hit rate). A figure the engine does not export is left out.
 
-From the router's workload measures (:class:`routing.workload.WorkloadMeasures`, the same
+From the router's workload measures (:class:`routing.window.WorkloadMeasures`, the same
 windows the lever policy reads), per ``model`` (a configured model, or ``*`` for all):
 
 - ``ridge_prefix_share_ratio``: f = Σ matched prompt tokens ÷ Σ prompt tokens over the window;
@@ -19,7 +21,7 @@ windows the lever policy reads), per ``model`` (a configured model, or ``*`` for
 - ``ridge_workload_window_requests``: requests in the window;
 
 and per ``pool``, joining the router's in-flight counts with the snapshot as the policy does
-(:func:`routing.workload.pool_load`, healthy endpoints only): ``ridge_tokens_in_flight``
+(:func:`routing.load.pool_summary`, healthy endpoints only): ``ridge_tokens_in_flight``
 (prompt tokens to prefill + output tokens to decode, reserved by the router),
 ``ridge_pool_concurrency`` (requests) and ``ridge_pool_tokens_per_endpoint`` (the figure held
 against the pool's ridge point, ``ridge_pool_ridge_tokens``).
@@ -30,18 +32,26 @@ Model names from clients are not labels: only configured models (and ``*``) are 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from routing.types import EndpointSnapshot, PoolSnapshot
-from routing.workload import WindowMeasures, WorkloadMeasures, pool_load
+from routing.load import NO_LOAD, InFlight, pool_summary
+from routing.snapshots import EndpointSnapshot, PoolSnapshot
+from routing.window import WindowMeasures, WorkloadMeasures
 
 ALL_MODELS = "*"
 
 Snapshot = Callable[[], Sequence[PoolSnapshot]]
-MeasuresSource = Callable[[], WorkloadMeasures]
-"""What the router state offers: ``measures()`` — synchronous, cheap, read at each scrape."""
+
+
+class StateReadout(Protocol):
+    """What the gauges read of the router state at each scrape (synchronous, cheap)."""
+
+    def measures(self) -> WorkloadMeasures: ...
+
+    def in_flight(self) -> InFlight: ...
 
 _EP = ("pool", "endpoint")
 _ENGINE_GAUGES = (
@@ -59,33 +69,39 @@ _ENGINE_COUNTERS = (
 
 
 class FleetGauges(Collector):
-    """Endpoint and workload gauges (see the module). ``measures`` None = no router state."""
+    """Endpoint and workload gauges (see the module). ``state`` None = no router state."""
 
     def __init__(self, snapshot: Snapshot, models: frozenset[str],
-                 measures: MeasuresSource | None = None) -> None:
+                 state: StateReadout | None = None) -> None:
         self._snapshot = snapshot
         self._models = models
-        self._measures = measures
+        self._state = state
 
     def collect(self) -> Iterator[Metric]:
         pools = tuple(self._snapshot())
-        yield from endpoint_families(pools)
-        if self._measures is not None:
-            measures = self._measures()
+        own = self._state.in_flight() if self._state is not None else {}
+        yield from endpoint_families(pools, own)
+        if self._state is not None:
+            measures = self._state.measures()
             yield from workload_families(measures, self._models)
             yield from pool_load_families(pools, measures)
 
 
-def endpoint_families(pools: Iterable[PoolSnapshot]) -> Iterator[Metric]:
+def endpoint_families(pools: Sequence[PoolSnapshot], own: InFlight) -> Iterator[Metric]:
     endpoints = [ep for pool in pools for ep in pool.endpoints]
     up = GaugeMetricFamily("ridge_endpoint_up", "1 when the endpoint's last health probe "
                            "passed, else 0", labels=_EP)
     in_flight = GaugeMetricFamily("ridge_endpoint_requests_in_flight", "This gateway's "
                                   "requests on the endpoint now", labels=_EP)
+    per_pool = GaugeMetricFamily("ridge_requests_in_flight", "This gateway's requests being "
+                                 "served now, by pool", labels=("pool",))
     for ep in endpoints:
         up.add_metric([ep.pool, ep.url], 1.0 if ep.healthy else 0.0)
-        in_flight.add_metric([ep.pool, ep.url], float(ep.in_flight))
-    yield from (up, in_flight)
+        in_flight.add_metric([ep.pool, ep.url], float(own.get(ep.url, NO_LOAD).requests))
+    for pool in pools:
+        held = sum(own.get(ep.url, NO_LOAD).requests for ep in pool.endpoints)
+        per_pool.add_metric([pool.name], float(held))
+    yield from (up, in_flight, per_pool)
     for name, help_, attr in _ENGINE_GAUGES:
         yield _engine_family(GaugeMetricFamily(name, help_, labels=_EP), endpoints, attr)
     for name, help_, attr in _ENGINE_COUNTERS:
@@ -142,9 +158,9 @@ def pool_load_families(pools: Iterable[PoolSnapshot], measures: WorkloadMeasures
     ridge = GaugeMetricFamily("ridge_pool_ridge_tokens", "Tokens in flight per step at which "
                               "the pool's decoding turns compute-bound", labels=("pool",))
     for pool in pools:
-        load = pool_load(pool, measures.in_flight)
+        load = pool_summary(pool, measures.in_flight)
         tokens.add_metric([pool.name], float(load.tokens_in_flight))
-        concurrency.add_metric([pool.name], load.concurrency)
+        concurrency.add_metric([pool.name], load.load)
         per_endpoint.add_metric([pool.name], load.tokens_per_endpoint)
         ridge.add_metric([pool.name], pool.ridge_tokens)
     yield from (tokens, concurrency, per_endpoint, ridge)

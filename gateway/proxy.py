@@ -26,9 +26,9 @@ from backends.client import UpstreamStreamError
 from gateway.dispatch import SESSION_HEADER, Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
 from gateway.openai_request import ParsedRequest
+from gateway.slos import SLO_CLASS_HEADER
 from gateway.sse import EventSplitter, StreamObserver, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
-from routing.goodput import SLO_CLASS_HEADER
 
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
 T = TypeVar("T")
@@ -107,8 +107,7 @@ class Proxy:
             if attempts.failures:
                 self._telemetry.retries.labels(call.pool).inc(attempts.failures)
         call.status = call.sent.response.status
-        self._telemetry.route(call.sent.plan.decision)
-        self._telemetry.in_flight.labels(call.pool).inc()
+        self._telemetry.route(call.sent.plan)
         return call.sent
 
     async def _read(self, call: Call) -> bytes:
@@ -184,7 +183,6 @@ class Proxy:
         prompt_tokens = _int(usage.get("prompt_tokens"))
         completion = _int(usage.get("completion_tokens")) or call.completion_tokens
         if call.sent is not None:
-            self._telemetry.in_flight.labels(call.pool).dec()
             await self._dispatcher.finish(
                 call.sent,
                 call.parsed,

@@ -1,13 +1,31 @@
 """The Lua script behind :class:`gateway.redis_state.RedisState`: every state operation is ONE
 script call (EVALSHA), so each is atomic in Redis and costs one round trip.
 
-Input: ``ARGV[1]``, a JSON object (decoded with cjson): ``op`` (``select`` | ``reserve`` |
+The script holds data operations only: no routing decision is made here (the router's
+scheduler plugins choose, in Python, on the view ``read`` returns).
+
+Input: ``ARGV[1]``, a JSON object (decoded with cjson): ``op`` (``read`` | ``reserve`` |
 ``finish`` | ``release``), ``p`` the key prefix, ``now`` the caller's clock [s], ``lim`` the
 limits ``[max_prefix_entries, prefix_max_age_s, max_sessions, session_max_age_s,
 reservation_ttl_s, max_reservations, window_requests, max_models]``, and the operation's
-fields. ``select`` and ``reserve`` also record the request's blocks ``h`` on each endpoint they
-reserve and answer ``from``, per reservation the first block that endpoint did not hold before
-(−1: no blocks); ``finish`` of a failed request forgets the blocks from ``ff`` on (−1: none).
+fields.
+
+- ``read``: the view of one request — prefix matches ``m`` and in-flight loads ``l`` of the
+  endpoints ``urls``, the model's window sums ``w`` and the session's endpoint ``s``.
+- ``reserve``: reserve each endpoint of ``picks`` (reservation ids ``rids``, ``tok`` tokens
+  each) and record the request's blocks ``h`` there — but only if, since the view the choice
+  was made on (``expect``: the picks' in-flight requests in it; ``seen``: those of every
+  endpoint of ``urls``), no pick has gained more requests than the endpoint of ``urls`` that
+  gained the fewest (and than none, when every endpoint lost some), unless ``force``.
+  Answer: ``{ok = true, from}``, ``from`` per reservation the first block that endpoint did
+  not hold before (−1: no blocks); or, refused, ``{ok = false}`` with a fresh view of
+  ``urls`` as ``read`` gives it, so the caller chooses again without another round trip.
+  This check is what stops two gateways that both saw an endpoint idle from both taking it;
+  an endpoint that gained no more than every other (the whole fleet got busier evenly) is
+  still the right choice and is taken.
+- ``finish``: release ``rids``; on success record the blocks, bind the session, feed the
+  windows; a failed request forgets the blocks from ``ff`` on (−1: none).
+- ``release``: release ``rids`` (a gateway catching up after Redis came back).
 Block hashes travel as DECIMAL STRINGS and are only ever concatenated, never turned
 into Lua numbers (doubles: a 64-bit hash would lose bits). Output: a JSON string.
 
@@ -227,65 +245,38 @@ local function loads(urls)
   return out
 end
 
-local function isclose(a, b)
-  return math.abs(a - b) <= math.max(1e-9 * math.max(math.abs(a), math.abs(b)), 1e-12)
+local function view()
+  local v = {ok = false, m = matches(req.h, req.urls), l = loads(req.urls), w = window(req.model),
+             s = false}
+  if req.session ~= '' then v.s = session_get(req.session) end
+  return v
 end
 
-local function scores(g, v, nb)
-  local cs, w = g.c, g.w
-  local tot, ld, mt = {}, {}, {}
-  for i, c in ipairs(cs) do
-    local l = v.l[c.u]
-    ld[i] = math.max(l and l[1] or 0, c.f, c.q)
-    mt[i] = math.min(math.max(v.m[c.u] or 0, 0), nb)
-    tot[i] = 0
-  end
-  local function add(weight, f)
-    if not weight then return end
-    for i, c in ipairs(cs) do
-      local s = f(i, c)
-      if s ~= s then s = 0 end
-      tot[i] = tot[i] + weight * math.min(math.max(s, 0), 1)
-    end
-  end
-  local cost, cheapest, top = {}, math.huge, 0
-  for i = 1, #cs do
-    cost[i] = math.max(req.pt - mt[i] * req.bt, 1) * (ld[i] + 1)
-    cheapest = math.min(cheapest, cost[i])
-    top = math.max(top, ld[i])
-  end
-  add(w.cache_aware, function(i) return cheapest / cost[i] end)
-  add(w.least_load, function(i) if top <= 0 then return 1 end return 1 - ld[i] / top end)
-  add(w.prefix_match, function(i) if nb == 0 then return 0 end return mt[i] / nb end)
-  add(w.session_affinity, function(i, c)
-    if req.session ~= '' and c.u == v.s then return 1 end return 0 end)
-  return tot
+local function gained(url, seen)
+  return tonumber(redis.call('HGET', K_LR, url) or '0') - seen
 end
 
-local function pick(g, v)
-  local tot = scores(g, v, #req.h)
-  local best = -math.huge
-  for i = 1, #tot do best = math.max(best, tot[i]) end
-  for i = 1, #tot do
-    if isclose(tot[i], best) then return g.c[i].u end
+local function taken()
+  local least = math.huge
+  for i, url in ipairs(req.urls) do least = math.min(least, gained(url, req.seen[i])) end
+  for i, url in ipairs(req.picks) do
+    if gained(url, req.expect[i]) > math.max(least, 0) then return true end
   end
-  return g.c[1].u
+  return false
 end
 
 expire()
-if req.op == 'select' then
-  local v = {m = matches(req.h, req.urls), l = loads(req.urls), w = window(req.model), s = false}
-  if req.session ~= '' then v.s = session_get(req.session) end
-  local picks, froms = {}, {}
-  for i, g in ipairs(req.groups) do
-    picks[i] = pick(g, v)
-    reserve(req.rids[i], picks[i], req.tok)
-    froms[i] = hold(picks[i], req.h, v.m[picks[i]] or 0)
-  end
-  return cjson.encode({m = v.m, l = v.l, w = v.w, s = v.s, picks = picks, from = froms})
+if req.op == 'read' then
+  return cjson.encode(view())
 elseif req.op == 'reserve' then
-  reserve(req.rids[1], req.url, req.tok)
-  return cjson.encode({from = hold(req.url, req.h, matches(req.h, {req.url})[req.url] or 0)})
+  if not req.force and taken() then return cjson.encode(view()) end
+  local froms = {}
+  for i, url in ipairs(req.picks) do
+    local before = matches(req.h, {url})[url] or 0
+    reserve(req.rids[i], url, req.tok)
+    froms[i] = hold(url, req.h, before)
+  end
+  return cjson.encode({ok = true, from = froms})
 elseif req.op == 'finish' then
   for _, rid in ipairs(req.rids) do drop(rid) end
   if req.ok then

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.errors import GatewayError, error_body
 from gateway.openai_request import Endpoint, parse_request
-from gateway.runtime import Gateway, GatewayDep
+from gateway.services import Gateway, GatewayDep
 
 router = APIRouter()
 

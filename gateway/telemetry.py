@@ -17,14 +17,15 @@ Per finished request (:meth:`Telemetry.record`):
   ``ridge_completion_tokens_total``, ``ridge_cached_prompt_tokens_total`` {model, pool, lever}
   and the length histograms ``ridge_request_prompt_tokens`` / ``ridge_request_completion_tokens``
   {model, pool};
-- goodput (:mod:`routing.goodput`): ``ridge_slo_evaluated_requests_total``,
+- goodput (:mod:`gateway.slos`, :mod:`routing.fleet_math`): ``ridge_slo_evaluated_requests_total``,
   ``ridge_goodput_requests_total`` and ``ridge_slo_violations_total{slo}`` {model, pool, lever,
   slo_class}; the bounds themselves as ``ridge_slo_objective_seconds`` {model, slo_class, slo};
 - its work priced for MFU/MBU by the :class:`~gateway.efficiency.TokenLedger` (once bound to a
   fleet, see :meth:`Telemetry.bind_fleet`).
 
 Per route decision (:meth:`Telemetry.route`): ``ridge_route_decisions_total`` {pool, lever,
-reason}.
+reason}, and ``ridge_scheduler_plugin_duration_seconds`` {plugin}: how long each scheduler
+plugin instance that ran took (label: its configured name, a bounded set).
 """
 
 from __future__ import annotations
@@ -32,15 +33,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from backends.config import Fleet
+from backends.fleet_file import Fleet
 from gateway.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
-from gateway.fleet_gauges import FleetGauges, MeasuresSource
-from routing.efficiency import RequestTokens
-from routing.goodput import Measured, SloPolicy, evaluate
+from gateway.fleet_gauges import FleetGauges, StateReadout
+from gateway.slos import SloPolicy, slo_policy
+from routing.fleet_math import Measured, RequestTokens, evaluate
+from routing.router import RoutePlan
 
 # Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
 # prefills (a minute); TPOT a fast GPU decode step (~5 ms) to a saturated CPU (~1 s).
@@ -49,6 +50,8 @@ TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0
                 0.5, 0.75, 1.0, 2.0)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300,
                600)
+# Scheduler plugins: a microsecond to 10 ms, seconds.
+PLUGIN_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 # Token counts: powers of two from 1 to 128k tokens.
 TOKEN_BUCKETS = tuple(float(2**i) for i in range(18))
 
@@ -97,19 +100,6 @@ class RequestRecord:
                                      self.completion_tokens)
 
 
-class Routed(Protocol):
-    """What :meth:`Telemetry.route` reads of a route decision (``routing.decision``)."""
-
-    @property
-    def pool(self) -> str: ...
-
-    @property
-    def lever(self) -> str: ...
-
-    @property
-    def reason(self) -> str: ...
-
-
 class Telemetry:
     """The gateway's metrics; one instance per app, on an injected registry.
 
@@ -153,9 +143,6 @@ class Telemetry:
             "ridge_inter_token_latency_seconds", "Time between two content events of a stream",
             labels, buckets=TPOT_BUCKETS, registry=registry,
         )
-        self.in_flight = Gauge(
-            "ridge_requests_in_flight", "Requests being served now", ("pool",), registry=registry,
-        )
         self.retries = Counter(
             "ridge_upstream_retries", "Requests retried on another endpoint", ("pool",),
             registry=registry,
@@ -163,6 +150,11 @@ class Telemetry:
         self.route_decisions = Counter(
             "ridge_route_decisions", "Route decisions, by pool, lever and reason",
             ("pool", "lever", "reason"), registry=registry,
+        )
+        self.plugin_duration = Histogram(
+            "ridge_scheduler_plugin_duration_seconds", "Time one replica-scheduler plugin "
+            "took to filter, score or pick for one request", ("plugin",),
+            buckets=PLUGIN_BUCKETS, registry=registry,
         )
         self.state_backend_up = Gauge(
             "ridge_state_backend_up", "1 while the shared router state answers (0: routing on "
@@ -225,24 +217,27 @@ class Telemetry:
                     self.slo_objective.labels(model, name, bound).set(seconds)
 
     def bind_fleet(self, fleet: Fleet, snapshot: Snapshot,
-                   measures: MeasuresSource | None = None) -> EfficiencyCollector:
+                   state: StateReadout | None = None) -> EfficiencyCollector:
         """Take the fleet's SLOs and register the MFU/MBU and fleet/workload collectors on
-        this registry. ``snapshot``: the endpoint registry's ``snapshot``; ``measures``: the
-        router state's ``measures`` (None: no workload gauges). Binding again is a no-op."""
+        this registry. ``snapshot``: the endpoint registry's ``snapshot``; ``state``: the
+        router state (None: no in-flight and workload gauges). Binding again is a no-op."""
         if self._collectors is not None:
             return self._collectors[0]
-        self.use_slos(fleet.slo_policy())
+        self.use_slos(slo_policy(fleet))
         self.ledger = TokenLedger(endpoint_facts(fleet), clock=self._clock)
         efficiency = EfficiencyCollector(self.ledger, snapshot)
-        gauges = FleetGauges(snapshot, self._models, measures)
+        gauges = FleetGauges(snapshot, self._models, state)
         self.registry.register(efficiency)
         self.registry.register(gauges)
         self._collectors = (efficiency, gauges)
         return efficiency
 
-    def route(self, decision: Routed) -> None:
-        """Count one route decision."""
+    def route(self, plan: RoutePlan) -> None:
+        """Count one route decision and time its scheduler plugins."""
+        decision = plan.decision
         self.route_decisions.labels(decision.pool, decision.lever, decision.reason).inc()
+        for timing in plan.timings:
+            self.plugin_duration.labels(timing.name).observe(timing.ns * 1e-9)
 
     def record(self, rec: RequestRecord) -> None:
         model = self.model_label(rec.model)

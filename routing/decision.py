@@ -4,7 +4,7 @@
 rule that first wanted the request could not take it, ``"<rule>><fallback>"`` with the rule's
 name and a name from :data:`FALLBACKS` (``prefix>fallback_saturated``) — a bounded set for a
 given rule table, enumerated by :func:`reason_values`. ``lever`` is a name from
-:data:`routing.types.LEVERS` or :data:`NO_LEVER`. ``detail`` carries the numbers behind the
+:data:`routing.snapshots.LEVERS` or :data:`NO_LEVER`. ``detail`` carries the numbers behind the
 decision (``f=0.82,match=14/16``) for the response header only, never for a label.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from routing.types import LEVERS
+from routing.snapshots import LEVERS
 
 NO_LEVER = "none"
 

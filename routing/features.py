@@ -23,20 +23,22 @@ Algorithm, per request:
    at token granularity, so a finer router block only sharpens the estimate there. A router
    block finer than the engine's overestimates a match by less than one engine block.
    Configurable through :class:`FeatureConfig`.
-4. **Tokens**: prompt tokens from the configured :class:`routing.tokens.TokenCounter` (exact
-   for token-id prompts). ``block_tokens`` = tokens per block for this request:
-   ``block_chars × prompt_tokens / prompt_chars`` once the prompt holds a full block, else the
-   configured ``block_tokens``.
+4. **Tokens**: prompt tokens from the model's configured
+   :class:`routing.token_counters.TokenCounter` (a tokenizer named in the fleet file, else
+   the character estimate; exact for token-id prompts). ``block_tokens`` = tokens per block
+   for this request: ``block_chars × prompt_tokens / prompt_chars`` once the prompt holds a
+   full block, else the configured ``block_tokens``.
 5. **Expected output tokens**: ``max_tokens`` (or ``max_completion_tokens``) when given; else
-   the learned per-model mean the caller passes in (the extractor owns no state); else
-   ``default_output_tokens`` (256).
+   the learned per-model mean the caller passes in (the router state's
+   :meth:`~routing.state.RouterState.learned_output`; the extractor owns no state); else
+   ``default_output_tokens`` (256). Features are built once per request, learned output
+   included.
 6. **Session key**: the session hint the gateway passes (e.g. an ``x-session-id`` header)
    when given, else the request's ``user`` field, else none.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from routing.tokens import CHARS_PER_TOKEN, CharEstimate, TokenCounter
+from routing.token_counters import CHARS_PER_TOKEN, CharEstimate, TokenCounter
 
 DEFAULT_BLOCK_TOKENS = 16  # tokens per block: vLLM's default KV block size
 DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
@@ -283,39 +285,31 @@ def extract_features(payload: Mapping[str, Any], info: RequestInfo, config: Feat
     )
 
 
-def with_learned_output(features: RequestFeatures, learned: float | None,
-                        config: FeatureConfig) -> RequestFeatures:
-    """``features`` with its output expectation redone from a learned mean.
-
-    For callers that read the state (which needs the block hashes) after extracting: when the
-    request gave no ``max_tokens``, the learned mean replaces the default.
-    """
-    expected = expected_output(features.max_tokens, learned, config.default_output_tokens)
-    if expected == features.expected_output_tokens:
-        return features
-    return dataclasses.replace(features, expected_output_tokens=expected)
-
-
 class FeatureExtractor:
-    """Turns a request into :class:`RequestFeatures` (async, so an implementation may do I/O;
-    this one is pure CPU work of well under a millisecond for ordinary chats)."""
+    """Turns a request into :class:`RequestFeatures`: pure CPU work (a configured tokenizer
+    included), synchronous so that it costs no task switch on the hot path.
 
-    __slots__ = ("_config", "_counter")
+    ``counters``: a token counter per model name; models without one use ``default`` (the
+    character estimate of ``config.chars_per_token`` unless given)."""
+
+    __slots__ = ("_config", "_counters", "_default")
 
     def __init__(self, config: FeatureConfig | None = None,
-                 counter: TokenCounter | None = None) -> None:
+                 counters: Mapping[str, TokenCounter] | None = None,
+                 default: TokenCounter | None = None) -> None:
         self._config = config or FeatureConfig()
-        self._counter: TokenCounter = counter or CharEstimate(self._config.chars_per_token)
+        self._counters: Mapping[str, TokenCounter] = MappingProxyType(dict(counters or {}))
+        self._default: TokenCounter = default or CharEstimate(self._config.chars_per_token)
 
     @property
     def config(self) -> FeatureConfig:
         return self._config
 
-    async def extract(
-        self, payload: Mapping[str, Any], kind: str, model: str, max_tokens: int | None,
-        stream: bool, session_hint: str | None, learned_output_tokens: float | None = None,
-    ) -> RequestFeatures:
-        """Features of one request; ``learned_output_tokens`` is the state's mean output
-        length for ``model`` (``StateView.expected_output_tokens``), if known."""
-        info = RequestInfo(kind, model, max_tokens, stream, session_hint, learned_output_tokens)
-        return extract_features(payload, info, self._config, self._counter)
+    def counter_for(self, model: str) -> TokenCounter:
+        """The token counter of ``model``."""
+        return self._counters.get(model, self._default)
+
+    def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures:
+        """Features of one request (``info.learned_output_tokens``: the router state's mean
+        output length for the model, if known)."""
+        return extract_features(payload, info, self._config, self.counter_for(info.model))

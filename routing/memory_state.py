@@ -4,7 +4,7 @@ Parts, each bounded (parameters in :class:`StateLimits`):
 
 - prefix index (:class:`routing.prefix_index.PrefixIndex`): ``max_prefix_entries``
   (hash, endpoint) entries, LRU, each counting for ``prefix_max_age_s`` seconds;
-- in-flight table (:class:`InFlight`): reservations by id in the order they were made, and
+- in-flight table (:class:`Reservations`): reservations by id in the order they were made, and
   per endpoint the requests and tokens they hold. A reservation not finished within
   ``reservation_ttl_s`` seconds is dropped as if its gateway had died; with one TTL for all,
   expiry order is reservation order, so expiring is popping from the front (lazy, on every
@@ -23,6 +23,8 @@ forgotten), its session found no home, and counting it in the windows would coun
 request twice. The reservation is released either way.
 
 All methods run without awaiting, so under asyncio each is atomic: no locks needed.
+:meth:`MemoryState.place` reads the view, runs ``choose`` on it and reserves the choice in one
+such step.
 """
 
 from __future__ import annotations
@@ -34,11 +36,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
+from routing.load import NO_LOAD, InFlight, LoadCounts
 from routing.prefix_index import PrefixIndex
-from routing.select import Selection, SelectRequest, pick
-from routing.state import LoadCounts, Outcome, Reservation, StateView
-from routing.window import WorkloadWindows
-from routing.workload import WorkloadMeasures
+from routing.state import Ask, C, Outcome, Placed, Reservation, StateView
+from routing.window import WorkloadMeasures, WorkloadWindows
 
 Clock = Callable[[], float]
 
@@ -122,7 +123,7 @@ class _Held:
     expires_at: float
 
 
-class InFlight:
+class Reservations:
     """Reservations and per-endpoint in-flight counts (see the module docstring)."""
 
     __slots__ = ("_ttl_s", "_max", "_held", "_load", "_ids", "_prefix")
@@ -138,10 +139,12 @@ class InFlight:
     def __len__(self) -> int:
         return len(self._held)
 
-    def reserve(self, endpoint: str, tokens: int, now: float) -> Reservation:
+    def reserve(self, endpoint: str, tokens: int, now: float,
+                rid: str | None = None) -> Reservation:
+        """Hold one reservation on ``endpoint`` (id ``rid``, or a new one)."""
         self.expire(now)
         tokens = max(0, tokens)
-        rid = f"{self._prefix}-{next(self._ids)}"
+        rid = rid or f"{self._prefix}-{next(self._ids)}"
         self._held[rid] = _Held(endpoint, tokens, now + self._ttl_s)
         self._add(endpoint, 1, tokens)
         while len(self._held) > self._max:
@@ -167,7 +170,7 @@ class InFlight:
         self._add(held.endpoint, -1, -held.tokens)
 
     def _add(self, endpoint: str, requests: int, tokens: int) -> None:
-        old = self._load.get(endpoint, LoadCounts())
+        old = self._load.get(endpoint, NO_LOAD)
         new = LoadCounts(old.requests + requests, old.tokens + tokens)
         if new.requests <= 0:
             self._load.pop(endpoint, None)
@@ -175,10 +178,11 @@ class InFlight:
             self._load[endpoint] = new
 
     def load_of(self, endpoint: str) -> LoadCounts:
-        return self._load.get(endpoint, LoadCounts())
+        return self._load.get(endpoint, NO_LOAD)
 
-    def snapshot(self) -> dict[str, LoadCounts]:
-        return dict(self._load)
+    def counts(self) -> InFlight:
+        """The live per-endpoint counts (read-only use)."""
+        return self._load
 
     def clear(self) -> None:
         self._held.clear()
@@ -194,7 +198,7 @@ class MemoryState:
         self._limits = limits = limits or StateLimits()
         self._clock = clock
         self._prefix = PrefixIndex(limits.max_prefix_entries, limits.prefix_max_age_s, clock)
-        self._in_flight = InFlight(limits.reservation_ttl_s, limits.max_reservations)
+        self._in_flight = Reservations(limits.reservation_ttl_s, limits.max_reservations)
         self._sessions = SessionMap(limits.max_sessions, limits.session_max_age_s)
         self._windows = WorkloadWindows(limits.window_requests, limits.max_models)
 
@@ -202,39 +206,38 @@ class MemoryState:
     def limits(self) -> StateLimits:
         return self._limits
 
-    def peek(self, model: str, block_hashes: Sequence[int], session: str | None,
-             endpoints: Sequence[str]) -> StateView:
-        """The same view as :meth:`read` (no I/O here either)."""
+    def learned_output(self, model: str) -> float | None:
+        return self._windows.mean_output(model)
+
+    def view(self, ask: Ask) -> StateView:
+        """Prefix matches and loads of ``ask.endpoints``, the model's prefix share and the
+        session's endpoint, now (no I/O)."""
         now = self._clock()
         self._in_flight.expire(now)
+        load = self._in_flight.counts()
         return StateView(
-            matched_blocks=self._prefix.match(block_hashes, endpoints),
-            load={url: self._in_flight.load_of(url) for url in endpoints},
-            prefix_share=self._windows.prefix_share(model),
-            expected_output_tokens=self._windows.mean_output(model),
-            session_endpoint=self._sessions.get(session, now) if session else None,
+            matched_blocks=self._prefix.match(ask.block_hashes, ask.endpoints),
+            load={url: c for url in ask.endpoints if (c := load.get(url)) is not None},
+            prefix_share=self._windows.prefix_share(ask.model),
+            session_endpoint=self._sessions.get(ask.session, now) if ask.session else None,
         )
 
-    async def read(self, model: str, block_hashes: Sequence[int], session: str | None,
-                   endpoints: Sequence[str]) -> StateView:
-        return self.peek(model, block_hashes, session, endpoints)
+    async def read(self, ask: Ask) -> StateView:
+        return self.view(ask)
 
-    async def select_and_reserve(self, request: SelectRequest) -> Selection:
-        """Atomic because it never awaits: read, pick per group, reserve each pick."""
-        urls = list(dict.fromkeys([*request.endpoints,
-                                   *(c.url for g in request.groups for c in g.candidates)]))
-        view = self.peek(request.model, request.block_hashes, request.session, urls)
-        chosen = tuple(pick(request, group, view) for group in request.groups)
-        held = tuple(self.hold(url, request.tokens, request.block_hashes) for url in chosen)
-        return Selection(chosen, held, view)
+    async def place(self, ask: Ask, choose: Callable[[StateView], C | None]) -> Placed[C] | None:
+        """Atomic because it never awaits: read, choose, reserve each chosen endpoint."""
+        view = self.view(ask)
+        choice = choose(view)
+        if choice is None:
+            return None
+        held = tuple(self.hold(url, ask.tokens, ask.block_hashes) for url in choice.urls)
+        return Placed(choice, held, view)
 
-    async def reserve(self, endpoint: str, tokens: int,
-                      block_hashes: Sequence[int] = ()) -> Reservation:
-        return self.hold(endpoint, tokens, block_hashes)
-
-    def hold(self, endpoint: str, tokens: int, block_hashes: Sequence[int]) -> Reservation:
-        """Reserve ``endpoint`` and record ``block_hashes`` on it (see :meth:`reserve`)."""
-        held = self._in_flight.reserve(endpoint, tokens, self._clock())
+    def hold(self, endpoint: str, tokens: int, block_hashes: Sequence[int],
+             rid: str | None = None) -> Reservation:
+        """Reserve ``endpoint`` (id ``rid``, or a new one) and record ``block_hashes`` on it."""
+        held = self._in_flight.reserve(endpoint, tokens, self._clock(), rid)
         frm = self.record_blocks(endpoint, block_hashes)
         return replace(held, recorded_from=frm)
 
@@ -261,6 +264,10 @@ class MemoryState:
         self._windows.observe(outcome.model, outcome.prompt_tokens, outcome.matched_tokens,
                               outcome.output_tokens)
 
+    def in_flight(self) -> InFlight:
+        self._in_flight.expire(self._clock())
+        return dict(self._in_flight.counts())
+
     async def aclose(self) -> None:
         self._prefix.clear()
         self._in_flight.clear()
@@ -276,11 +283,9 @@ class MemoryState:
         self._prefix.forget_endpoint(url)
 
     def measures(self) -> WorkloadMeasures:
-        """The workload measures for telemetry (see :mod:`routing.workload`)."""
-        self._in_flight.expire(self._clock())
+        """The workload windows, and this process's in-flight counts."""
         return WorkloadMeasures(window=self._windows.size, overall=self._windows.overall(),
-                                by_model=self._windows.by_model(),
-                                in_flight=self._in_flight.snapshot())
+                                by_model=self._windows.by_model(), in_flight=self.in_flight())
 
     def sizes(self) -> StateSizes:
         return StateSizes(prefix_entries=len(self._prefix), sessions=len(self._sessions),

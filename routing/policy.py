@@ -20,9 +20,9 @@ The default table (:data:`DEFAULT_RULES`), in order:
   ``decode_heavy_ratio`` × prompt tokens. Pools: mixed pools with speculative decoding, least
   loaded first, each admitted only while its verify batch stays below
   ``spec_max_ridge_fraction`` × the pool's ``ridge_tokens`` (tokens per step where decoding
-  turns compute-bound, :mod:`routing.roofline`). Speculation verifies K + 1 tokens per
+  turns compute-bound, :mod:`routing.fleet_math`). Speculation verifies K + 1 tokens per
   sequence per step (K = the pool's ``draft_tokens``), so with a decode batch of B sequences —
-  requests in flight per healthy endpoint (:func:`routing.measures.pool_load`) — the verify
+  requests in flight per healthy endpoint (:func:`routing.load.pool_load`) — the verify
   batch is B × (K + 1) tokens: below the ridge the draft tokens ride along almost free; past it
   they compete with real work and speculation's gain collapses. The default fraction 0.5 keeps
   a margin below the roofline's ideal (real kernels turn compute-bound earlier). For an L4
@@ -37,7 +37,7 @@ The default table (:data:`DEFAULT_RULES`), in order:
   or the longest match on an endpoint of a prefix-caching pool is ≥ ``long_match_blocks`` or
   ≥ ``long_match_fraction`` of the prompt's blocks. Pools: mixed pools with prefix caching,
   cheapest first: the pool whose best endpoint has the lowest cache cost, max(uncached
-  prompt tokens there, 1) × (load + 1) (:func:`routing.measures.cache_cost`, the replica
+  prompt tokens there, 1) × (load + 1) (:func:`routing.cache_cost.cache_cost`, the replica
   scorer's own measure) — the pool holding the longest match, unless its replicas are so busy
   that recomputing the prompt on an idler pool is cheaper. Reason ``long_match`` (the match
   test held) or ``high_prefix_share``; detail ``f=0.82,match=14/16``.
@@ -63,6 +63,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from routing.cache_cost import best_match, cache_cost, uncached_tokens
 from routing.decision import (
     DEFAULT,
     FALLBACK_NEAR_RIDGE,
@@ -78,25 +79,19 @@ from routing.decision import (
     fallback_reason,
 )
 from routing.features import RequestFeatures
-from routing.measures import (
+from routing.fleet_math import spec_batch_limit
+from routing.load import endpoint_load, pool_load, pool_saturated
+from routing.snapshots import (
+    CHUNKED_PREFILL,
     DECODE,
     MIXED,
-    PREFILL,
-    best_match,
-    cache_cost,
-    endpoint_load,
-    pool_load,
-    pool_saturated,
-    uncached_tokens,
-)
-from routing.state import StateView
-from routing.types import (
-    CHUNKED_PREFILL,
     PD_DISAGGREGATION,
+    PREFILL,
     PREFIX_CACHE,
     SPECULATIVE,
     PoolSnapshot,
 )
+from routing.state import StateView
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +165,7 @@ def _serving(inp: PolicyInput, role: str, lever: str | None = None) -> list[Pool
 
 
 def _least_loaded(pools: Sequence[PoolSnapshot], view: StateView) -> list[PoolSnapshot]:
-    return sorted(pools, key=lambda p: pool_load(p, view))  # stable: ties keep fleet order
+    return sorted(pools, key=lambda p: pool_load(p, view.load))  # stable: ties keep fleet order
 
 
 def _decode_of(pool: PoolSnapshot, inp: PolicyInput) -> PoolSnapshot | None:
@@ -203,7 +198,7 @@ def _busy(inp: PolicyInput) -> float:
     endpoints = [e for p in _serving(inp, MIXED) for e in p.healthy_endpoints]
     if not endpoints:
         return 0.0
-    return sum(endpoint_load(e, inp.view) for e in endpoints) / len(endpoints)
+    return sum(endpoint_load(e, inp.view.load) for e in endpoints) / len(endpoints)
 
 
 def _uncached(inp: PolicyInput) -> int:
@@ -231,7 +226,7 @@ def _high_share(inp: PolicyInput, cfg: PolicyConfig) -> bool:
 def _spec_limit(pool: PoolSnapshot, cfg: PolicyConfig) -> float:
     """The decode batch [sequences per endpoint] speculation may run at: the batch whose
     verify tokens, (K + 1) per sequence, reach a fraction of the ridge [tokens per step]."""
-    return cfg.spec_max_ridge_fraction * pool.ridge_tokens / (max(pool.draft_tokens, 0) + 1)
+    return spec_batch_limit(pool.ridge_tokens, pool.draft_tokens, cfg.spec_max_ridge_fraction)
 
 
 # --- the default rules ----------------------------------------------------------------------
@@ -285,12 +280,12 @@ def _spec_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
 
 
 def _spec_admits(t: Target, inp: PolicyInput, cfg: PolicyConfig) -> bool:
-    return t.pool.ridge_tokens > 0 and pool_load(t.pool, inp.view) < _spec_limit(t.pool, cfg)
+    return t.pool.ridge_tokens > 0 and pool_load(t.pool, inp.view.load) < _spec_limit(t.pool, cfg)
 
 
 def _spec_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
     f = inp.features
-    batch, limit = pool_load(t.pool, inp.view), _spec_limit(t.pool, cfg)
+    batch, limit = pool_load(t.pool, inp.view.load), _spec_limit(t.pool, cfg)
     return f"out={f.expected_output_tokens},in={f.prompt_tokens},batch={batch:.1f}/{limit:.1f}"
 
 
@@ -301,7 +296,7 @@ def _default_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
 
 
 def _load_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
-    return f"load={pool_load(t.pool, inp.view):.1f}"
+    return f"load={pool_load(t.pool, inp.view.load):.1f}"
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
@@ -373,7 +368,7 @@ def _after_miss(placed: _Placed, miss: _Miss | None) -> RouteDecision:
 def _last_resort(places: Sequence[Target], inp: PolicyInput, cfg: PolicyConfig,
                  miss: _Miss | None) -> RouteDecision:
     """No rule placed it: the least-loaded unsaturated place, else the least-loaded one."""
-    t = min(places, key=lambda p: (_saturated(p, cfg), pool_load(p.pool, inp.view)))
+    t = min(places, key=lambda p: (_saturated(p, cfg), pool_load(p.pool, inp.view.load)))
     fallback = FALLBACK_SATURATED if _saturated(t, cfg) else DEFAULT
     placed = _Placed(t, fallback, _load_detail(inp, cfg, t))
     return _after_miss(placed, miss)

@@ -1,43 +1,36 @@
 """Everything the router remembers, behind one small async interface.
 
 The router never keeps memory of its own: the prefix index (which endpoint recently served
-which prompt blocks), in-flight requests and tokens per endpoint, the prefix-share window and
-the learned output lengths, and session affinity all live behind :class:`RouterState`. The
-in-memory implementation (:mod:`routing.memory_state`) serves one gateway; a Redis one lets
-many gateway replicas route as one. Both pass the same contract test suite.
+which prompt blocks), in-flight requests and tokens per endpoint (the ONE place they are
+counted, :mod:`routing.load`), the prefix-share window and the learned output lengths, and
+session affinity all live behind :class:`RouterState`. The in-memory implementation
+(:mod:`routing.memory_state`) serves one gateway process; a shared one (Redis) lets many
+gateway replicas route as one. Both pass the same contract test suite.
 
-On the hot path a request costs two calls: :meth:`RouterState.read` (everything the policy and
-the scheduler need, in one read) and :meth:`RouterState.reserve` (count the request on the
-chosen endpoint) — or ONE: :meth:`RouterState.select_and_reserve` picks the replica with the
-state's own copy of the scheduler's scoring (:mod:`routing.select`) and reserves it in the same
-atomic step, so gateways sharing a state cannot herd onto the endpoint they all saw idle; the
-pool is chosen beforehand on :meth:`RouterState.peek`, a view from the process's own memory
-without I/O. A reservation also records the request's prompt blocks as held by the chosen
-endpoint at once — the engine caches them as soon as it prefills, and requests that share a
-prompt often arrive together, long before the first one finishes — so the next request
-sharing them finds them there. :meth:`RouterState.finish` releases the reservation and records
-what was learned (the blocks again, refreshed; prefix share, output length); when the request
-failed, it forgets the blocks its reservation added. Reservations expire on their own after
-``ttl_s`` so a crashed gateway cannot hold them forever.
+One routing path: :meth:`RouterState.place` is handed the request's :class:`Ask` and a pure
+``choose`` function (the router: lever policy, then the pool's scheduler plugins) and returns
+the choice with one reservation per chosen endpoint. The state decides how it reserves: the
+in-memory state reads, chooses and reserves without awaiting (atomic under asyncio); a shared
+state reads, lets ``choose`` run on what it read, and reserves only if no other gateway took
+the chosen endpoints in between (else it chooses again on the fresher view), so gateways
+sharing a state cannot herd onto the endpoint they all saw idle. A reservation also records
+the request's prompt blocks as held by its endpoint at once — the engine caches them as soon
+as it prefills, and requests that share a prompt often arrive together, long before the first
+one finishes — so the next request sharing them finds them there. :meth:`RouterState.finish`
+releases the reservation and records what was learned (the blocks again, refreshed; prefix
+share, output length, session); when the request failed, it forgets the blocks its
+reservation added. Reservations expire on their own after a TTL so a crashed gateway cannot
+hold them forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from routing.select import Selection, SelectRequest
-
-
-@dataclass(frozen=True, slots=True)
-class LoadCounts:
-    """What the gateways have in flight on one endpoint: requests, and tokens (prompt tokens
-    still to prefill + output tokens still to decode, as estimated at reservation)."""
-
-    requests: int = 0
-    tokens: int = 0
+from routing.load import NO_LOAD, InFlight, LoadCounts
+from routing.window import WorkloadMeasures
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +38,43 @@ class StateView:
     """One read of the router's memory for one request.
 
     ``matched_blocks``: per endpoint URL, how many leading prompt blocks it probably holds
-    (only endpoints with at least one). ``load``: gateway in-flight counts per endpoint URL
-    (missing = none). ``prefix_share``: the recent fraction of prompt tokens that matched
-    somewhere, for the request's model, in [0, 1] (None before any observation).
-    ``expected_output_tokens``: the learned mean output length for the model (None = unknown).
-    ``session_endpoint``: the endpoint this request's session last used, if any.
+    (only endpoints with at least one). ``load``: in-flight counts per endpoint URL (missing =
+    none). ``prefix_share``: the recent fraction of prompt tokens that matched somewhere, for
+    the request's model, in [0, 1] (None before any observation). ``session_endpoint``: the
+    endpoint this request's session last used, if any.
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
-    load: Mapping[str, LoadCounts] = field(default_factory=dict)
+    load: InFlight = field(default_factory=dict)
     prefix_share: float | None = None
-    expected_output_tokens: float | None = None
     session_endpoint: str | None = None
 
     def load_of(self, url: str) -> LoadCounts:
-        return self.load.get(url, LoadCounts())
+        return self.load.get(url, NO_LOAD)
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What the state reads for one request and what it reserves: the request's model, its
+    prompt block hashes and session, the endpoint URLs whose matches and loads the view
+    carries (every endpoint serving the model), and the tokens each reservation counts
+    (:func:`routing.load.request_tokens`)."""
+
+    model: str
+    block_hashes: Sequence[int]
+    session: str | None
+    endpoints: Sequence[str]
+    tokens: int = 0
+
+
+class Choice(Protocol):
+    """What ``choose`` returns: it names the endpoints to reserve, in order."""
+
+    @property
+    def urls(self) -> tuple[str, ...]: ...
+
+
+C = TypeVar("C", bound=Choice)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,16 @@ class Reservation:
     endpoint: str
     tokens: int
     recorded_from: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placed(Generic[C]):
+    """A choice, its reservations (one per ``choice.urls``, same order) and the view it was
+    made on (before the reservations)."""
+
+    choice: C
+    reservations: tuple[Reservation, ...]
+    view: StateView
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,41 +113,36 @@ class Outcome:
 
 
 class RouterState(Protocol):
-    """The router's memory. All methods are coroutines; implementations must not raise on the
-    hot path for their own failures (a Redis outage falls back to local state)."""
+    """The router's memory. Implementations must not raise on the hot path for their own
+    failures (a shared state that fails falls back to local state)."""
 
-    async def read(
-        self, model: str, block_hashes: Sequence[int], session: str | None,
-        endpoints: Sequence[str],
-    ) -> StateView:
-        """Prefix matches, loads of ``endpoints``, prefix share and output estimate for
-        ``model``, and the session's endpoint, in one read."""
+    def learned_output(self, model: str) -> float | None:
+        """The learned mean output length of ``model`` [tokens], from this process's memory
+        without I/O (None = unknown)."""
         ...
 
-    def peek(
-        self, model: str, block_hashes: Sequence[int], session: str | None,
-        endpoints: Sequence[str],
-    ) -> StateView:
-        """Like :meth:`read` but from this process's memory, without I/O (the in-memory state:
-        the same as ``read``; a shared state: its local mirror, possibly one request stale)."""
+    async def read(self, ask: Ask) -> StateView:
+        """The view ``place`` would choose on, without reserving anything."""
         ...
 
-    async def select_and_reserve(self, request: SelectRequest) -> Selection:
-        """Read, pick one endpoint per group (:func:`routing.select.pick`), reserve it and
-        record the request's blocks there, atomically: no other reservation lands between
-        this call's read and its reserve."""
-        ...
-
-    async def reserve(self, endpoint: str, tokens: int,
-                      block_hashes: Sequence[int] = ()) -> Reservation:
-        """Count one request of ``tokens`` on ``endpoint`` until ``finish`` or expiry, and
-        record its prompt blocks ``block_hashes`` as held there."""
+    async def place(self, ask: Ask, choose: Callable[[StateView], C | None]) -> Placed[C] | None:
+        """Read, ``choose`` on the view, and reserve every endpoint of the choice (recording
+        the request's blocks there) with no other reservation of those endpoints in between.
+        None when ``choose`` returns None (nothing is reserved)."""
         ...
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
         """Release ``reservation``; on success remember the blocks as cached on its endpoint,
         bind the session to it, and feed the prefix-share window and output estimate; on
         failure forget the blocks the reservation recorded (from ``recorded_from`` on)."""
+        ...
+
+    def in_flight(self) -> InFlight:
+        """This gateway's own reservations per endpoint (for its gauges)."""
+        ...
+
+    def measures(self) -> WorkloadMeasures:
+        """The workload windows and the in-flight counts the router routes by."""
         ...
 
     async def aclose(self) -> None: ...

@@ -15,14 +15,57 @@ estimate). ``size`` = 1000 by default (:class:`routing.memory_state.StateLimits`
   mean of that output window.
 - :class:`WorkloadWindows`: one overall scope plus one per model; the per-model scopes live
   in an LRU bounded by ``max_models`` (model names come from clients).
+
+What telemetry shows of them (:class:`WorkloadMeasures`): per scope the prefix share f = Σ
+matched prompt tokens ÷ Σ prompt tokens, and the prompt and output length distributions
+(count, mean, p50, p90, in tokens; the output mean is the running output estimate), overall
+and per model; plus the in-flight counts the router routes by (:mod:`routing.load`).
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from routing.workload import LengthSummary, WindowMeasures
+from routing.load import InFlight
+
+
+@dataclass(frozen=True, slots=True)
+class LengthSummary:
+    """A length distribution (tokens): observations, mean, median, 90th percentile."""
+
+    count: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowMeasures:
+    """Measures over the recent requests of one scope (all models, or one model).
+
+    ``requests``: requests in the window; ``prefix_share``: f in [0, 1] (None before any
+    prompt token); ``output_tokens.mean`` is the running output-length estimate (tokens).
+    """
+
+    requests: int = 0
+    prefix_share: float | None = None
+    prompt_tokens: LengthSummary = field(default_factory=LengthSummary)
+    output_tokens: LengthSummary = field(default_factory=LengthSummary)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadMeasures:
+    """What the telemetry shows of the workload: ``overall`` and ``by_model`` window
+    measures over the last ``window`` requests, and the ``in_flight`` counts per endpoint URL
+    the router routes by."""
+
+    window: int
+    overall: WindowMeasures = field(default_factory=WindowMeasures)
+    by_model: Mapping[str, WindowMeasures] = field(default_factory=dict)
+    in_flight: InFlight = field(default_factory=dict)
 
 
 def nearest_rank(sorted_values: list[int], q: float) -> float | None:

@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from backends.config import FleetConfigError, load_fleet
+from backends.fleet_file import FleetConfigError, load_fleet
 from backends.sim.fleet import start_fleet
 
 

@@ -17,11 +17,11 @@
 
 from __future__ import annotations
 
-from backends.config import Pool
-from backends.sim.dialects import DIALECTS, Dialect
+from backends.fleet_file import Pool
+from backends.sim.behaviour import DIALECTS, Dialect
+from backends.sim.device import Device, Overheads
 from backends.sim.engine import EngineConfig
 from backends.sim.profiles import GENERIC_GPU, HARDWARE, HardwareProfile, hardware_profile
-from backends.sim.roofline import Device, Overheads, kv_bytes_per_token, weight_bytes
 from backends.sim.scheduler import SchedulerConfig
 
 
@@ -38,9 +38,8 @@ def device_for(pool: Pool) -> Device:
     overheads = Overheads(base.request_s, base.step_s + pool.simulator.step_overhead_s, base.seq_s)
     kv_dtype = prof.kv_dtype_bytes if prof.kv_dtype_bytes is not None else pool.model.dtype_bytes
     return Device(
-        model=pool.model,
-        hardware=pool.hardware,
-        kv_dtype_bytes=kv_dtype,
+        shape=pool.model.to_shape(kv_dtype),
+        rates=pool.hardware.to_rates(),
         attention_efficiency=prof.attention_efficiency,
         overheads=overheads,
     )
@@ -53,7 +52,8 @@ def kv_cache_bytes(pool: Pool, dialect: Dialect) -> float:
     prof = profile_for(pool)
     if prof.facts.kv_cache_bytes is not None:
         return prof.facts.kv_cache_bytes
-    return max(0.0, dialect.memory_fraction * prof.memory_bytes - weight_bytes(pool.model))
+    weights = pool.model.to_shape().weight_bytes
+    return max(0.0, dialect.memory_fraction * prof.memory_bytes - weights)
 
 
 def engine_config(pool: Pool) -> EngineConfig:
@@ -61,7 +61,7 @@ def engine_config(pool: Pool) -> EngineConfig:
     dialect = DIALECTS[pool.engine]
     device = device_for(pool)
     block = dialect.block_size[profile_for(pool).kind]
-    per_token = kv_bytes_per_token(pool.model, device.kv_dtype_bytes)
+    per_token = device.shape.kv_bytes_per_token
     num_blocks = int(kv_cache_bytes(pool, dialect) // (per_token * block))
     if num_blocks * block < pool.model.max_context:
         raise ValueError(

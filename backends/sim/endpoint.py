@@ -16,15 +16,15 @@ import random
 import time
 from typing import Any
 
-from backends.config import Pool
+from backends.fleet_file import Pool
 from backends.sim import tokens
+from backends.sim.behaviour import DIALECTS
 from backends.sim.clock import Clock
 from backends.sim.configure import engine_config, kv_cache_bytes
-from backends.sim.dialects import DIALECTS
 from backends.sim.engine import EngineCore
+from backends.sim.exposition import Exposition, render
 from backends.sim.faults import Faults
 from backends.sim.metric_tables import METRIC_TABLES, VLLM_CACHE_CONFIG_STATIC, resolve_buckets
-from backends.sim.metrics import Exposition, render
 from backends.sim.openai_api import ApiError, Generation, ModelInfo, parse_chat, parse_completion
 from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDProtocolError
 from backends.sim.request import SimRequest

@@ -1,7 +1,7 @@
 """The engine loop's core: one synchronous step at a time, on an injected notion of time.
 
 ``EngineCore.step(now)`` schedules a batch (:mod:`backends.sim.scheduler`), prices it with the
-roofline (:mod:`backends.sim.roofline`, plus c·K target-decode steps of drafting when speculating),
+roofline (:mod:`backends.sim.device`, plus c·K target-decode steps of drafting when speculating),
 and applies its outcome as of ``now + duration``: prefill progress, sampled tokens (one per
 request, or 1 + accepted drafts when speculating, :mod:`backends.sim.speculative`), finished
 requests and every counter. The caller (a real-time runner or a virtual-clock test) then waits
@@ -19,11 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from backends.sim import speculative, tokens
+from backends.sim.device import Device
 from backends.sim.kvcache import BlockPool
 from backends.sim.request import Phase, SimRequest
-from backends.sim.roofline import Device, SeqWork, StepCost, step_cost
 from backends.sim.scheduler import Scheduled, Scheduler, SchedulerConfig
 from backends.sim.stats import EngineStats
+from routing.fleet_math import SeqWork, StepCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class EngineCore:
         if not batch:
             return StepOutcome(0.0, [])
         work = [SeqWork(q, req.num_computed) for req, q in batch]
-        cost = step_cost(self.config.device, work)
+        cost = self.config.device.step_cost(work)
         seconds = cost.seconds + self._draft_seconds(batch)
         end = now + seconds
         emissions = [e for req, q in batch if (e := self._advance(req, q, end)) is not None]
@@ -134,7 +135,7 @@ class EngineCore:
         ]
         if not drafting:
             return 0.0
-        plain = step_cost(self.config.device, drafting)
+        plain = self.config.device.step_cost(drafting)
         return self.config.draft_cost * k * max(plain.compute_s, plain.memory_s)
 
     def _advance(self, req: SimRequest, q: int, end: float) -> Emission | None:

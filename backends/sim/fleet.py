@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from backends.config import Fleet, Pool
+from backends.fleet_file import Fleet, Pool
 from backends.sim.clock import Clock, ScaledClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.pd import KVTransferHub

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from backends.config import Engine
+from backends.fleet_file import Engine
 
 Kind = Literal["counter", "gauge", "histogram", "info"]
 

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from backends.sim import tokens
-from backends.sim.dialects import Dialect
+from backends.sim.behaviour import Dialect
 
 ERROR_TYPES: Mapping[int, str] = MappingProxyType(
     {

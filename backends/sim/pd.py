@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from backends.config import Role
+from backends.fleet_file import Role
 from backends.sim.clock import Clock
 from backends.sim.request import Phase, RemoteKV, SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle

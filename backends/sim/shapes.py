@@ -7,7 +7,7 @@ and ``usage``, then ``data: [DONE]``. Every chunk has ``id`` (``chatcmpl-`` + 32
 ``chat.completion.chunk``, ``created``, ``model`` and ``choices[{index, delta, logprobs,
 finish_reason}]``. Completions stream the same way with ``object`` ``text_completion`` and
 ``choices[{index, text, logprobs, finish_reason, stop_reason}]``, without a role chunk. SGLang's
-shapes differ by the extra fields of its :class:`~backends.sim.dialects.Dialect` row.
+shapes differ by the extra fields of its :class:`~backends.sim.behaviour.Dialect` row.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from types import MappingProxyType
 from typing import Literal
 
-from backends.sim.dialects import JSON, Dialect
+from backends.sim.behaviour import JSON, Dialect
 from backends.sim.openai_api import ApiError, ModelInfo
 
 Kind = Literal["chat", "completion"]

@@ -1,6 +1,6 @@
 """What a simulated engine counts: plain counters and histograms, engine-agnostic.
 
-The engine loop updates an :class:`EngineStats`; :mod:`backends.sim.metrics` turns it into each
+The engine loop updates an :class:`EngineStats`; :mod:`backends.sim.exposition` turns it into each
 engine's real metric names at scrape time. Units: tokens, requests, seconds, FLOP, bytes.
 Histogram bucket edges come from the engine's metric table (keyed by the stat names below).
 """

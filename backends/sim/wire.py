@@ -23,8 +23,8 @@ from aiohttp import web
 
 from backends.sim import shapes
 from backends.sim.endpoint import SimEndpoint
+from backends.sim.exposition import CONTENT_TYPE
 from backends.sim.faults import parse_command
-from backends.sim.metrics import CONTENT_TYPE
 from backends.sim.openai_api import ApiError, Generation
 from backends.sim.pd import Intent
 from backends.sim.runner import RequestHandle

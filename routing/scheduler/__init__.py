@@ -1,8 +1,10 @@
 """Replica choice inside a pool: filters → scorers → picker, configured by plugin name."""
 
+from routing.scheduler.catalog import SchedulerConfigError, build_scheduler
 from routing.scheduler.framework import (
     Filter,
     Picker,
+    PluginSpec,
     PluginTiming,
     Scheduler,
     SchedulerConfig,
@@ -11,11 +13,11 @@ from routing.scheduler.framework import (
     Scored,
     Scorer,
 )
-from routing.scheduler.registry import SchedulerConfigError, build_scheduler
 
 __all__ = [
     "Filter",
     "Picker",
+    "PluginSpec",
     "PluginTiming",
     "ScheduleResult",
     "Scheduler",

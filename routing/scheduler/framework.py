@@ -16,8 +16,13 @@ so the caller can export a histogram. When the filters leave no candidate the re
 
 Plugins hold no state, except a picker that needs memory (round-robin's last pick, a seeded
 random generator): such state lives on the plugin instance, and every :class:`Scheduler` gets
-its own instances from the factories in :mod:`routing.scheduler.registry`, so the state is
+its own instances from the catalog (:mod:`routing.scheduler.catalog`), so the state is
 explicit and per scheduler (per pool, per gateway process) — never module-level.
+
+Configuration names plugin *instances* (:class:`SchedulerConfig`): a name in ``filters``,
+``scorers`` or ``picker`` is either declared in ``plugins`` (:class:`PluginSpec`: an instance
+name, the plugin type from the catalog, and its parameters) or is itself a plugin type, built
+with its default parameters. Timings are reported under the instance name.
 """
 
 from __future__ import annotations
@@ -29,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from routing.features import RequestFeatures
-from routing.select import ATOMIC_PICKERS, ATOMIC_SCORERS
+from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.state import StateView
-from routing.types import EndpointSnapshot, PoolSnapshot
 
 FILTER = "filter"
 SCORER = "scorer"
@@ -40,13 +44,12 @@ PICKER = "picker"
 
 @dataclass(frozen=True, slots=True)
 class SchedulingContext:
-    """One request's scheduling inputs. ``now``: seconds on the caller's clock (monotonic).
-    ``exclude``: endpoint URLs already tried for this request (a retry goes elsewhere)."""
+    """One request's scheduling inputs. ``exclude``: endpoint URLs already tried for this
+    request (a retry goes elsewhere)."""
 
     features: RequestFeatures
     pool: PoolSnapshot
     view: StateView
-    now: float
     exclude: frozenset[str] = frozenset()
 
 
@@ -79,14 +82,27 @@ class Picker(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class PluginSpec:
+    """A named plugin instance: ``name`` (what filters, scorers and picker refer to),
+    ``type`` (a plugin of the catalog) and ``parameters`` (its keyword arguments)."""
+
+    name: str
+    type: str
+    parameters: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    """Which plugins, by registry name. ``scorers``: (name, weight) pairs, weight > 0.
-    ``seed``: for pickers that draw random numbers."""
+    """Which plugins, by instance name. ``scorers``: (name, weight) pairs, weight > 0.
+    ``seed``: for pickers that draw random numbers (unless their parameters set one).
+    ``plugins``: the declared instances; a name not declared is a plugin type of the catalog
+    with its default parameters."""
 
     filters: tuple[str, ...] = ("healthy",)
     scorers: tuple[tuple[str, float], ...] = (("cache_aware", 1.0),)
     picker: str = "max_score"
     seed: int = 0
+    plugins: tuple[PluginSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +142,7 @@ def top(scored: Sequence[Scored], rel_tol: float = 1e-9) -> list[Scored]:
 class Scheduler:
     """Filters → weighted scorers → picker over one pool's endpoints; every plugin timed.
 
-    Build it with :func:`routing.scheduler.registry.build_scheduler`; ``clock`` is injectable
+    Build it with :func:`routing.scheduler.catalog.build_scheduler`; ``clock`` is injectable
     so tests can check the timings (default :func:`time.perf_counter_ns`).
     """
 
@@ -142,18 +158,11 @@ class Scheduler:
         self._picker = picker
         self._clock = clock
 
-    def atomic_weights(self) -> dict[str, float] | None:
-        """The scorer weights when a router state can run this scheduler's scoring and
-        picking atomically (:mod:`routing.select`), else None."""
-        if self._picker[0] not in ATOMIC_PICKERS:
-            return None
-        if any(name not in ATOMIC_SCORERS for name, _, _ in self._scorers):
-            return None
-        return {name: weight for name, _, weight in self._scorers}
-
-    def candidates(self, ctx: SchedulingContext) -> tuple[EndpointSnapshot, ...]:
-        """The pool's endpoints, less ``ctx.exclude``, that pass the filters (in order)."""
-        return tuple(self._filter(ctx, []))
+    @property
+    def plugin_names(self) -> tuple[str, ...]:
+        """Every plugin instance's name, in run order (the values of the timing label)."""
+        return (*(n for n, _ in self._filters), *(n for n, _, _ in self._scorers),
+                self._picker[0])
 
     def schedule(self, ctx: SchedulingContext) -> ScheduleResult:
         timings: list[PluginTiming] = []

@@ -13,10 +13,10 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from backends.config import Fleet, parse_fleet
+from backends.fleet_file import Fleet, parse_fleet
 from gateway.app import create_app
 from gateway.cli import listening_socket, uvicorn_config
-from gateway.runtime import Gateway
+from gateway.services import Gateway
 from gateway.settings import Settings
 
 MODEL_FACTS = {

@@ -2,7 +2,7 @@
 every decision: the behaviour pin of the router.
 
 No HTTP and no wall clock: a discrete-event loop on a fake clock. Each arrival of a workload
-(:mod:`bench.workloads`, seed 0, default rate) is parsed, routed and reserved by the gateway's
+(:mod:`ridge_bench.workloads`, seed 0, default rate) is parsed, routed and reserved by the gateway's
 own routing path; a fake upstream answers at once. The request then holds its endpoint(s) for
 a deterministic service time, 0.05 s + 0.1 ms per uncached prompt token + 20 ms per output
 token × (1 + 0.05 × requests on the endpoint when it started), and finishes with
@@ -28,18 +28,18 @@ from typing import Any
 
 import yaml
 
-from backends.config import Fleet, parse_fleet
+from backends.fleet_file import Fleet, parse_fleet
 from backends.registry import EndpointRegistry, PollResult
-from bench.cli import DEFAULT_RATES
-from bench.dispatch import Dispatcher as Turns
-from bench.dispatch import Pending
-from bench.workloads import build, placeholder_reply
 from gateway.app import build_router
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.openai_request import Endpoint, ParsedRequest, parse_request
+from ridge_bench.command import DEFAULT_RATES
+from ridge_bench.turns import Dispatcher as Turns
+from ridge_bench.turns import Pending
+from ridge_bench.workloads import build, placeholder_reply
 from routing.features import FeatureExtractor
 from routing.memory_state import MemoryState
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "decision_trace.json"
@@ -62,7 +62,7 @@ FLEETS: Mapping[str, tuple[str, dict[str, Any] | None]] = {
                    {"scorers": {"cache_aware": 1.0}, "picker": "random_top", "seed": 7}),
     "ridge": ("deploy/bench/levers.yaml", None),
     "ridge_sglang": ("deploy/bench/levers-sglang.yaml", None),
-    "demo_pd": ("deploy/demo-fleet.yaml", None),
+    "demo_pd": ("gateway/demo/demo-fleet.yaml", None),
 }
 WORKLOADS = ("agent", "rag", "chat", "mixed", "chat_ramp")
 
@@ -127,7 +127,7 @@ class ReplayRouter:
         self._registry = EndpointRegistry(fleet, metrics_ttl_s=None, clock=clock)
         self.poll({})
         self._dispatcher = Dispatcher(self._registry, _Client(), build_router(fleet),  # type: ignore[arg-type]
-                                      MemoryState(clock=clock), FeatureExtractor(), 1, clock)
+                                      MemoryState(clock=clock), FeatureExtractor(), 1)
 
     def poll(self, figures: Mapping[str, tuple[int, int]]) -> None:
         for url in self._registry.urls:

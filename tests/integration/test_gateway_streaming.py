@@ -110,7 +110,6 @@ async def test_least_loaded_endpoint_takes_the_next_request(engines: list[FakeEn
 
 async def _settled(ridge: RunningRidge) -> bool:
     def idle() -> bool:
-        snap = ridge.gateway.registry.snapshot()
-        return all(ep.in_flight == 0 for pool in snap for ep in pool.endpoints)
+        return not ridge.gateway.state.in_flight()
 
     return await _wait_for(idle, 3)

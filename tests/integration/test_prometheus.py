@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 import yaml
 
-from backends.config import Fleet, parse_fleet
+from backends.fleet_file import Fleet, parse_fleet
 from backends.sim import RunningFleet, start_fleet
 from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge
 

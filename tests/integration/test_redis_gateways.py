@@ -5,7 +5,7 @@
 - A burst of 64 concurrent requests (distinct prompts, 32 per gateway) → no engine gets more
   than its fair share (16) + :data:`TOLERANCE`. The tolerance covers what the shared state
   does not decide: the engines' own running/waiting gauges, polled once a second by each
-  gateway at a different instant, enter every endpoint's load (``routing.select``).
+  gateway at a different instant, enter every endpoint's load (``routing.load``).
 - Killing redis-server mid-run loses no request (the gateways route on local state); once
   a server answers again on the same port, sharing is restored: the same-prefix check passes
   again.

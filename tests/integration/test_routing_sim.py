@@ -14,7 +14,7 @@ import aiohttp
 import openai
 import pytest
 
-from backends.config import Fleet, parse_fleet
+from backends.fleet_file import Fleet, parse_fleet
 from backends.sim import start_fleet
 from tests.fakes.harness import RunningRidge, free_ports, running_ridge
 

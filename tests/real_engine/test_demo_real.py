@@ -28,7 +28,7 @@ STOP_TIMEOUT_S = 40.0
 
 
 def _fleet_on_free_ports(tmp_path: Path) -> tuple[Path, list[int]]:
-    raw = yaml.safe_load((ROOT / "deploy" / "demo-real-fleet.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "gateway" / "demo" / "demo-real-fleet.yaml").read_text())
     ports = []
     for pool in raw["pools"]:
         port = free_port()

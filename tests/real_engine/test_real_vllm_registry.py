@@ -15,7 +15,7 @@ from openai import OpenAI
 from backends.dialects import dialect_for
 from backends.probe import HttpProbe
 from backends.registry import EndpointRegistry, Poller
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 from tests.real_engine.conftest import MODEL, Engines
 from tests.real_engine.prompts import COPY_PROMPT, user
 from tests.real_engine.scrape import Sample, samples

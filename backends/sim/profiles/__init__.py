@@ -1,10 +1,10 @@
 """Named model and hardware profiles the simulator (and its docs and tests) can refer to.
 
-A *model profile* is a :class:`~backends.config.ModelFacts` for a well-known model. A *hardware
-profile* is a :class:`~backends.config.HardwareFacts` (peak dense FLOP/s, memory bandwidth B/s)
+A *model profile* is a :class:`~backends.fleet_file.ModelFacts` for a well-known model. A *hardware
+profile* is a :class:`~backends.fleet_file.HardwareFacts` (peak dense FLOP/s, memory bandwidth B/s)
 plus what the roofline cannot know by itself: device memory [B] (for the KV-cache budget), the
 device kind ("gpu" or "cpu", which picks the engine's default KV block size), the attention
-efficiency and the fixed overheads (see :mod:`backends.sim.roofline`).
+efficiency and the fixed overheads (see :mod:`backends.sim.device`).
 
 GPU figures are the vendors' dense 16-bit tensor peaks and memory bandwidths. Their overheads are
 modest round figures (1.5 ms per step, 20 µs per sequence, 4 ms per request), not measurements.
@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from backends.config import HardwareFacts, ModelFacts
-from backends.sim.roofline import Overheads
+from backends.fleet_file import HardwareFacts, ModelFacts
+from backends.sim.device import Overheads
 
 GIB = float(1 << 30)
 

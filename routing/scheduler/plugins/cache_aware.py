@@ -5,7 +5,7 @@ Multiplication May Be All You Need for LLM Request Scheduling", arXiv 2603.15202
 candidate endpoint e,
 
     uncached_e [tokens]   = max(prompt_tokens − matched_e × block_tokens, 1)
-    load_e     [requests] = max(gateway in-flight, engine running + waiting)
+    load_e     [requests] = max(router in-flight, engine running + waiting)
     cost_e     [tokens × requests] = uncached_e × (load_e + 1)
     score_e    = min over candidates of cost / cost_e          (in (0, 1]; cheapest = 1)
 
@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from routing.measures import cache_cost
+from routing.cache_cost import cache_cost
 from routing.scheduler.framework import SchedulingContext
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 def cost(ctx: SchedulingContext, ep: EndpointSnapshot) -> float:
-    """uncached_e × (load_e + 1) [tokens × requests], ≥ 1 (:func:`routing.measures.cache_cost`)."""
+    """uncached_e × (load_e + 1) [tokens × requests], ≥ 1
+    (:func:`routing.cache_cost.cache_cost`)."""
     return cache_cost(ep, ctx.features, ctx.view)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 class Healthy:

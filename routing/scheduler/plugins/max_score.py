@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext, Scored, top
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 class MaxScore:

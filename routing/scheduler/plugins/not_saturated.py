@@ -6,7 +6,12 @@ most ``max_waiting`` requests. A request sent to an endpoint with a waiting queu
 batch slot before its prefill starts. If every candidate is saturated the scheduler returns no
 pick and the caller falls back to another pool.
 
-Parameters: ``max_waiting`` [requests], default 0 (an engine that queues anything is full).
+Parameters: ``max_waiting`` [requests, ≥ 0], default 0 (an engine that queues anything is
+full); set it on a named instance in the fleet file::
+
+    routing:
+      plugins: [{name: roomy, type: not_saturated, parameters: {max_waiting: 4}}]
+      scheduler: {filters: [healthy, roomy]}
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 class NotSaturated:
     def __init__(self, max_waiting: float = 0.0) -> None:
-        self.max_waiting = max_waiting
+        if isinstance(max_waiting, bool) or not isinstance(max_waiting, int | float) \
+                or not max_waiting >= 0:
+            raise ValueError(f"max_waiting must be a number >= 0, got {max_waiting!r}")
+        self.max_waiting = float(max_waiting)
 
     def filter(self, ctx: SchedulingContext,
                candidates: Sequence[EndpointSnapshot]) -> Sequence[EndpointSnapshot]:

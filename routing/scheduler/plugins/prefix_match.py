@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from routing.measures import matched_blocks
+from routing.cache_cost import matched_blocks
 from routing.scheduler.framework import SchedulingContext
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 class PrefixMatch:

@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext, Scored, top
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 class RandomTop:

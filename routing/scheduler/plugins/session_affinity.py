@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from routing.scheduler.framework import SchedulingContext
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 
 
 class SessionAffinity:

@@ -1,4 +1,5 @@
-"""The fleet file's ``slos`` section: parsing, validation, conversion to routing's policy."""
+"""The fleet file's ``slos`` section: parsing and validation (the policy it becomes is
+:mod:`gateway.slos`, tested in ``tests/unit/gateway/test_slos.py``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from backends.config import FleetConfigError, parse_fleet
-from routing.goodput import Bounds
+from backends.fleet_file import FleetConfigError, parse_fleet
 
 FACTS = {"params": 1e9, "layers": 2, "hidden_size": 64, "kv_heads": 1, "head_dim": 64,
          "dtype_bytes": 2}
@@ -18,25 +18,6 @@ def _fleet(slos: Any) -> dict[str, Any]:
     return {"pools": [{"name": "p", "engine": "vllm", "models": ["m"],
                        "endpoints": ["http://127.0.0.1:1"], "model": FACTS, "hardware": HW}],
             "slos": slos}
-
-
-def test_slos_become_routing_policy() -> None:
-    fleet = parse_fleet(_fleet({
-        "m": {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 20,
-              "classes": [{"name": "long", "min_max_tokens": 1024, "e2e_s": 90},
-                          {"name": "batch", "ttft_s": 30}]},
-        "*": {"e2e_s": 60},
-    }))
-    policy = fleet.slo_policy()
-    assert policy.bounds_for("m", 2000) == ("long", Bounds(0.5, 0.05, 90.0))
-    assert policy.bounds_for("m", 10, "batch") == ("batch", Bounds(30.0, 0.05, 20.0))
-    assert policy.bounds_for("x") == ("default", Bounds(e2e_s=60.0))
-
-
-def test_no_slos_section_is_fine() -> None:
-    raw = _fleet({})
-    del raw["slos"]
-    assert parse_fleet(raw).slo_policy().models == {}
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.config import Engine
 from backends.dialects import DIALECTS, EngineDialect, dialect_for, metrics_fields
+from backends.fleet_file import Engine
 from backends.metrics import parse_samples
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 PAGES = {

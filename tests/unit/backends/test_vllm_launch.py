@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from backends.config import Pool, Speculative
+from backends.fleet_file import Pool, Speculative
 from backends.vllm_launch import (
     LaunchSettings,
     main,

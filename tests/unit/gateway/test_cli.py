@@ -1,13 +1,69 @@
 from __future__ import annotations
 
 import socket
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
 
+from gateway import cli
 from gateway.cli import listening_socket, main, uvicorn_config
 from gateway.settings import Settings
+
+CALLS: list[list[str]] = []
+
+
+def fake_bench(argv: list[str]) -> int:
+    """Stands in for an installed plugin command (loaded through its entry point)."""
+    CALLS.append(argv)
+    return 7
+
+
+def _plugins(monkeypatch: pytest.MonkeyPatch, **commands: str) -> None:
+    eps = {name: EntryPoint(name=name, value=value, group=cli.COMMANDS_GROUP)
+           for name, value in commands.items()}
+    monkeypatch.setattr(cli, "plugin_commands", lambda: eps)
+
+
+def test_an_installed_plugin_command_runs_with_the_rest_of_argv(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _plugins(monkeypatch, bench=f"{__name__}:fake_bench")
+    CALLS.clear()
+    assert main(["bench", "overhead", "--rounds", "1"]) == 7
+    assert CALLS == [["overhead", "--rounds", "1"]]
+
+
+def test_a_missing_bench_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _plugins(monkeypatch)
+    assert main(["bench", "--workload", "agent"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ridge bench: not installed" in err[0]
+    assert "pip install -e ./bench" in err[0] and "ridge-bench" in err[0]
+
+
+def test_help_lists_installed_plugins(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _plugins(monkeypatch, bench=f"{__name__}:fake_bench", serve=f"{__name__}:fake_bench")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "{bench,serve,demo}" in out and "(ridge bench --help)" in out
+
+
+def test_a_plugin_cannot_replace_a_builtin(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _plugins(monkeypatch, serve=f"{__name__}:fake_bench")
+    monkeypatch.delenv("RIDGE_CONFIG", raising=False)
+    assert main(["serve"]) == 2
+    assert "no fleet file" in capsys.readouterr().err
+
+
+def test_the_demo_fleets_ship_inside_the_package() -> None:
+    for name in (cli.DEMO_FLEET, cli.REAL_DEMO_FLEET):
+        fleet = cli._demo_fleet(None, name)
+        assert fleet.pools and fleet.pools[0].models
 
 
 def test_bad_fleet_file_stops_start_up_naming_file_and_field(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from backends.config import Pool
+from backends.fleet_file import Pool
 from backends.sim.engine import EngineCore
 from backends.sim.request import SimRequest
 from gateway.efficiency import (
@@ -26,10 +26,9 @@ from gateway.efficiency import (
     TokenLedger,
     Totals,
     engine_totals,
-    pool_shape,
 )
-from routing.efficiency import ModelShape, RequestTokens
-from routing.types import EndpointSnapshot, EngineMetrics, PoolSnapshot
+from routing.fleet_math import HardwareRates, ModelShape, RequestTokens
+from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 TOY = ModelShape(params=1e9, layers=2, hidden_size=4, kv_heads=1, head_dim=2, dtype_bytes=2)
@@ -37,7 +36,7 @@ A, B = "http://127.0.0.1:1", "http://127.0.0.1:2"
 
 
 def _facts(engine: str = "vllm") -> dict[str, EndpointFacts]:
-    return {url: EndpointFacts(url, "p", engine, TOY, peak_flops=1e12, mem_bandwidth=1e11)
+    return {url: EndpointFacts(url, "p", engine, TOY, HardwareRates(1e12, 1e11))
             for url in (A, B)}
 
 
@@ -51,7 +50,7 @@ class Clock:
 
 # -- the ledger, by hand ----------------------------------------------------------------------
 
-# P = 10, C = 4, G = 3 on TOY (see test_efficiency in routing for the arithmetic)
+# P = 10, C = 4, G = 3 on TOY (see test_fleet_math in routing for the arithmetic)
 PREFILL_FLOPS = 2e9 * 6 + 1440
 DECODE_FLOPS = 2e9 * 2 + 736
 WEIGHTS = 2e9  # N · w, read once per engine step
@@ -138,7 +137,7 @@ class FakeRegistry:
     engine: dict[str, EngineMetrics] = field(default_factory=dict)
 
     def snapshot(self) -> tuple[PoolSnapshot, ...]:
-        eps = tuple(EndpointSnapshot(u, "p", True, 0, self.engine.get(u, EngineMetrics()))
+        eps = tuple(EndpointSnapshot(u, "p", True, self.engine.get(u, EngineMetrics()))
                     for u in (A, B))
         return (PoolSnapshot("p", "vllm", "mixed", ("m",), eps),)
 
@@ -270,8 +269,8 @@ def _simulate(core: EngineCore, arrivals: Sequence[tuple[float, SimRequest]]) ->
 
 
 def _ledger_for(pool: Pool, clock: Clock, window_s: float) -> TokenLedger:
-    facts = EndpointFacts(A, pool.name, pool.engine.value, pool_shape(pool),
-                          pool.hardware.peak_flops, pool.hardware.mem_bandwidth,
+    facts = EndpointFacts(A, pool.name, pool.engine.value, pool.model.to_shape(),
+                          pool.hardware.to_rates(),
                           pool.levers.chunked_prefill.token_budget
                           if pool.levers.chunked_prefill else None)
     return TokenLedger({A: facts}, window_s=window_s, clock=clock)

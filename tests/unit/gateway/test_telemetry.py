@@ -1,13 +1,16 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from prometheus_client import CollectorRegistry
 
-from backends.config import parse_fleet
+from backends.fleet_file import parse_fleet
+from gateway.slos import ModelSlo, SloClass, SloPolicy
 from gateway.telemetry import RequestRecord, Telemetry
-from routing.goodput import Bounds, ModelSlo, SloClass, SloPolicy
+from routing.decision import RouteDecision
+from routing.fleet_math import Bounds
+from routing.router import RoutePlan
+from routing.scheduler.framework import PluginTiming
+from routing.snapshots import EndpointSnapshot
 from tests.fakes.harness import HARDWARE, MODEL_FACTS
 
 
@@ -99,23 +102,38 @@ def test_tokens_and_inter_token_gaps_are_counted() -> None:
     assert get("ridge_request_completion_tokens_count", {"model": "m", "pool": "p"}) == 2
 
 
-@dataclass(frozen=True)
-class _Decision:
-    pool: str
-    lever: str
-    reason: str
+def _plan(pool: str, lever: str, reason: str,
+          timings: tuple[PluginTiming, ...] = ()) -> RoutePlan:
+    return RoutePlan(RouteDecision(pool, None, lever, reason),
+                     EndpointSnapshot("http://e", pool, True), timings=timings)
 
 
 def test_route_decisions_are_counted_by_pool_lever_and_reason() -> None:
     t, registry = _telemetry()
-    t.route(_Decision("radix", "prefix_cache", "high_prefix_share"))
-    t.route(_Decision("radix", "prefix_cache", "high_prefix_share"))
-    t.route(_Decision("general", "none", "prefix>fallback_saturated"))
+    t.route(_plan("radix", "prefix_cache", "high_prefix_share"))
+    t.route(_plan("radix", "prefix_cache", "high_prefix_share"))
+    t.route(_plan("general", "none", "prefix>fallback_saturated"))
     get = registry.get_sample_value
     assert get("ridge_route_decisions_total", {"pool": "radix", "lever": "prefix_cache",
                                                "reason": "high_prefix_share"}) == 2
     assert get("ridge_route_decisions_total", {"pool": "general", "lever": "none",
                                                "reason": "prefix>fallback_saturated"}) == 1
+
+
+def test_scheduler_plugin_timings_are_a_histogram_by_plugin_name() -> None:
+    t, registry = _telemetry()
+    timings = (PluginTiming("filter", "roomy", 3_000), PluginTiming("scorer", "cache_aware",
+                                                                    40_000))
+    t.route(_plan("p", "none", "default", timings))
+    t.route(_plan("p", "none", "default", timings[:1]))
+    get = registry.get_sample_value
+    assert get("ridge_scheduler_plugin_duration_seconds_count", {"plugin": "roomy"}) == 2
+    assert get("ridge_scheduler_plugin_duration_seconds_sum", {"plugin": "roomy"}) == \
+        pytest.approx(6e-6)
+    assert get("ridge_scheduler_plugin_duration_seconds_bucket",
+               {"plugin": "cache_aware", "le": "2.5e-05"}) == 0
+    assert get("ridge_scheduler_plugin_duration_seconds_bucket",
+               {"plugin": "cache_aware", "le": "5e-05"}) == 1
 
 
 def test_binding_a_fleet_takes_its_slos_and_adds_the_scrape_time_collectors() -> None:

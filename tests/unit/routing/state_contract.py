@@ -10,15 +10,18 @@ against it unchanged. The tests use nothing but the protocol.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pytest
 
-from routing.features import block_hashes
+from routing.features import RequestFeatures, block_hashes
+from routing.load import LoadCounts
 from routing.memory_state import StateLimits
-from routing.select import Candidate, Group, SelectRequest
-from routing.state import LoadCounts, Outcome, Reservation, RouterState
+from routing.scheduler.catalog import build_scheduler
+from routing.scheduler.framework import SchedulerConfig, SchedulingContext
+from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
+from routing.state import Ask, Outcome, Reservation, RouterState, StateView
 
 StateFactory = Callable[[StateLimits], Awaitable[RouterState]]
 M = "m"
@@ -49,28 +52,66 @@ def outcome(hashes: tuple[int, ...] = (), prompt: int = 0, matched: int = 0,
                    matched_tokens=matched, output_tokens=output, session=session, succeeded=ok)
 
 
-async def serve(state: RouterState, endpoint: str, out: Outcome, tokens: int = 1) -> None:
-    """Reserve on ``endpoint`` and finish at once with ``out``."""
-    await state.finish(await state.reserve(endpoint, tokens), out)
+@dataclass(frozen=True)
+class Fixed:
+    """A choice of fixed endpoints."""
 
-
-async def loads(state: RouterState, *urls: str) -> dict[str, LoadCounts]:
-    view = await state.read(M, (), None, urls)
-    return {url: view.load_of(url) for url in urls}
+    urls: tuple[str, ...]
 
 
 A, B, C, D = "http://a", "http://b", "http://c", "http://d"
-CANDIDATES = (Candidate(A), Candidate(B), Candidate(C))
 SHARED = "sys prompt" * 8  # 80 characters: 10 blocks of 8
 LIMITS = StateLimits()
 
 
-def select_request(hashes: tuple[int, ...], groups: list[Group], session: str | None = None,
-                   tokens: int = 10) -> SelectRequest:
-    """A request of 100 prompt tokens, 2 tokens per block, over ``groups``."""
-    return SelectRequest(model=M, block_hashes=hashes, session=session, endpoints=(A, B, C),
-                         groups=tuple(groups), prompt_tokens=100, block_tokens=2,
-                         tokens=tokens)
+def ask(hashes: Sequence[int] = (), session: str | None = None,
+        urls: Sequence[str] = (A, B, C), tokens: int = 1, model: str = M) -> Ask:
+    return Ask(model, hashes, session, urls, tokens)
+
+
+async def read(state: RouterState, hashes: Sequence[int] = (), session: str | None = None,
+               urls: Sequence[str] = (A, B, C), model: str = M) -> StateView:
+    return await state.read(ask(hashes, session, urls, model=model))
+
+
+async def reserve(state: RouterState, endpoint: str, tokens: int,
+                  hashes: Sequence[int] = ()) -> Reservation:
+    """Place a request on ``endpoint`` whatever the view says."""
+    placed = await state.place(ask(hashes, urls=(endpoint,), tokens=tokens),
+                               lambda view: Fixed((endpoint,)))
+    assert placed is not None
+    return placed.reservations[0]
+
+
+async def serve(state: RouterState, endpoint: str, out: Outcome, tokens: int = 1) -> None:
+    """Reserve on ``endpoint`` and finish at once with ``out``."""
+    await state.finish(await reserve(state, endpoint, tokens), out)
+
+
+async def loads(state: RouterState, *urls: str) -> dict[str, LoadCounts]:
+    view = await read(state, urls=urls)
+    return {url: view.load_of(url) for url in urls}
+
+
+def scheduled(weights: Mapping[str, float], urls: Sequence[str] = (A, B, C),
+              hashes: Sequence[int] = (), session: str | None = None,
+              engine: Mapping[str, float] | None = None, seen: list[StateView] | None = None,
+              prompt_tokens: int = 100) -> Callable[[StateView], Fixed | None]:
+    """A ``choose`` that runs the real scheduler plugins (scorers ``weights``, max_score) over
+    a pool of ``urls`` for a request of ``prompt_tokens``, 2 per block; ``engine``: each
+    endpoint's engine running count; ``seen`` collects the views it chose on."""
+    scheduler = build_scheduler(SchedulerConfig(scorers=tuple(weights.items())))
+    pool = PoolSnapshot("p", "vllm", "mixed", (M,), tuple(
+        EndpointSnapshot(u, "p", True, EngineMetrics(running=(engine or {}).get(u)))
+        for u in urls))
+    features = RequestFeatures(M, tuple(hashes), 2, prompt_tokens, 10, 10, session, False)
+
+    def choose(view: StateView) -> Fixed | None:
+        if seen is not None:
+            seen.append(view)
+        pick = scheduler.schedule(SchedulingContext(features, pool, view)).endpoint
+        return Fixed((pick.url,)) if pick is not None else None
+    return choose
 
 
 class RouterStateContract:
@@ -95,7 +136,7 @@ class RouterStateContract:
         expected: dict[str, LoadCounts],
     ) -> None:
         state = await make_state(LIMITS)
-        held = [await state.reserve(url, tokens) for url, tokens in reserves]
+        held = [await reserve(state, url, tokens) for url, tokens in reserves]
         assert [(r.endpoint, r.tokens) for r in held] == reserves
         assert len({r.id for r in held}) == len(held)
         for i in finished:
@@ -104,7 +145,7 @@ class RouterStateContract:
 
     async def test_counts_never_go_negative(self, make_state: StateFactory) -> None:
         state = await make_state(LIMITS)
-        first, second = await state.reserve(A, 4), await state.reserve(A, 6)
+        first, second = await reserve(state, A, 4), await reserve(state, A, 6)
         for _ in range(3):  # finishing twice (a retry of the release) must not count twice
             await state.finish(first, outcome())
         assert await loads(state, A) == {A: LoadCounts(1, 6)}
@@ -116,9 +157,9 @@ class RouterStateContract:
         self, make_state: StateFactory, clock: FakeClock
     ) -> None:
         state = await make_state(StateLimits(reservation_ttl_s=10.0))
-        old = await state.reserve(A, 8)
+        old = await reserve(state, A, 8)
         clock.advance(6.0)
-        young = await state.reserve(A, 3)
+        young = await reserve(state, A, 3)
         assert await loads(state, A) == {A: LoadCounts(2, 11)}
         clock.advance(4.5)  # old is 10.5 s old: dropped as if its gateway died
         assert await loads(state, A) == {A: LoadCounts(1, 3)}
@@ -133,19 +174,19 @@ class RouterStateContract:
     ) -> None:
         state = await make_state(LIMITS)
         await serve(state, A, outcome(chain(SHARED), prompt=20, ok=succeeded))
-        view = await state.read(M, chain(SHARED), None, (A, B))
+        view = await read(state, chain(SHARED), None, (A, B))
         assert dict(view.matched_blocks) == expected
 
     async def test_a_reservation_records_its_blocks_at_once(
         self, make_state: StateFactory
     ) -> None:
         state = await make_state(LIMITS)
-        held = await state.reserve(A, 1, chain(SHARED))
+        held = await reserve(state, A, 1, chain(SHARED))
         assert held.recorded_from == 0
-        view = await state.read(M, chain(SHARED + "more"), None, (A, B))
+        view = await read(state, chain(SHARED + "more"), None, (A, B))
         assert dict(view.matched_blocks) == {A: 10}  # before the request finishes
         await state.finish(held, outcome(chain(SHARED)))
-        view = await state.read(M, chain(SHARED), None, (A, B))
+        view = await read(state, chain(SHARED), None, (A, B))
         assert dict(view.matched_blocks) == {A: 10}
 
     @pytest.mark.parametrize(("held_before", "recorded_from", "after_failure"),
@@ -157,35 +198,35 @@ class RouterStateContract:
         state = await make_state(LIMITS)
         if held_before:
             await serve(state, A, outcome(chain(SHARED[:8 * held_before])))
-        held = await state.reserve(A, 1, chain(SHARED))
+        held = await reserve(state, A, 1, chain(SHARED))
         assert held.recorded_from == recorded_from
         await state.finish(held, outcome(chain(SHARED), ok=False))
-        view = await state.read(M, chain(SHARED), None, (A, B))
+        view = await read(state, chain(SHARED), None, (A, B))
         assert dict(view.matched_blocks) == after_failure
 
     async def test_a_reservation_without_blocks_records_nothing(
         self, make_state: StateFactory
     ) -> None:
         state = await make_state(LIMITS)
-        held = await state.reserve(A, 1)
+        held = await reserve(state, A, 1)
         assert held.recorded_from is None
         await state.finish(held, outcome(chain(SHARED), ok=False))
-        assert dict((await state.read(M, chain(SHARED), None, (A,))).matched_blocks) == {}
+        assert dict((await read(state, chain(SHARED), None, (A,))).matched_blocks) == {}
 
-    async def test_select_and_reserve_records_the_blocks_on_each_pick(
+    async def test_place_records_the_blocks_on_each_endpoint_of_the_choice(
         self, make_state: StateFactory
     ) -> None:
         state = await make_state(LIMITS)
         hashes = chain(SHARED)
-        groups = [Group((Candidate(A), Candidate(B))), Group((Candidate(C),))]
-        selection = await state.select_and_reserve(select_request(hashes, groups))
-        assert selection.endpoints == (A, C)
-        assert [r.recorded_from for r in selection.reservations] == [0, 0]
-        assert dict(selection.view.matched_blocks) == {}  # the view before the reservation
+        pair = await state.place(ask(hashes, tokens=5), lambda view: Fixed((A, C)))
+        assert pair is not None and pair.choice.urls == (A, C)
+        assert [(r.endpoint, r.tokens) for r in pair.reservations] == [(A, 5), (C, 5)]
+        assert [r.recorded_from for r in pair.reservations] == [0, 0]
+        assert dict(pair.view.matched_blocks) == {}  # the view before the reservation
         # the next request sharing the prompt goes where the first one went
-        whole = replace(select_request(hashes, groups[:1]), prompt_tokens=20)  # all cached on A
-        again = await state.select_and_reserve(whole)
-        assert again.endpoints == (A,)
+        whole = scheduled({"cache_aware": 1.0}, (A, B), hashes, prompt_tokens=20)  # all on A
+        again = await state.place(ask(hashes), whole)
+        assert again is not None and again.choice.urls == (A,)
         assert again.reservations[0].recorded_from == 10
         assert dict(again.view.matched_blocks) == {A: 10, C: 10}
 
@@ -208,23 +249,23 @@ class RouterStateContract:
         state = await make_state(LIMITS)
         for url, text in served.items():
             await serve(state, url, outcome(chain(text)))
-        view = await state.read(M, chain(request_text), None, endpoints)
+        view = await read(state, chain(request_text), None, endpoints)
         assert dict(view.matched_blocks) == expected
 
     async def test_a_session_binds_to_the_endpoint_that_served_it(
         self, make_state: StateFactory, clock: FakeClock
     ) -> None:
         state = await make_state(StateLimits(session_max_age_s=60.0))
-        assert (await state.read(M, (), "s1", (A,))).session_endpoint is None
+        assert (await read(state, (), "s1", (A,))).session_endpoint is None
         await serve(state, A, outcome(session="s1"))
         await serve(state, B, outcome(session="s1", ok=False))  # a failure does not rebind
-        assert (await state.read(M, (), "s1", (A, B))).session_endpoint == A
-        assert (await state.read(M, (), "s2", (A, B))).session_endpoint is None
-        assert (await state.read(M, (), None, (A, B))).session_endpoint is None
+        assert (await read(state, (), "s1", (A, B))).session_endpoint == A
+        assert (await read(state, (), "s2", (A, B))).session_endpoint is None
+        assert (await read(state, (), None, (A, B))).session_endpoint is None
         await serve(state, B, outcome(session="s1"))
-        assert (await state.read(M, (), "s1", (A, B))).session_endpoint == B
+        assert (await read(state, (), "s1", (A, B))).session_endpoint == B
         clock.advance(61.0)
-        assert (await state.read(M, (), "s1", (A, B))).session_endpoint is None
+        assert (await read(state, (), "s1", (A, B))).session_endpoint is None
 
     @pytest.mark.parametrize(
         ("window", "observed", "expected"),
@@ -246,10 +287,10 @@ class RouterStateContract:
             await serve(state, A, outcome(prompt=prompt, matched=matched))
         await serve(state, A, outcome(prompt=1000, matched=0, model="other"))
         await serve(state, A, outcome(prompt=1000, matched=1000, ok=False))  # not counted
-        view = await state.read(M, (), None, (A,))
+        view = await read(state, (), None, (A,))
         assert view.prefix_share == pytest.approx(expected)
-        assert (await state.read("other", (), None, (A,))).prefix_share == 0.0
-        assert (await state.read("unseen", (), None, (A,))).prefix_share is None
+        assert (await read(state, (), None, (A,), model="other")).prefix_share == 0.0
+        assert (await read(state, (), None, (A,), model="unseen")).prefix_share is None
 
     @pytest.mark.parametrize(
         ("window", "outputs", "expected"),
@@ -269,18 +310,17 @@ class RouterStateContract:
             await serve(state, A, outcome(prompt=10, output=tokens))
         await serve(state, A, outcome(prompt=10, output=9999, ok=False))
         await serve(state, A, outcome(prompt=10, output=5, model="other"))
-        view = await state.read(M, (), None, (A,))
-        assert view.expected_output_tokens == pytest.approx(expected)
+        assert state.learned_output(M) == pytest.approx(expected)
 
     async def test_read_of_unknown_endpoints_gives_zeros(self, make_state: StateFactory) -> None:
         state = await make_state(LIMITS)
         await serve(state, A, outcome(chain(SHARED), session="s"))
-        view = await state.read(M, chain(SHARED), None, ("http://x", "http://y"))
+        view = await read(state, chain(SHARED), None, ("http://x", "http://y"))
         assert view.load_of("http://x") == LoadCounts()
         assert view.load_of("http://y") == LoadCounts()
         assert dict(view.matched_blocks) == {}
-        empty = await state.read("unseen", (), None, ())
-        assert (empty.prefix_share, empty.expected_output_tokens) == (None, None)
+        empty = await read(state, (), None, (), model="unseen")
+        assert (empty.prefix_share, state.learned_output("unseen")) == (None, None)
 
     async def test_concurrent_reserve_and_finish_leave_no_count(
         self, make_state: StateFactory
@@ -289,11 +329,11 @@ class RouterStateContract:
         urls = (A, B, C)
 
         async def one(i: int) -> None:
-            held = await state.reserve(urls[i % 3], i)
+            held = await reserve(state, urls[i % 3], i)
             await asyncio.sleep(0)
             await state.finish(held, outcome(chain(SHARED), prompt=10, output=i % 7))
 
-        held = await asyncio.gather(*(state.reserve(urls[i % 3], 2) for i in range(300)))
+        held = await asyncio.gather(*(reserve(state, urls[i % 3], 2) for i in range(300)))
         assert await loads(state, *urls) == {url: LoadCounts(100, 200) for url in urls}
         await asyncio.gather(*(one(i) for i in range(600)))
         await asyncio.gather(*(state.finish(r, outcome()) for r in held))
@@ -303,7 +343,7 @@ class RouterStateContract:
         state = await make_state(StateLimits(max_sessions=2))
         for session, url in (("s1", A), ("s2", B), ("s3", C)):
             await serve(state, url, outcome(session=session))
-        found = [(await state.read(M, (), s, (A, B, C))).session_endpoint
+        found = [(await read(state, (), s, (A, B, C))).session_endpoint
                  for s in ("s1", "s2", "s3")]
         assert found == [None, B, C]
 
@@ -315,12 +355,12 @@ class RouterStateContract:
         for url, text in texts.items():
             await serve(state, url, outcome(chain(text)))
             clock.advance(10.0)
-        matches = [dict((await state.read(M, chain(t), None, (A, B, C))).matched_blocks)
+        matches = [dict((await read(state, chain(t), None, (A, B, C))).matched_blocks)
                    for t in texts.values()]
         assert matches == [{}, {B: 10}, {C: 10}]  # A's blocks were the least recent
         clock.advance(11.0)  # B's record is now 31 s old, C's 21 s
-        assert dict((await state.read(M, chain(texts[B]), None, (B,))).matched_blocks) == {}
-        assert dict((await state.read(M, chain(texts[C]), None, (C,))).matched_blocks) == {C: 10}
+        assert dict((await read(state, chain(texts[B]), None, (B,))).matched_blocks) == {}
+        assert dict((await read(state, chain(texts[C]), None, (C,))).matched_blocks) == {C: 10}
 
     @pytest.mark.parametrize(
         ("weights", "served", "busy", "expected"),
@@ -333,7 +373,7 @@ class RouterStateContract:
             ({"session_affinity": 1.0}, {}, {}, A),  # no session bound yet: a tie
         ],
     )
-    async def test_select_and_reserve_scores_then_reserves(
+    async def test_place_runs_the_scheduler_on_the_view_then_reserves(
         self, make_state: StateFactory, weights: dict[str, float], served: dict[str, str],
         busy: dict[str, int], expected: str,
     ) -> None:
@@ -342,10 +382,10 @@ class RouterStateContract:
             await serve(state, url, outcome(chain(text)))
         for url, n in busy.items():
             for _ in range(n):
-                await state.reserve(url, 1)
-        request = select_request(chain(SHARED), [Group(CANDIDATES, weights)], tokens=30)
-        chosen = await state.select_and_reserve(request)
-        assert chosen.endpoints == (expected,)
+                await reserve(state, url, 1)
+        chosen = await state.place(ask(chain(SHARED), tokens=30),
+                                   scheduled(weights, hashes=chain(SHARED)))
+        assert chosen is not None and chosen.choice.urls == (expected,)
         assert [(r.endpoint, r.tokens) for r in chosen.reservations] == [(expected, 30)]
         assert chosen.view.load_of(expected).requests == busy.get(expected, 0)
         after = await loads(state, expected)
@@ -354,43 +394,48 @@ class RouterStateContract:
         await state.finish(chosen.reservations[0], outcome())
         assert (await loads(state, expected))[expected].requests == busy.get(expected, 0)
 
-    async def test_select_and_reserve_returns_the_view_it_chose_on(
-        self, make_state: StateFactory
-    ) -> None:
+    async def test_place_returns_the_view_it_chose_on(self, make_state: StateFactory) -> None:
         state = await make_state(LIMITS)
         await serve(state, B, outcome(chain(SHARED), prompt=20, matched=5, output=40,
                                       session="s"))
-        request = select_request(chain(SHARED + "tail...."), [Group(CANDIDATES)], session="s")
-        view = (await state.select_and_reserve(request)).view
-        assert dict(view.matched_blocks) == {B: 10}
-        assert (view.prefix_share, view.expected_output_tokens) == (0.25, 40.0)
-        assert view.session_endpoint == B
+        seen: list[StateView] = []
+        hashes = chain(SHARED + "tail....")
+        placed = await state.place(ask(hashes, "s"), scheduled({"cache_aware": 1.0},
+                                                               hashes=hashes, seen=seen))
+        assert placed is not None and placed.view == seen[-1]
+        assert dict(placed.view.matched_blocks) == {B: 10}
+        assert placed.view.prefix_share == 0.25
+        assert placed.view.session_endpoint == B
+        assert state.learned_output(M) == 40.0
 
-    async def test_a_pair_reserves_one_endpoint_per_group(self, make_state: StateFactory) -> None:
+    async def test_no_choice_reserves_nothing(self, make_state: StateFactory) -> None:
         state = await make_state(LIMITS)
-        await state.reserve(A, 1)
-        groups = [Group((Candidate(A), Candidate(B))), Group((Candidate(C),))]
-        chosen = await state.select_and_reserve(select_request((), groups, tokens=5))
-        assert chosen.endpoints == (B, C)
-        assert [r.endpoint for r in chosen.reservations] == [B, C]
-        assert await loads(state, A, B, C) == {A: LoadCounts(1, 1), B: LoadCounts(1, 5),
-                                               C: LoadCounts(1, 5)}
+        assert await state.place(ask(chain(SHARED), tokens=9), lambda view: None) is None
+        assert await loads(state, A, B, C) == {u: LoadCounts() for u in (A, B, C)}
+        assert dict((await read(state, chain(SHARED))).matched_blocks) == {}
 
-    async def test_concurrent_selects_spread_like_one_gateway(
+    async def test_concurrent_places_spread_like_one_gateway(
         self, make_state: StateFactory
     ) -> None:
         state = await make_state(LIMITS)
-        request = select_request(chain(SHARED), [Group(CANDIDATES + (Candidate(D),))])
-        chosen = await asyncio.gather(*(state.select_and_reserve(request) for _ in range(40)))
+        choose = scheduled({"cache_aware": 1.0}, (A, B, C, D))  # no prefix: least load
+        chosen = await asyncio.gather(*(state.place(ask(urls=(A, B, C, D)), choose)
+                                        for _ in range(40)))
         counts = {url: 0 for url in (A, B, C, D)}
-        for selection in chosen:
-            counts[selection.endpoints[0]] += 1
+        for placed in chosen:
+            assert placed is not None
+            counts[placed.choice.urls[0]] += 1
         assert counts == {A: 10, B: 10, C: 10, D: 10}
 
-    async def test_select_counts_the_callers_own_and_the_engines_load(
+    async def test_the_choice_counts_the_state_and_the_engines_load(
         self, make_state: StateFactory
     ) -> None:
         state = await make_state(LIMITS)
-        group = Group((Candidate(A, in_flight=3), Candidate(B, queued=2.0), Candidate(C, 1, 2.5)))
-        chosen = await state.select_and_reserve(select_request((), [group]))
-        assert chosen.endpoints == (B,)  # loads 3, 2, max(1, 2.5): the largest count, not a sum
+        for _ in range(3):
+            await reserve(state, A, 1)
+        await reserve(state, C, 1)
+        choose = scheduled({"least_load": 1.0}, engine={B: 2.0, C: 2.5})
+        chosen = await state.place(ask(), choose)
+        # loads 3, 2, max(1, 2.5): the larger count, not a sum
+        assert chosen is not None and chosen.choice.urls == (B,)
+

@@ -11,7 +11,7 @@ from routing.decision import (
     lever_values,
     reason_values,
 )
-from routing.types import LEVERS, PREFIX_CACHE
+from routing.snapshots import LEVERS, PREFIX_CACHE
 
 
 def test_header_value() -> None:

@@ -19,9 +19,8 @@ from routing.features import (
     canonical_prompt,
     extract_features,
     part_digest,
-    with_learned_output,
 )
-from routing.tokens import CharEstimate
+from routing.token_counters import CharEstimate
 
 ROOT = Path(__file__).resolve().parents[3]
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 10}
@@ -262,25 +261,23 @@ def test_matched_tokens_are_blocks_times_block_tokens_capped_at_the_prompt(
 
 @pytest.mark.parametrize(
     ("max_tokens", "learned", "expected"),
-    [(None, 300.4, 300), (None, None, 256), (20, 300.4, 20)],
+    [(None, 300.4, 300), (None, None, 99), (20, 300.4, 20)],
 )
-def test_with_learned_output(max_tokens: int | None, learned: float | None,
-                             expected: int) -> None:
-    before = features(chat(user("x")), max_tokens=max_tokens)
-    after = with_learned_output(before, learned, FeatureConfig())
-    assert after.expected_output_tokens == expected
-    assert after.block_hashes == before.block_hashes
-
-
-async def test_the_extractor_is_async_and_uses_its_counter() -> None:
+def test_the_extractor_uses_the_models_counter_and_the_learned_output(
+    max_tokens: int | None, learned: float | None, expected: int
+) -> None:
     class Fixed:
         def count(self, text: str) -> int:
             return 1234
 
-    extractor = FeatureExtractor(FeatureConfig(block_tokens=8, default_output_tokens=99), Fixed())
-    got = await extractor.extract(chat(user("y" * 400)), "chat", "m", None, False, None)
-    assert (got.prompt_tokens, got.expected_output_tokens) == (1234, 99)
-    assert len(got.block_hashes) == len(canonical_prompt(chat(user("y" * 400)), "chat")) // 32
+    extractor = FeatureExtractor(FeatureConfig(block_tokens=8, default_output_tokens=99),
+                                 {"m": Fixed()})
+    payload = chat(user("y" * 400))
+    got = extractor.extract(payload, RequestInfo("chat", "m", max_tokens, False, None, learned))
+    assert (got.prompt_tokens, got.expected_output_tokens) == (1234, expected)
+    assert len(got.block_hashes) == len(canonical_prompt(payload, "chat")) // 32
+    other = extractor.extract(payload, RequestInfo("chat", "other"))  # no counter: the estimate
+    assert other.prompt_tokens == -(-len(canonical_prompt(payload, "chat")) // 4)
 
 
 @pytest.mark.parametrize("bad", [{"block_tokens": 0}, {"chars_per_token": 0},

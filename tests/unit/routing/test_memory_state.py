@@ -5,9 +5,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from routing.load import LoadCounts
 from routing.memory_state import MemoryState, StateLimits
-from routing.state import LoadCounts, RouterState
-from routing.workload import LengthSummary
+from routing.state import RouterState
+from routing.window import LengthSummary
 from tests.unit.routing.state_contract import (
     A,
     B,
@@ -16,6 +17,8 @@ from tests.unit.routing.state_contract import (
     StateFactory,
     chain,
     outcome,
+    read,
+    reserve,
     serve,
 )
 
@@ -35,11 +38,12 @@ class TestMemoryState(RouterStateContract):
             await state.aclose()
 
 
-@pytest.mark.parametrize("name", ["read", "reserve", "finish", "aclose"])
+@pytest.mark.parametrize("name", ["learned_output", "read", "place", "finish", "in_flight",
+                                  "measures", "aclose"])
 def test_memory_state_implements_the_protocol_exactly(name: str) -> None:
     state: RouterState = MemoryState()  # the static check; the signatures at run time:
     ours, theirs = getattr(state, name), getattr(RouterState, name)
-    assert inspect.iscoroutinefunction(ours)
+    assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(theirs)
     assert list(inspect.signature(ours).parameters) == \
         list(inspect.signature(theirs).parameters)[1:]  # without self
 
@@ -57,7 +61,7 @@ async def test_measures_show_the_windows_and_the_in_flight_counts() -> None:
     for prompt, matched, output in [(100, 0, 10), (300, 300, 20), (200, 100, 30)]:
         await serve(state, A, outcome(prompt=prompt, matched=matched, output=output))
     await serve(state, A, outcome(prompt=400, matched=0, output=None, model="x"))
-    await state.reserve(B, 77)
+    await reserve(state, B, 77)
     measures = state.measures()
     assert measures.window == 4
     assert measures.overall.requests == 4
@@ -76,11 +80,11 @@ async def test_every_part_stays_within_its_limit() -> None:
     for i in range(40):
         await serve(state, f"http://e{i % 4}", outcome(chain(f"{i:04d}" * 40), prompt=40,
                                                        session=f"s{i}", model=f"m{i % 6}"))
-        await state.reserve(A, 1)
+        await reserve(state, A, 1)
         sizes = state.sizes()
         assert sizes.prefix_entries <= 50 and sizes.sessions <= 5
         assert sizes.reservations <= 7 and sizes.models <= 3
-    assert (await state.read("m", (), None, (A,))).load_of(A) == LoadCounts(7, 7)
+    assert (await read(state, urls=(A,))).load_of(A) == LoadCounts(7, 7)
 
 
 async def test_forgetting_an_endpoint_stops_its_matches() -> None:
@@ -88,14 +92,14 @@ async def test_forgetting_an_endpoint_stops_its_matches() -> None:
     await serve(state, A, outcome(chain("x" * 64)))
     await serve(state, B, outcome(chain("x" * 64)))
     state.forget_endpoint(A)
-    view = await state.read("m", chain("x" * 64), None, (A, B))
+    view = await read(state, chain("x" * 64), None, (A, B))
     assert dict(view.matched_blocks) == {B: 8}
 
 
 async def test_aclose_empties_the_state() -> None:
     state = MemoryState(clock=FakeClock())
     await serve(state, A, outcome(chain("x" * 64)))
-    await state.reserve(A, 3)
+    await reserve(state, A, 3)
     await serve(state, A, outcome(session="s"))
     await state.aclose()
     sizes = state.sizes()

@@ -10,14 +10,14 @@ import pytest
 from routing.decision import RouteDecision, reason_values
 from routing.features import RequestFeatures
 from routing.policy import DEFAULT_RULES, LeverPolicy, PolicyConfig, PolicyInput
-from routing.state import StateView
-from routing.types import (
+from routing.snapshots import (
     CHUNKED_PREFILL,
     PD_DISAGGREGATION,
     PREFIX_CACHE,
     SPECULATIVE,
     PoolSnapshot,
 )
+from routing.state import StateView
 from tests.unit.routing.scheduler.snapshots import ep, features, view
 
 # name: (role, levers, pair, ridge_tokens, endpoint URLs)
@@ -212,9 +212,9 @@ def test_switch_point_follows_the_fraction_and_counts_engine_load() -> None:
                           view(load={"s1": requests}))
         got = LeverPolicy(config).decide(inp)
         assert got is not None and got.pool == expected, requests
-    # 10 in flight at this gateway, but the engine runs 50 (others send to it too): 50 ≥ 50
+    # 10 in flight through the router, but the engine runs 50 (others send to it too): 50 ≥ 50
     inp = PolicyInput(features(prompt_tokens=100, output=800),
-                      fleet(state={"s1": {"in_flight": 10, "running": 50}}), view())
+                      fleet(state={"s1": {"running": 50}}), view(load={"s1": 10}))
     got = LeverPolicy().decide(inp)
     assert got is not None and got.reason == "spec>fallback_near_ridge"
 

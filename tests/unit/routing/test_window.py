@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.window import CountWindow, ScopeWindows, WorkloadWindows, nearest_rank
-from routing.workload import LengthSummary
+from routing.window import CountWindow, LengthSummary, ScopeWindows, WorkloadWindows, nearest_rank
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from backends.config import ChunkedPrefill, Levers, Pool, SimulatorKnobs, Speculative
+from backends.fleet_file import ChunkedPrefill, Levers, Pool, SimulatorKnobs, Speculative
 from backends.sim import tokens
 from backends.sim.configure import engine_config
 from backends.sim.engine import EngineCore

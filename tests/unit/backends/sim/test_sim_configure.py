@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from backends.config import Engine, Role, load_fleet
+from backends.fleet_file import Engine, Role, load_fleet
+from backends.sim.behaviour import SGLANG, VLLM
 from backends.sim.configure import engine_config, kv_cache_bytes, profile_for
-from backends.sim.dialects import SGLANG, VLLM
 from backends.sim.faults import Faults, parse_command
 from backends.sim.profiles import HARDWARE, MODELS, hardware_profile, model_profile
 from tests.unit.backends.sim.sim_helpers import make_pool
 
-DEMO = Path(__file__).parents[4] / "deploy" / "demo-fleet.yaml"
+DEMO = Path(__file__).parents[4] / "gateway" / "demo" / "demo-fleet.yaml"
 
 
 def test_kv_capacity_is_the_memory_left_after_the_weights() -> None:

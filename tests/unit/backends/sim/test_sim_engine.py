@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from backends.sim.request import Phase
-from backends.sim.speculative import expected_tokens_per_step
 from backends.sim.virtual import simulate
+from routing.fleet_math import SeqWork, expected_tokens_per_pass
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 
@@ -25,11 +25,9 @@ def test_chunked_prefill_bounds_decode_gaps_by_one_chunk() -> None:
     chunked_gap, chunked_ttft = _itl_during_long_prefill(512)
     whole_gap, whole_ttft = _itl_during_long_prefill(None)
     pool = make_pool(model="llama-3-8b", hardware="a100-80gb", chunk=512)
-    from backends.sim.roofline import SeqWork, step_cost
-
     # one step = a 512-token chunk over up to 8k of context plus the four decodes
     device = make_core(pool).config.device
-    one_chunk = step_cost(device, [SeqWork(508, 7492)] + [SeqWork(1, 500)] * 4).seconds
+    one_chunk = device.step_cost([SeqWork(508, 7492)] + [SeqWork(1, 500)] * 4).seconds
     assert chunked_gap <= one_chunk * 1.05
     # the monolithic 8k prefill stalls every stream for the whole prefill
     assert whole_gap >= 0.9 * whole_ttft
@@ -83,7 +81,7 @@ def test_speculation_yields_the_expected_tokens_per_verify_step() -> None:
     simulate(core, [(0.0, r) for r in reqs])
     st = core.stats
     # the last pass of each request may be cut short by max_tokens, so compare loosely
-    assert st.spec_accept_length() == pytest.approx(expected_tokens_per_step(0.8, 4), abs=0.08)
+    assert st.spec_accept_length() == pytest.approx(expected_tokens_per_pass(0.8, 4), abs=0.08)
     assert all(r.generated == 2000 for r in reqs)
     assert st.generation_tokens == 8 * 2000
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from backends.sim import shapes
-from backends.sim.dialects import SGLANG, VLLM
+from backends.sim.behaviour import SGLANG, VLLM
 from backends.sim.openai_api import ApiError, ModelInfo, parse_chat, parse_completion
 
 INFO = ModelInfo(("smollm2-135m",), 2048)

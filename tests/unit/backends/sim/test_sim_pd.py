@@ -11,8 +11,8 @@ from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.openai_api import ApiError
 from backends.sim.request import Phase, RemoteKV
-from backends.sim.roofline import SeqWork, step_cost
 from backends.sim.virtual import simulate
+from routing.fleet_math import SeqWork
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 LINK = 10e9  # B/s
@@ -28,7 +28,7 @@ def test_decode_engine_waits_for_the_transfer_then_decodes() -> None:
     )
     trace = simulate(core, [(0.5, req)])
     transfer = 2000 * 131_072 / LINK  # all prompt tokens but the last, 128 KiB each
-    first_step = step_cost(core.config.device, [SeqWork(1, 2000)]).seconds
+    first_step = core.config.device.step_cost([SeqWork(1, 2000)]).seconds
     assert trace.first_token("d") == pytest.approx(1.0 + transfer + first_step)
     assert released == [True]
     assert core.stats.prompt_tokens_transferred == 2000 and core.stats.prompt_tokens_computed == 1

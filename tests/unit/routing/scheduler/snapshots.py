@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from routing.features import RequestFeatures
+from routing.load import LoadCounts
 from routing.scheduler.framework import SchedulingContext
-from routing.state import LoadCounts, StateView
-from routing.types import EndpointSnapshot, EngineMetrics, PoolSnapshot
+from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
+from routing.state import StateView
 
 
-def ep(url: str, *, in_flight: int = 0, running: float | None = None,
-       waiting: float | None = None, healthy: bool = True, pool: str = "p") -> EndpointSnapshot:
-    return EndpointSnapshot(url, pool, healthy, in_flight,
-                            EngineMetrics(running=running, waiting=waiting))
+def ep(url: str, *, running: float | None = None, waiting: float | None = None,
+       healthy: bool = True, pool: str = "p") -> EndpointSnapshot:
+    return EndpointSnapshot(url, pool, healthy, EngineMetrics(running=running, waiting=waiting))
 
 
 def features(prompt_tokens: int = 1000, blocks: int | None = None, block_tokens: int = 100,
@@ -35,5 +35,5 @@ def view(matched: Mapping[str, int] | None = None, load: Mapping[str, int] | Non
 def ctx(endpoints: Iterable[EndpointSnapshot], feats: RequestFeatures | None = None,
         state: StateView | None = None, exclude: Iterable[str] = ()) -> SchedulingContext:
     pool = PoolSnapshot("p", "vllm", "mixed", ("m",), tuple(endpoints))
-    return SchedulingContext(feats or features(), pool, state or StateView(), now=0.0,
+    return SchedulingContext(feats or features(), pool, state or StateView(),
                              exclude=frozenset(exclude))

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
 
 import pytest
 
+from routing.scheduler.catalog import build_scheduler
 from routing.scheduler.framework import (
     Scheduler,
     SchedulerConfig,
@@ -16,14 +16,7 @@ from routing.scheduler.framework import (
 )
 from routing.scheduler.plugins.healthy import Healthy
 from routing.scheduler.plugins.max_score import MaxScore
-from routing.scheduler.registry import (
-    FILTERS,
-    PICKERS,
-    SCORERS,
-    SchedulerConfigError,
-    build_scheduler,
-)
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
 
 
@@ -116,9 +109,10 @@ def test_unhealthy_only_pool_gives_no_pick() -> None:
 
 def test_excluded_endpoints_are_never_candidates() -> None:
     scheduler = build_scheduler(SchedulerConfig())
-    endpoints = [ep("a"), ep("b", in_flight=5)]
-    assert scheduler.schedule(ctx(endpoints)).endpoint == endpoints[0]
-    assert scheduler.schedule(ctx(endpoints, exclude={"a"})).endpoint == endpoints[1]
+    endpoints = [ep("a"), ep("b")]
+    busy_b = view(load={"b": 5})
+    assert scheduler.schedule(ctx(endpoints, state=busy_b)).endpoint == endpoints[0]
+    assert scheduler.schedule(ctx(endpoints, state=busy_b, exclude={"a"})).endpoint == endpoints[1]
     assert scheduler.schedule(ctx(endpoints, exclude={"a", "b"})).endpoint is None
 
 
@@ -149,41 +143,6 @@ def test_each_scheduler_has_its_own_plugin_state() -> None:
     assert one.schedule(ctx(endpoints)).endpoint == endpoints[0]
     assert one.schedule(ctx(endpoints)).endpoint == endpoints[1]
     assert two.schedule(ctx(endpoints)).endpoint == endpoints[0]
-
-
-@pytest.mark.parametrize(
-    ("config", "message"),
-    [
-        (SchedulerConfig(filters=("healthy", "fresh")), "unknown filter 'fresh'"),
-        (SchedulerConfig(scorers=(("cache_awareness", 1.0),)), "unknown scorer 'cache_awareness'"),
-        (SchedulerConfig(picker="best"), "unknown picker 'best'"),
-        (SchedulerConfig(scorers=(("least_load", cast(Any, None)),)),
-         "scorer 'least_load' has no weight"),
-        (SchedulerConfig(scorers=(("least_load", 0.0),)), "weight must be > 0"),
-        (SchedulerConfig(scorers=(("least_load", -1.0),)), "weight must be > 0"),
-        (SchedulerConfig(scorers=(("least_load", math.nan),)), "weight must be > 0"),
-        (SchedulerConfig(scorers=(("least_load", cast(Any, "1")),)), "must be a number"),
-        (SchedulerConfig(scorers=(("least_load", cast(Any, True)),)), "must be a number"),
-        (SchedulerConfig(scorers=(("least_load", 1.0), ("least_load", 2.0))), "listed twice"),
-    ],
-)
-def test_bad_configs_are_refused(config: SchedulerConfig, message: str) -> None:
-    with pytest.raises(SchedulerConfigError, match=message):
-        build_scheduler(config)
-
-
-def test_unknown_name_message_lists_the_known_ones() -> None:
-    with pytest.raises(SchedulerConfigError) as info:
-        build_scheduler(SchedulerConfig(picker="best"))
-    assert "max_score, random_top, round_robin" in str(info.value)
-
-
-def test_registry_names() -> None:
-    assert set(FILTERS) == {"healthy", "not_saturated"}
-    assert set(SCORERS) == {"cache_aware", "least_load", "prefix_match", "session_affinity"}
-    assert set(PICKERS) == {"max_score", "random_top", "round_robin"}
-    with pytest.raises(TypeError):
-        cast(Any, SCORERS)["x"] = SCORERS["least_load"]  # read-only table
 
 
 def test_top_keeps_ties_within_rounding() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from routing.scheduler.plugins.least_load import LeastLoad
-from routing.types import EndpointSnapshot
+from routing.snapshots import EndpointSnapshot
 from tests.unit.routing.scheduler.snapshots import ctx, ep, view
 
 
@@ -11,15 +11,15 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep, view
     ("endpoints", "shared", "expected"),
     [
         # score = 1 − load / max_load
-        ([ep("a"), ep("b", in_flight=2), ep("c", in_flight=4)], {}, {"a": 1, "b": 0.5, "c": 0}),
-        # the larger of the gateway count and the engine's running + waiting: a=max(1, 1+3)=4,
+        ([ep("a"), ep("b"), ep("c")], {"b": 2, "c": 4}, {"a": 1, "b": 0.5, "c": 0}),
+        # the larger of the router's count and the engine's running + waiting: a=max(1, 1+3)=4,
         # b=max(0, 1)=1
-        ([ep("a", in_flight=1, running=1, waiting=3), ep("b", running=1)], {},
+        ([ep("a", running=1, waiting=3), ep("b", running=1)], {"a": 1},
          {"a": 0, "b": 0.75}),
-        # the shared state's count (all gateways) wins over the local one when larger
-        ([ep("a", in_flight=1), ep("b", in_flight=2)], {"a": 4}, {"a": 0, "b": 0.5}),
+        # the router's count wins over the engine's when larger
+        ([ep("a", running=1), ep("b", running=2)], {"a": 4}, {"a": 0, "b": 0.5}),
         ([ep("a"), ep("b")], {}, {"a": 1, "b": 1}),  # all idle
-        ([ep("a", in_flight=3)], {}, {"a": 0}),  # a single busy candidate is also the busiest
+        ([ep("a")], {"a": 3}, {"a": 0}),  # a single busy candidate is also the busiest
         ([], {}, {}),
     ],
 )

@@ -1,0 +1,459 @@
+"""The fleet file: pools of engines, their levers, and the model and hardware facts.
+
+One YAML file declares the whole fleet. The gateway routes over it, the simulator starts it,
+and the deploy renderer turns each pool's levers into engine launch flags. Loading a bad file
+raises :class:`FleetConfigError`, whose message names the file, the field and the problem.
+
+Routing settings: ``routing.policy`` holds the lever policy's thresholds and rule order
+(:class:`routing.policy.PolicyConfig`); ``routing.scheduler`` the replica scheduler every pool
+uses unless the pool has its own ``scheduler`` (:class:`routing.scheduler.SchedulerConfig`).
+Plugin and rule names are checked against routing's tables here, at load, so a typo stops
+start-up instead of a request. The routing types stay plain dataclasses; ``to_config``
+converts at this boundary.
+
+Service-level objectives: ``slos`` maps a model name (or ``*``, every other model) to its
+bounds ``ttft_s`` / ``tpot_s`` / ``e2e_s`` [s] and optional request ``classes`` (chosen by the
+client's ``x-ridge-slo-class`` header or by ``max_tokens`` band); the rules, and the
+conversion of this section into them, are in :mod:`gateway.slos`.
+
+Model and hardware facts become the fleet arithmetic's plain dataclasses at this boundary:
+:meth:`ModelFacts.to_shape` and :meth:`HardwareFacts.to_rates` (:mod:`routing.fleet_math`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from routing.features import DEFAULT_BLOCK_TOKENS, DEFAULT_OUTPUT_TOKENS
+from routing.fleet_math import HardwareRates, ModelShape
+from routing.policy import DEFAULT_RULES, PolicyConfig
+from routing.scheduler.catalog import SchedulerConfigError, validate
+from routing.scheduler.framework import PluginSpec, SchedulerConfig
+from routing.snapshots import CHUNKED_PREFILL, PD_DISAGGREGATION, PREFIX_CACHE, SPECULATIVE
+from routing.token_counters import CHARS_PER_TOKEN
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+ANY_MODEL = "*"
+"""The ``slos`` key of every model without an entry of its own."""
+DEFAULT_CLASS = "default"
+"""The SLO class of a request no class covers (so no class may take this name)."""
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class Role(StrEnum):
+    MIXED = "mixed"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChunkedPrefill(_Strict):
+    """Chunked prefill: long prompts split into chunks of at most ``token_budget`` tokens a
+    step."""
+
+    enabled: bool = True
+    token_budget: PositiveInt = 2048
+
+
+class Speculative(_Strict):
+    """Speculative decoding: ``num_draft_tokens`` (K) drafted per verify step by ``method``."""
+
+    method: Literal["ngram", "eagle", "eagle3", "medusa", "mtp", "draft_model"] = "ngram"
+    num_draft_tokens: PositiveInt = 4
+    draft_model: str | None = None
+
+
+class Levers(_Strict):
+    """The engine configuration a pool was launched with: what it relaxes, not how it is routed."""
+
+    prefix_caching: bool = False
+    chunked_prefill: ChunkedPrefill | None = None
+    speculative: Speculative | None = None
+
+
+class ModelFacts(_Strict):
+    """The served model's shape. Units: counts, and bytes per element for ``dtype_bytes``."""
+
+    params: PositiveFloat = Field(description="parameter count N")
+    layers: PositiveInt
+    hidden_size: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+    dtype_bytes: PositiveFloat = Field(description="bytes per weight / KV element (fp16 = 2)")
+    max_context: PositiveInt = 4096
+
+    def to_shape(self, kv_dtype_bytes: float | None = None) -> ModelShape:
+        """The shape the fleet arithmetic takes; ``kv_dtype_bytes`` None = ``dtype_bytes``."""
+        return ModelShape(self.params, self.layers, self.hidden_size, self.kv_heads,
+                          self.head_dim, self.dtype_bytes, kv_dtype_bytes)
+
+
+class HardwareFacts(_Strict):
+    """One accelerator's peak rates. Units: FLOP/s and bytes/s."""
+
+    name: str = "unknown"
+    peak_flops: PositiveFloat = Field(description="peak dense FLOP/s")
+    mem_bandwidth: PositiveFloat = Field(description="memory bandwidth in bytes/s")
+    kv_cache_bytes: PositiveFloat | None = Field(
+        default=None, description="bytes of KV cache per engine; None = engine default"
+    )
+
+    def to_rates(self) -> HardwareRates:
+        """The peak rates the fleet arithmetic takes."""
+        return HardwareRates(self.peak_flops, self.mem_bandwidth)
+
+
+class SimulatorKnobs(_Strict):
+    """Settings only the simulator reads: how this pool behaves when simulated."""
+
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    acceptance_rate: float = Field(default=0.7, ge=0, lt=1)
+    draft_cost: float = Field(default=0.05, ge=0)
+    kv_link_bandwidth: PositiveFloat = 50e9
+    seed: int = 0
+    profile: str | None = Field(
+        default=None,
+        description="a hardware profile of backends.sim.profiles (calibrated overheads, memory); "
+        "None = the profile named by hardware.name if there is one",
+    )
+    mean_output_tokens: PositiveFloat | None = Field(
+        default=None,
+        description="mean of a sampled natural stop length (finish_reason stop); None = always "
+        "generate max_tokens",
+    )
+
+
+_POLICY = PolicyConfig()
+_SCHEDULER = SchedulerConfig()
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class SchedulerSettings(_Strict):
+    """How a pool picks a replica: ``filters`` → ``scorers`` (name: weight) → ``picker``, by
+    plugin instance name (:mod:`routing.scheduler.catalog`: a name declared under
+    ``routing.plugins``, or a plugin type with its default parameters). Every scorer needs a
+    weight > 0. The names are checked when the whole fleet is validated."""
+
+    filters: list[str] = Field(default_factory=lambda: list(_SCHEDULER.filters))
+    scorers: dict[str, PositiveFloat] = Field(default_factory=lambda: dict(_SCHEDULER.scorers))
+    picker: str = _SCHEDULER.picker
+    seed: int = Field(default=_SCHEDULER.seed, description="for pickers that draw at random")
+
+    @field_validator("scorers", mode="before")
+    @classmethod
+    def _weighted(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            raise ValueError("every scorer needs a weight: write a mapping such as "
+                             "{cache_aware: 1}, not a list")
+        if isinstance(value, dict):
+            for name, weight in value.items():
+                if weight is None:
+                    raise ValueError(f"scorer {name!r} has no weight")
+        return value
+
+    def to_config(self, plugins: tuple[PluginSpec, ...] = ()) -> SchedulerConfig:
+        return SchedulerConfig(tuple(self.filters), tuple(self.scorers.items()), self.picker,
+                               self.seed, plugins)
+
+
+class PluginSettings(_Strict):
+    """A named scheduler plugin instance: ``type`` is a plugin of the catalog, ``parameters``
+    its keyword arguments (documented in the plugin's module)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]
+    type: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    def to_spec(self) -> PluginSpec:
+        return PluginSpec(self.name, self.type, dict(self.parameters))
+
+
+class FeatureSettings(_Strict):
+    """How the router measures a request (:mod:`routing.features`): ``block_tokens`` per
+    hashed prompt block, ``chars_per_token`` of the estimate, ``default_output_tokens`` when
+    neither ``max_tokens`` nor a learned mean is known, and ``tokenizers``: model name → a
+    Hugging Face ``tokenizer.json`` for exact prompt token counts (needs the ``tokenizers``
+    package; a relative path is relative to the fleet file)."""
+
+    block_tokens: PositiveInt = DEFAULT_BLOCK_TOKENS
+    chars_per_token: PositiveFloat = CHARS_PER_TOKEN
+    default_output_tokens: PositiveInt = DEFAULT_OUTPUT_TOKENS
+    tokenizers: dict[str, str] = Field(default_factory=dict)
+
+
+class PolicySettings(_Strict):
+    """The lever policy's thresholds and rule order; see :mod:`routing.policy` for each rule.
+    Units: tokens, blocks, requests (per healthy endpoint), fractions in [0, 1]."""
+
+    long_prompt_tokens: PositiveInt = _POLICY.long_prompt_tokens
+    busy_load_per_endpoint: float = Field(default=_POLICY.busy_load_per_endpoint, ge=0)
+    high_prefix_share: Fraction = _POLICY.high_prefix_share
+    long_match_blocks: PositiveInt = _POLICY.long_match_blocks
+    long_match_fraction: Fraction = _POLICY.long_match_fraction
+    decode_heavy_ratio: float = Field(default=_POLICY.decode_heavy_ratio, ge=0)
+    spec_max_ridge_fraction: float = Field(default=_POLICY.spec_max_ridge_fraction, gt=0, le=1)
+    saturated_queue_per_endpoint: PositiveFloat = _POLICY.saturated_queue_per_endpoint
+    rules: list[str] = Field(
+        default_factory=lambda: list(_POLICY.rules),
+        description="rule names in the order tried; a rule left out is off",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, value: list[str]) -> list[str]:
+        known = [r.name for r in DEFAULT_RULES]
+        unknown = [n for n in value if n not in known]
+        if unknown:
+            raise ValueError(f"unknown rules {unknown}; known: {', '.join(known)}")
+        if len(set(value)) != len(value):
+            raise ValueError("a rule is listed twice")
+        return value
+
+    def to_config(self) -> PolicyConfig:
+        fields = self.model_dump(exclude={"rules"})
+        return PolicyConfig(**fields, rules=tuple(self.rules))
+
+
+class RoutingSettings(_Strict):
+    """Fleet-wide routing: the lever policy, the scheduler of pools without their own, the
+    named plugin instances every scheduler may use, and how requests are measured."""
+
+    policy: PolicySettings = PolicySettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    plugins: list[PluginSettings] = Field(default_factory=list)
+    features: FeatureSettings = FeatureSettings()
+
+
+class SloBoundsSettings(_Strict):
+    """Upper bounds [s] of one SLO: time to first token, per output token, end to end."""
+
+    ttft_s: PositiveFloat | None = None
+    tpot_s: PositiveFloat | None = None
+    e2e_s: PositiveFloat | None = None
+
+
+class SloClassSettings(SloBoundsSettings):
+    """A request class of a model's SLO. ``min_max_tokens``: the class covers requests asking
+    for at least that many output tokens (the highest band that fits wins); None = only when
+    the client names the class in ``x-ridge-slo-class``. Unset bounds come from the model."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=32)]
+    min_max_tokens: int | None = Field(default=None, ge=0)
+
+
+class ModelSloSettings(SloBoundsSettings):
+    """One model's SLO: its bounds and optional request classes."""
+
+    classes: list[SloClassSettings] = Field(default_factory=list)
+
+    @field_validator("classes")
+    @classmethod
+    def _distinct_classes(cls, value: list[SloClassSettings]) -> list[SloClassSettings]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names) or DEFAULT_CLASS in names:
+            raise ValueError(f"class names must be unique and not {DEFAULT_CLASS!r}: {names}")
+        return value
+
+
+class Pool(_Strict):
+    """A set of identical engine replicas sharing one configuration (its levers)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]
+    engine: Engine
+    role: Role = Role.MIXED
+    models: Annotated[list[str], Field(min_length=1)]
+    endpoints: Annotated[list[AnyHttpUrl], Field(min_length=1)]
+    levers: Levers = Levers()
+    model: ModelFacts
+    hardware: HardwareFacts
+    pair: str | None = Field(
+        default=None, description="for role prefill: the decode pool it hands KV to"
+    )
+    simulator: SimulatorKnobs = SimulatorKnobs()
+    scheduler: SchedulerSettings | None = Field(
+        default=None, description="replica choice in this pool; None = routing.scheduler"
+    )
+
+    @field_validator("endpoints")
+    @classmethod
+    def _distinct(cls, value: list[AnyHttpUrl]) -> list[AnyHttpUrl]:
+        urls = [str(u) for u in value]
+        if len(set(urls)) != len(urls):
+            raise ValueError("endpoint listed twice")
+        return value
+
+    def endpoint_urls(self) -> list[str]:
+        """Base URLs without a trailing slash."""
+        return [str(u).rstrip("/") for u in self.endpoints]
+
+
+class Fleet(_Strict):
+    """The whole fleet: every pool ridge may route to."""
+
+    pools: Annotated[list[Pool], Field(min_length=1)]
+    routing: RoutingSettings = RoutingSettings()
+    slos: dict[str, ModelSloSettings] = Field(
+        default_factory=dict, description="SLO per model name; '*' = every other model"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Fleet:
+        names = [p.name for p in self.pools]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"pool names must be unique, repeated: {sorted(dup)}")
+        urls = [u for p in self.pools for u in p.endpoint_urls()]
+        shared = {u for u in urls if urls.count(u) > 1}
+        if shared:
+            raise ValueError(f"an endpoint belongs to one pool only, shared: {sorted(shared)}")
+        for pool in self.pools:
+            _check_pair(pool, {p.name: p for p in self.pools})
+            _check_scheduler(self, pool.name)
+        _check_tokenizer_models(self.routing.features, {m for p in self.pools for m in p.models})
+        _check_slo_models(self.slos, {m for p in self.pools for m in p.models})
+        return self
+
+    def pool(self, name: str) -> Pool:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def policy_config(self) -> PolicyConfig:
+        """The lever policy's configuration, as routing's type."""
+        return self.routing.policy.to_config()
+
+    def scheduler_config(self, pool: str) -> SchedulerConfig:
+        """The scheduler configuration of pool ``pool``: its own, else the fleet's, with the
+        fleet's named plugin instances."""
+        own = self.pool(pool).scheduler
+        specs = tuple(p.to_spec() for p in self.routing.plugins)
+        return (own or self.routing.scheduler).to_config(specs)
+
+
+def _check_slo_models(slos: dict[str, ModelSloSettings], served: set[str]) -> None:
+    unknown = sorted(set(slos) - served - {ANY_MODEL})
+    if unknown:
+        raise ValueError(f"slos name models no pool serves: {unknown}; served: {sorted(served)}")
+
+
+class FieldError(ValueError):
+    """A problem found by a check across the whole fleet, with the field it concerns."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def _check_scheduler(fleet: Fleet, pool: str) -> None:
+    index = next(i for i, p in enumerate(fleet.pools) if p.name == pool)
+    own = fleet.pools[index].scheduler is not None
+    where = f"pools.{index}.scheduler" if own else "routing.scheduler"
+    try:
+        validate(fleet.scheduler_config(pool))
+    except SchedulerConfigError as exc:
+        raise FieldError(where, str(exc)) from exc
+
+
+def _check_tokenizer_models(features: FeatureSettings, served: set[str]) -> None:
+    unknown = sorted(set(features.tokenizers) - served)
+    if unknown:
+        raise FieldError("routing.features.tokenizers",
+                         f"names models no pool serves: {unknown}; served: {sorted(served)}")
+
+
+def _check_pair(pool: Pool, by_name: dict[str, Pool]) -> None:
+    if pool.role is Role.PREFILL:
+        if pool.pair is None:
+            raise ValueError(f"pool {pool.name!r}: role prefill needs 'pair' (a decode pool)")
+        other = by_name.get(pool.pair)
+        if other is None or other.role is not Role.DECODE:
+            raise ValueError(f"pool {pool.name!r}: pair {pool.pair!r} is not a decode pool")
+    elif pool.pair is not None:
+        raise ValueError(f"pool {pool.name!r}: only a prefill pool names a 'pair'")
+
+
+def pool_levers(pool: Pool) -> frozenset[str]:
+    """The pool's levers by name (see ``routing.snapshots.LEVERS``)."""
+    on = {
+        PREFIX_CACHE: pool.levers.prefix_caching,
+        CHUNKED_PREFILL: bool(pool.levers.chunked_prefill and pool.levers.chunked_prefill.enabled),
+        SPECULATIVE: pool.levers.speculative is not None,
+        PD_DISAGGREGATION: pool.role is not Role.MIXED,
+    }
+    return frozenset(name for name, enabled in on.items() if enabled)
+
+
+class FleetConfigError(ValueError):
+    """A fleet file that cannot be used; the message names the file, the field and the problem."""
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Read and validate a fleet file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise FleetConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise FleetConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return _relative_to(parse_fleet(raw, source=str(path)), path.parent)
+
+
+def _relative_to(fleet: Fleet, base: Path) -> Fleet:
+    """``fleet`` with its relative tokenizer paths resolved against ``base``."""
+    features = fleet.routing.features
+    if not features.tokenizers:
+        return fleet
+    paths = {m: str(base / p) if not Path(p).is_absolute() else p
+             for m, p in features.tokenizers.items()}
+    routing = fleet.routing.model_copy(
+        update={"features": features.model_copy(update={"tokenizers": paths})})
+    return fleet.model_copy(update={"routing": routing})
+
+
+def parse_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
+    """Validate already-parsed YAML; errors name ``source`` and each bad field. Top-level keys
+    starting with ``x-`` are ignored (a place for YAML anchors)."""
+    if not isinstance(raw, dict):
+        raise FleetConfigError(f"{source}: expected a mapping with a 'pools' list at the top")
+    # top-level keys starting with "x-" hold YAML anchors for reuse, as in compose files
+    body = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    try:
+        return Fleet.model_validate(body)
+    except ValidationError as exc:
+        raise FleetConfigError(_describe(source, exc)) from exc
+
+
+def _describe(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid fleet configuration"]
+    for err in exc.errors():
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, FieldError):
+            lines.append(f"  {cause.path}: {cause.problem}")
+            continue
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""``ridge bench``: replay a named workload against a gateway and report goodput.
+
+Usage::
+
+    ridge bench --workload agent --url http://127.0.0.1:8080 \\
+        --rate 6 --requests 400 --duration 60 \\
+        --slo-ttft 2.0 --slo-tpot 0.1 --slo-e2e 30 [--fleet FLEET.yaml] [--json out.json]
+
+Open loop: Poisson arrivals at ``--rate`` requests/s (mixed: ``--steps`` steps of equal length
+at rate × k / steps, light → heavy), whatever the gateway's speed. Stops by itself at
+``--requests`` or ``--duration``, then waits ``--drain`` seconds (default: the e2e SLO, after
+which an unfinished request has missed it anyway) for the requests in flight. Ctrl-C stops
+sending and cancels what is in flight; the partial report is still printed (exit status 130).
+``--fleet`` names the fleet file behind the gateway, so the engines' own prefix-cache hit rate
+can be scraped from their ``/metrics`` before and after. Definitions: :mod:`ridge_bench.goodput`.
+
+``ridge bench overhead ...`` runs the gateway overhead benchmark instead
+(:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``).
+
+Entry point for the ``ridge`` command (entry-point group ``ridge.commands``, name ``bench``):
+:func:`run` (``argv`` without the ``bench`` word).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import aiohttp
+
+from backends.fleet_file import Fleet, FleetConfigError, load_fleet
+from ridge_bench import engines
+from ridge_bench.driver import Bounds, Target, run_workload
+from ridge_bench.goodput import Slo
+from ridge_bench.progress import Progress
+from ridge_bench.router_report import RunReport, build_report, report_dict, text
+from ridge_bench.workloads import NAMES, build, theoretical_f
+
+DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
+    {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 18.0, "chat_ramp": 9.0})
+"""Requests/s per workload when ``--rate`` is not given (mixed, chat_ramp: the heaviest step).
+Chosen for the 8-GPU benchmark fleets (``deploy/bench/``): the load at which round-robin meets
+the SLOs for about half of the requests (chat: a low load, few requests in flight per GPU;
+chat_ramp: 3 → 6 → 9 req/s, from about 30 decode-heavy requests in flight to about 90)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """One benchmark run, as the command line describes it."""
+
+    workload: str
+    url: str
+    model: str | None
+    rate: float
+    steps: int
+    requests: int
+    duration_s: float
+    drain_s: float
+    slo: Slo
+    seed: int = 0
+    fleet: Fleet | None = None
+    ignore_eos: bool = True
+    progress: bool = True
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ridge bench", description=__doc__.splitlines()[0],
+        epilog="ridge bench overhead --help: the gateway overhead benchmark instead")
+    p.add_argument("--workload", required=True, choices=NAMES)
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's base URL")
+    p.add_argument("--model", help="model name (default: the first of GET /v1/models)")
+    p.add_argument("--rate", type=float, help="requests/s (mixed, chat_ramp: the heaviest step); "
+                   f"defaults {dict(DEFAULT_RATES)}")
+    p.add_argument("--steps", type=int, default=3, help="mixed, chat_ramp: load steps (default 3)")
+    p.add_argument("--requests", type=int, default=400, help="request bound (default 400)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds bound (default 60)")
+    p.add_argument("--drain", type=float, help="seconds to wait for requests in flight "
+                   "after sending stops (default: --slo-e2e)")
+    p.add_argument("--slo-ttft", type=float, default=2.0, help="seconds (default 2.0)")
+    p.add_argument("--slo-tpot", type=float, default=0.1, help="seconds/token (default 0.1)")
+    p.add_argument("--slo-e2e", type=float, default=30.0, help="seconds (default 30)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fleet", help="fleet file behind the gateway (scrapes engine metrics)")
+    p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--no-ignore-eos", action="store_true",
+                   help="let engines stop early (default: ignore_eos, exact max_tokens)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def options(args: argparse.Namespace) -> Options:
+    """Validated options; ValueError for impossible bounds."""
+    if args.requests < 1 or args.duration <= 0 or args.steps < 1:
+        raise ValueError("--requests and --steps must be at least 1, --duration positive")
+    rate = args.rate if args.rate is not None else DEFAULT_RATES[args.workload]
+    slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_e2e)
+    return Options(
+        workload=args.workload, url=args.url.rstrip("/"), model=args.model, rate=rate,
+        steps=args.steps, requests=args.requests, duration_s=args.duration,
+        drain_s=args.drain if args.drain is not None else args.slo_e2e, slo=slo,
+        seed=args.seed, fleet=load_fleet(args.fleet) if args.fleet else None,
+        ignore_eos=not args.no_ignore_eos, progress=not args.no_progress,
+    )
+
+
+async def first_model(url: str) -> str:
+    """The first model the gateway lists."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session, \
+            session.get(url + "/v1/models") as resp:
+        body: Any = await resp.json()
+    return str(body["data"][0]["id"])
+
+
+async def execute(opts: Options, stop: asyncio.Event | None = None,
+                  labels: Mapping[str, Any] | None = None) -> RunReport:
+    """One run: scrape the engines, drive the workload, scrape again, report."""
+    workload = build(opts.workload, opts.seed, opts.rate, opts.duration_s, opts.steps)
+    model = opts.model or await first_model(opts.url)
+    before = await engines.scrape(opts.fleet) if opts.fleet else None
+    progress = Progress(opts.workload, opts.requests, opts.duration_s) if opts.progress else None
+    data = await run_workload(workload, Target(opts.url, model, opts.ignore_eos),
+                              Bounds(opts.requests, opts.duration_s, opts.drain_s),
+                              stop=stop, progress=progress)
+    cache = None
+    if opts.fleet is not None and before is not None:
+        cache = engines.cache_use(opts.fleet, before, await engines.scrape(opts.fleet))
+    return build_report(workload, data, opts.slo, theoretical_f(workload), cache,
+                        {"url": opts.url, "model": model, **(labels or {})})
+
+
+async def _main(opts: Options) -> RunReport:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    try:
+        return await execute(opts, stop)
+    finally:
+        with contextlib.suppress(NotImplementedError):
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """``ridge bench``; returns the exit status (0 done, 2 bad arguments or unreachable
+    gateway, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["overhead"]:
+        from ridge_bench import overhead
+
+        return overhead.main(argv[1:])
+    args = parser().parse_args(argv)
+    try:
+        opts = options(args)
+        report = asyncio.run(_main(opts))
+    except (ValueError, FleetConfigError) as exc:
+        print(f"ridge bench: {exc}", file=sys.stderr)
+        return 2
+    except (aiohttp.ClientError, OSError) as exc:
+        print(f"ridge bench: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 2
+    print(text(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report_dict(report), indent=1) + "\n")
+    return 130 if report.interrupted else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())

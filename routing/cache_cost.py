@@ -1,0 +1,46 @@
+"""How much of a request's prompt an endpoint probably holds, and what serving it there costs.
+
+Pure functions of the request's features and the router state's view. Units: blocks, tokens,
+requests.
+
+- ``matched_blocks`` [blocks]: the leading prompt blocks the prefix index says the endpoint
+  holds, capped at the prompt's block count; ``best_match``: the longest over some endpoints.
+- ``uncached_tokens`` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
+- ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint, 1) × (load + 1),
+  load from :func:`routing.load.endpoint_load`: the prefill work a request adds on an endpoint
+  scaled by the queue it joins. It is the ``cache_aware`` scorer's cost
+  (:mod:`routing.scheduler.plugins.cache_aware`) and the lever policy's measure for choosing
+  among prefix-caching pools. Uncached tokens are floored at 1 (an engine holding the whole
+  prompt still computes the last prompt token), so the cost is ≥ 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from routing.features import RequestFeatures
+from routing.load import endpoint_load
+from routing.snapshots import EndpointSnapshot
+from routing.state import StateView
+
+
+def matched_blocks(url: str, features: RequestFeatures, view: StateView) -> int:
+    """Leading prompt blocks ``url`` probably holds, capped at the prompt's block count."""
+    return min(max(view.matched_blocks.get(url, 0), 0), len(features.block_hashes))
+
+
+def best_match(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
+               view: StateView) -> int:
+    """The longest match [blocks] on any of ``endpoints`` (0 when none)."""
+    return max((matched_blocks(ep.url, features, view) for ep in endpoints), default=0)
+
+
+def uncached_tokens(features: RequestFeatures, matched: int) -> int:
+    """Prompt tokens an endpoint holding ``matched`` leading blocks still has to prefill (≥ 0)."""
+    return max(features.prompt_tokens - matched * features.block_tokens, 0)
+
+
+def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView) -> float:
+    """max(uncached tokens on ``ep``, 1) × (``endpoint_load`` + 1) [tokens × requests], ≥ 1."""
+    uncached = max(uncached_tokens(features, matched_blocks(ep.url, features, view)), 1)
+    return uncached * (endpoint_load(ep, view.load) + 1.0)

@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.fleet_file import FleetConfigError, Role, load_fleet, parse_fleet
+from routing.fleet_math import HardwareRates, ModelShape
+
+ROOT = Path(__file__).resolve().parents[3]
+FACTS = {"params": 1e9, "layers": 2, "hidden_size": 8, "kv_heads": 1, "head_dim": 8,
+         "dtype_bytes": 2}
+HW = {"peak_flops": 1e12, "mem_bandwidth": 1e11}
+
+
+def pool(**over: Any) -> dict[str, Any]:
+    return {"name": "p", "engine": "vllm", "models": ["m"], "endpoints": ["http://h:1"],
+            "model": FACTS, "hardware": HW, **over}
+
+
+@pytest.mark.parametrize("name", ["deploy/fleet.example.yaml", "gateway/demo/demo-fleet.yaml",
+                                  "gateway/demo/demo-real-fleet.yaml"])
+def test_shipped_fleet_files_load(name: str) -> None:
+    path = ROOT / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing")
+    fleet = load_fleet(path)
+    assert fleet.pools
+
+
+def test_defaults() -> None:
+    fleet = parse_fleet({"pools": [pool()]})
+    p = fleet.pools[0]
+    assert p.role is Role.MIXED and not p.levers.prefix_caching and p.levers.speculative is None
+    assert p.endpoint_urls() == ["http://h:1"]
+
+
+def test_facts_become_the_fleet_arithmetics_dataclasses() -> None:
+    p = parse_fleet({"pools": [pool()]}).pools[0]
+    assert p.model.to_shape() == ModelShape(1e9, 2, 8, 1, 8, 2.0)
+    assert p.model.to_shape(kv_dtype_bytes=1).kv_bytes_per_token == 2 * 2 * 1 * 8 * 1
+    assert p.hardware.to_rates() == HardwareRates(1e12, 1e11)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "problem"),
+    [
+        ({"pools": [pool(engine="tgi")]}, "pools.0.engine", "'vllm' or 'sglang'"),
+        ({"pools": [pool(endpoints=[])]}, "pools.0.endpoints", "at least 1"),
+        ({"pools": [pool(endpoints=["not a url"])]}, "pools.0.endpoints.0", "URL"),
+        ({"pools": [pool(model={**FACTS, "layers": 0})]}, "pools.0.model.layers", "greater than 0"),
+        ({"pools": [pool(hardware={"peak_flops": 1})]}, "pools.0.hardware.mem_bandwidth",
+         "Field required"),
+        ({"pools": [pool(levers={"speculative": {"num_draft_tokens": -1}})]},
+         "pools.0.levers.speculative.num_draft_tokens", "greater than 0"),
+        ({"pools": [pool(colour="red")]}, "pools.0.colour", "Extra inputs are not permitted"),
+        ({"pools": [pool(), pool()]}, "(top level)", "pool names must be unique"),
+        ({"pools": [pool(), pool(name="q")]}, "(top level)", "an endpoint belongs to one pool"),
+        ({"pools": [pool(role="prefill")]}, "(top level)", "needs 'pair'"),
+        ({"pools": [pool(role="prefill", pair="p2"), pool(name="p2", endpoints=["http://h:2"])]},
+         "(top level)", "is not a decode pool"),
+        ({"pools": []}, "pools", "at least 1"),
+    ],
+)
+def test_bad_fleets_name_the_field_and_problem(raw: dict[str, Any], field: str,
+                                                problem: str) -> None:
+    with pytest.raises(FleetConfigError) as info:
+        parse_fleet(raw, source="fleet.yaml")
+    message = str(info.value)
+    assert message.startswith("fleet.yaml: ")
+    assert f"{field}: " in message and problem in message, message
+
+
+def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(FleetConfigError, match="missing.yaml: cannot read"):
+        load_fleet(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [\n")
+    with pytest.raises(FleetConfigError, match="bad.yaml: not valid YAML"):
+        load_fleet(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(FleetConfigError, match="scalar.yaml: expected a mapping"):
+        load_fleet(scalar)
+
+
+# --- routing: the lever policy and the replica scheduler ----------------------------------
+
+
+def test_routing_defaults_are_routings_own() -> None:
+    from routing.policy import PolicyConfig
+    from routing.scheduler.framework import SchedulerConfig
+
+    fleet = parse_fleet({"pools": [pool()]})
+    assert fleet.policy_config() == PolicyConfig()
+    assert fleet.scheduler_config("p") == SchedulerConfig()
+
+
+def test_routing_overrides() -> None:
+    raw = {
+        "pools": [pool(), pool(name="q", endpoints=["http://h:2"],
+                               scheduler={"filters": [], "scorers": {"least_load": 2},
+                                          "picker": "round_robin"})],
+        "routing": {
+            "policy": {"long_prompt_tokens": 4096, "high_prefix_share": 0.7,
+                       "spec_max_ridge_fraction": 0.2, "rules": ["prefix", "default"]},
+            "scheduler": {"scorers": {"cache_aware": 1, "session_affinity": 0.5},
+                          "picker": "random_top", "seed": 3},
+        },
+    }
+    fleet = parse_fleet(raw)
+    policy = fleet.policy_config()
+    assert (policy.long_prompt_tokens, policy.high_prefix_share, policy.spec_max_ridge_fraction,
+            policy.rules) == (4096, 0.7, 0.2, ("prefix", "default"))
+    assert policy.long_match_blocks == 8  # untouched fields keep routing's defaults
+    fleet_wide = fleet.scheduler_config("p")
+    assert fleet_wide.scorers == (("cache_aware", 1.0), ("session_affinity", 0.5))
+    assert (fleet_wide.filters, fleet_wide.picker, fleet_wide.seed) == (
+        ("healthy",), "random_top", 3)
+    own = fleet.scheduler_config("q")
+    assert (own.filters, own.scorers, own.picker) == ((), (("least_load", 2.0),), "round_robin")
+
+
+def test_routing_settings_build_working_routers() -> None:
+    from routing.policy import LeverPolicy
+    from routing.scheduler.catalog import build_scheduler
+
+    fleet = parse_fleet({"pools": [pool(scheduler={"scorers": {"prefix_match": 1,
+                                                                "least_load": 1}})]})
+    LeverPolicy(fleet.policy_config())
+    build_scheduler(fleet.scheduler_config("p"))
+
+
+def routing(**section: Any) -> dict[str, Any]:
+    return {"pools": [pool()], "routing": section}
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "problem"),
+    [
+        (routing(scheduler={"scorers": {"cache_awre": 1}}), "routing.scheduler",
+         "unknown scorer 'cache_awre'; known: cache_aware, least_load"),
+        (routing(scheduler={"scorers": {"cache_aware": None}}), "routing.scheduler.scorers",
+         "scorer 'cache_aware' has no weight"),
+        (routing(scheduler={"scorers": ["cache_aware"]}), "routing.scheduler.scorers",
+         "every scorer needs a weight"),
+        (routing(scheduler={"scorers": {"cache_aware": 0}}),
+         "routing.scheduler.scorers.cache_aware", "greater than 0"),
+        (routing(scheduler={"filters": ["healthy", "warm"]}), "routing.scheduler",
+         "unknown filter 'warm'"),
+        (routing(scheduler={"picker": "best"}), "routing.scheduler",
+         "unknown picker 'best'"),
+        (routing(plugins=[{"name": "roomy", "type": "not_saturated",
+                           "parameters": {"max_wait": 1}}],
+                 scheduler={"filters": ["roomy"]}), "routing.scheduler",
+         "filter 'roomy' (not_saturated): unknown parameter(s) ['max_wait']; known: max_waiting"),
+        (routing(plugins=[{"name": "roomy", "type": "warmest"}]), "routing.scheduler",
+         "plugin 'roomy': unknown type 'warmest'"),
+        (routing(plugins=[{"name": "bad name!", "type": "healthy"}]), "routing.plugins.0.name",
+         "should match pattern"),
+        (routing(features={"tokenizers": {"gpt-9": "t.json"}}), "routing.features.tokenizers",
+         "names models no pool serves: ['gpt-9']"),
+        (routing(features={"block_tokens": 0}), "routing.features.block_tokens",
+         "greater than 0"),
+        (routing(scheduler={"weights": {}}), "routing.scheduler.weights",
+         "Extra inputs are not permitted"),
+        ({"pools": [pool(scheduler={"scorers": {"lru": 1}})]}, "pools.0.scheduler",
+         "unknown scorer 'lru'"),
+        (routing(policy={"rules": ["prefix", "radix"]}), "routing.policy.rules",
+         "unknown rules ['radix']"),
+        (routing(policy={"rules": ["prefix", "prefix"]}), "routing.policy.rules", "listed twice"),
+        (routing(policy={"high_prefix_share": 1.5}), "routing.policy.high_prefix_share",
+         "less than or equal to 1"),
+        (routing(policy={"long_prompt_tokens": 0}), "routing.policy.long_prompt_tokens",
+         "greater than 0"),
+        (routing(policy={"spec_max_ridge_fraction": 0}), "routing.policy.spec_max_ridge_fraction",
+         "greater than 0"),
+        (routing(policy={"long_prompt": 10}), "routing.policy.long_prompt",
+         "Extra inputs are not permitted"),
+        (routing(colour="red"), "routing.colour", "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_routing_settings_name_the_field_and_problem(raw: dict[str, Any], field: str,
+                                                         problem: str) -> None:
+    with pytest.raises(FleetConfigError) as info:
+        parse_fleet(raw, source="fleet.yaml")
+    message = str(info.value)
+    assert message.startswith("fleet.yaml: ")
+    assert f"  {field}: " in message and problem in message, message
+
+
+def test_routing_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "pools:\n"
+        "  - {name: p, engine: vllm, models: [m], endpoints: ['http://h:1'],\n"
+        "     model: {params: 1e9, layers: 2, hidden_size: 8, kv_heads: 1, head_dim: 8,\n"
+        "             dtype_bytes: 2},\n"
+        "     hardware: {peak_flops: 1e12, mem_bandwidth: 1e11}}\n"
+        "routing:\n"
+        "  scheduler:\n"
+        "    scorers: {cache_aware: }\n"
+    )
+    with pytest.raises(FleetConfigError) as info:
+        load_fleet(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert "routing.scheduler.scorers: " in str(info.value)
+    assert "has no weight" in str(info.value)

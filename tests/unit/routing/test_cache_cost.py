@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from routing.cache_cost import best_match, cache_cost, matched_blocks, uncached_tokens
+from tests.unit.routing.scheduler.snapshots import ep, features, view
+
+
+def test_matches_are_capped_and_uncached_tokens_never_negative() -> None:
+    f = features(prompt_tokens=1000)  # 10 blocks of 100 tokens
+    state = view(matched={"a": 3, "b": 40})
+    assert matched_blocks("a", f, state) == 3
+    assert matched_blocks("b", f, state) == 10
+    assert matched_blocks("zzz", f, state) == 0
+    assert best_match([ep("a"), ep("b")], f, state) == 10
+    assert best_match([], f, state) == 0
+    assert uncached_tokens(f, 3) == 700
+    assert uncached_tokens(f, 12) == 0
+
+
+def test_cache_cost_is_uncached_tokens_times_load_plus_one() -> None:
+    f = features(prompt_tokens=1000)
+    # 3 blocks held: 700 uncached; load max(router 2, engine 1) = 2 → 700 × 3
+    assert cache_cost(ep("a", running=1), f, view(matched={"a": 3}, load={"a": 2})) == 2100
+    # the whole prompt held: floored at 1 token, so idle endpoints are told apart by load
+    assert cache_cost(ep("b"), f, view(matched={"b": 10})) == 1
+    assert cache_cost(ep("b"), f, view(matched={"b": 10}, load={"b": 4})) == 5
