@@ -1,6 +1,11 @@
 """The app factory: ``create_app(settings, fleet)`` wires settings, registry, poller, upstream
 client, telemetry and routes. Everything lives on the app (``app.state.gateway``) and is
 created in the lifespan, inside the running event loop; nothing is module-level.
+
+The app served is a :class:`RidgeApp`: the generation routes go straight to the
+:class:`~gateway.proxy.Proxy` (the hot path: no FastAPI routing, dependency injection or
+middleware), every other request to the FastAPI application (models, health, readiness,
+metrics, documentation, and the OpenAI-shaped 404s and 405s).
 """
 
 from __future__ import annotations
@@ -13,16 +18,19 @@ from types import MappingProxyType
 import aiohttp
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.datastructures import State
+from starlette.types import Receive, Scope, Send
 
 from backends.aiohttp_client import AiohttpClient
 from backends.client import BackendClient, Timeouts
 from backends.fleet_file import Fleet, FleetConfigError
+from backends.http1_client import Http1Client
 from backends.httpx_client import HttpxClient
 from backends.probe import HttpProbe, MetricsSource
 from backends.registry import EndpointRegistry, Poller
 from gateway.dispatch import Dispatcher
-from gateway.errors import install_error_handlers
-from gateway.proxy import Proxy
+from gateway.errors import GatewayError, install_error_handlers
+from gateway.proxy import GENERATION_PATHS, Proxy, send_error
 from gateway.redis_state import RedisState
 from gateway.routes import router
 from gateway.services import Gateway
@@ -41,6 +49,7 @@ ClientFactory = Callable[[UpstreamSettings], BackendClient]
 ProbeFactory = Callable[[aiohttp.ClientSession, float], MetricsSource]
 
 TRANSPORTS: Mapping[str, Callable[[Timeouts, int], BackendClient]] = MappingProxyType({
+    "http1": Http1Client,
     "aiohttp": AiohttpClient,
     "httpx": HttpxClient,
 })
@@ -62,23 +71,47 @@ def create_app(
     metrics_registry: CollectorRegistry | None = None,
     client_factory: ClientFactory = default_client,
     probe_factory: ProbeFactory = HttpProbe,
-) -> FastAPI:
+) -> RidgeApp:
     """A ridge app for ``fleet``. The factories are seams for tests. Raises
     :class:`~backends.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded."""
     extractor = build_extractor(fleet)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         async with _running(
-            app, settings, fleet, metrics_registry or CollectorRegistry(), client_factory,
+            api, settings, fleet, metrics_registry or CollectorRegistry(), client_factory,
             probe_factory, extractor,
         ):
             yield
 
-    app = FastAPI(title="ridge", version="0.1.0", lifespan=lifespan)
-    install_error_handlers(app)
-    app.include_router(router)
-    return app
+    api = FastAPI(title="ridge", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(api)
+    api.include_router(router)
+    return RidgeApp(api)
+
+
+class RidgeApp:
+    """The ASGI application ridge serves: ``POST`` to a generation route goes to the running
+    gateway's :class:`~gateway.proxy.Proxy`, anything else (other methods there included) to
+    the FastAPI application ``api``, whose lifespan builds the gateway."""
+
+    def __init__(self, api: FastAPI) -> None:
+        self.api = api
+
+    @property
+    def state(self) -> State:
+        """The FastAPI application's state (``state.gateway``: the running gateway)."""
+        return self.api.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = GENERATION_PATHS.get(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.api(scope, receive, send)
+        elif scope["method"] == "POST":
+            await self.api.state.gateway.proxy(scope, receive, send, endpoint)
+        else:
+            await send_error(send, GatewayError(405, "Method Not Allowed",
+                                                code="method_not_allowed"))
 
 
 @asynccontextmanager
@@ -104,7 +137,7 @@ async def _running(
     )
     dispatcher = Dispatcher(registry, client, build_router(fleet), state, extractor,
                             settings.upstream.retries)
-    proxy = Proxy(dispatcher, telemetry)
+    proxy = Proxy(dispatcher, telemetry, settings.max_body_bytes)
     app.state.gateway = Gateway(settings, fleet, registry, telemetry, proxy, state)
     try:
         poller.start()

@@ -1,55 +1,75 @@
-"""Serve one parsed request: dispatch it, relay the engine's answer, record what happened.
+"""Serve one generation request on a lean ASGI path: read, parse, dispatch, relay, record.
 
-The dispatcher (:mod:`gateway.dispatch`) routes and sends; this module turns the engine's
-response into the client's: a whole body as the engine wrote it, or a stream relayed event by
-event as it arrives (a stream that breaks off ends with an OpenAI-shaped error event). ridge
-always asks a streaming engine for its usage chunk, to count tokens, and strips that chunk
-from the relay when the client did not ask for it. When the client goes away, the upstream
-request is closed so the engine stops generating. Every request, however it ends, releases
-its reservations and is recorded once.
+``POST /v1/chat/completions`` and ``/v1/completions`` are the hot path, so they skip FastAPI's
+routing, dependency injection and middleware: :class:`gateway.app.RidgeApp` hands them to
+:class:`Proxy`, an ASGI handler. It reads the body (413 past the limit), parses the few fields
+ridge needs (:mod:`gateway.openai_request`), dispatches (:mod:`gateway.dispatch`: features,
+routing, reservation, the upstream request) and relays the engine's answer: a whole body as the
+engine wrote it, or a stream passed through as it arrives (:class:`gateway.sse.StreamScanner`;
+a stream that breaks off ends with an OpenAI-shaped error event). ridge always asks a streaming
+engine for its usage chunk, to count tokens, and cuts that chunk from the relay when the client
+did not ask for it. Errors ridge answers itself are OpenAI-shaped JSON.
+
+Client gone: the request's :class:`~gateway.http_protocol.DisconnectWatch` (ridge's HTTP
+protocol) cancels the handler the moment the connection is lost — no extra task per request;
+under another ASGI server a watcher task awaiting ``http.disconnect`` does the same. Either way
+the upstream request is closed so the engine stops generating, and the request is recorded with
+status 499. Every request, however it ends, releases its reservations and is recorded once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
 
-from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from backends.client import UpstreamStreamError
-from gateway.dispatch import SESSION_HEADER, Attempts, Dispatched, Dispatcher
-from gateway.errors import GatewayError
-from gateway.openai_request import ParsedRequest
-from gateway.slos import SLO_CLASS_HEADER
-from gateway.sse import EventSplitter, StreamObserver, error_event
+from gateway.dispatch import Attempts, Dispatched, Dispatcher
+from gateway.errors import GatewayError, error_body
+from gateway.http_protocol import WATCH, DisconnectWatch
+from gateway.openai_request import Endpoint, ParsedRequest, parse_request
+from gateway.sse import StreamScanner, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
 
+log = logging.getLogger("ridge")
+
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
-T = TypeVar("T")
+GENERATION_PATHS: Mapping[str, Endpoint] = MappingProxyType(
+    {endpoint.value: endpoint for endpoint in Endpoint})
+SESSION_HEADER = b"x-session-id"
+SLO_CLASS_HEADER = b"x-ridge-slo-class"
+
+_JSON = b"application/json"
 
 
-@dataclass
+class ClientGone(Exception):
+    """The client went away before its request was answered."""
+
+
+@dataclass(slots=True)
 class Call:
     """One request on its way: what was sent where, and what was measured."""
 
-    parsed: ParsedRequest
     started: float
+    parsed: ParsedRequest | None = None
     session_hint: str | None = None
     slo_class: str | None = None
     sent: Dispatched | None = None
     status: int = 0
+    response_started: bool = False
+    completed: bool = False
     ttft_s: float | None = None
     usage: dict[str, Any] | None = None
     completion_tokens: int | None = None
     itl_s: tuple[float, ...] = ()
-    completed: bool = False
-    closed: bool = field(default=False)
+    client_gone: bool = False
 
     @property
     def pool(self) -> str:
@@ -57,179 +77,233 @@ class Call:
 
 
 class Proxy:
-    """Serves requests through the dispatcher; one per app."""
+    """The ASGI handler of the generation routes; one per app."""
 
-    def __init__(
-        self,
-        dispatcher: Dispatcher,
-        telemetry: Telemetry,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
+    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, max_body_bytes: int,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self._dispatcher = dispatcher
         self._telemetry = telemetry
+        self._max_body = max_body_bytes
         self._clock = clock
 
-    async def handle(self, parsed: ParsedRequest, request: Request) -> Response:
-        call = Call(
-            _ask_for_usage(parsed),
-            self._clock(),
-            request.headers.get(SESSION_HEADER),
-            request.headers.get(SLO_CLASS_HEADER),
-        )
+    async def __call__(self, scope: Scope, receive: Receive, send: Send,
+                       endpoint: Endpoint) -> None:
+        call = Call(self._clock())
+        headers = _read_headers(scope, call)
+        stop_watching: Callable[[], None] = _nothing
         try:
-            sent = await _unless_disconnected(request, self._dispatch(call))
-            if sent is None:
-                return await self._client_gone(call)
-            if call.status == 200 and parsed.stream:
-                return self._stream(call, client_wants_usage=parsed.include_usage)
-            body = await _unless_disconnected(request, self._read(call))
-            if body is None:
-                return await self._client_gone(call)
-            return await self._whole(call, body)
+            body = await read_body(receive, self._max_body, headers.get(b"content-length"))
+            call.parsed = _ask_for_usage(parse_request(endpoint, body))
+            stop_watching = watch_disconnect(scope, receive, call)
+            await self._serve(call, send)
         except GatewayError as exc:
             call.status = exc.status
-            await self._finish(call)
-            raise
+            await self._send_error(call, send, exc)
+        except ClientGone:
+            call.status, call.client_gone = CLIENT_CLOSED, True
         except asyncio.CancelledError:
             call.status = CLIENT_CLOSED
-            await self._finish(call)
-            raise
+            if not call.client_gone:
+                raise  # not the client's doing (the server is stopping): pass it on
+            _uncancel()  # the client's leaving is handled here, not a cancellation to pass on
         except Exception:
+            log.exception("request failed")
             call.status = 500
+            await self._send_error(call, send, GatewayError(500, "internal error",
+                                                            code="internal_error"))
+        finally:
+            stop_watching()
             await self._finish(call)
-            raise
 
-    async def _dispatch(self, call: Call) -> Dispatched:
+    async def _serve(self, call: Call, send: Send) -> None:
+        assert call.parsed is not None
         attempts = Attempts()
         try:
             call.sent = await self._dispatcher.dispatch(call.parsed, call.session_hint, attempts)
         finally:
             if attempts.failures:
-                self._telemetry.retries.labels(call.pool).inc(attempts.failures)
+                self._telemetry.retries_of(call.pool).inc(attempts.failures)
         call.status = call.sent.response.status
         self._telemetry.route(call.sent.plan)
-        return call.sent
+        if call.status == 200 and call.parsed.stream:
+            await self._stream(call, send)
+        else:
+            await self._whole(call, send)
 
-    async def _read(self, call: Call) -> bytes:
+    async def _whole(self, call: Call, send: Send) -> None:
         assert call.sent is not None
         try:
             body = await call.sent.response.read()
         except UpstreamStreamError as exc:
-            raise GatewayError(
-                502, f"the engine's response broke off: {exc}", code="upstream_broken"
-            ) from exc
+            raise GatewayError(502, f"the engine's response broke off: {exc}",
+                               code="upstream_broken") from exc
         if call.status == 200:
             call.usage = _usage_dict(body)
-        return body
-
-    async def _whole(self, call: Call, body: bytes) -> Response:
-        assert call.sent is not None
-        headers = _route_headers(call.sent)
-        media = call.sent.response.headers.get("content-type", "application/json")
+        media = call.sent.response.headers.get("content-type", "application/json").encode()
+        call.response_started = True
+        await send({"type": "http.response.start", "status": call.status,
+                    "headers": [(b"content-type", media),
+                                (b"content-length", str(len(body)).encode()),
+                                *_route_headers(call.sent)]})
+        await send({"type": "http.response.body", "body": body})
         call.completed = True
-        await self._finish(call)
-        return Response(body, status_code=call.status, media_type=media, headers=headers)
 
-    def _stream(self, call: Call, client_wants_usage: bool) -> Response:
-        assert call.sent is not None
-        return RelayResponse(
-            self._relay(call, client_wants_usage),
-            on_close=lambda: self._stream_closed(call),
-            status_code=200,
-            media_type="text/event-stream",
-            headers=_route_headers(call.sent),
-        )
-
-    async def _relay(self, call: Call, client_wants_usage: bool) -> AsyncIterator[bytes]:
-        assert call.sent is not None
-        splitter, observer = EventSplitter(), StreamObserver(self._clock)
+    async def _stream(self, call: Call, send: Send) -> None:
+        assert call.sent is not None and call.parsed is not None
+        scanner = StreamScanner(not call.parsed.include_usage, self._clock)
+        call.response_started = True
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"),
+                                (b"cache-control", b"no-cache"), *_route_headers(call.sent)]})
         try:
             async for chunk in call.sent.response.chunks():
-                for event in splitter.feed(chunk):
-                    if observer.observe(event) and not client_wants_usage:
-                        continue  # the usage chunk ridge asked for on its own account
-                    yield event
-            if rest := splitter.rest():
-                yield rest
-            call.completed = True
+                if out := scanner.feed(chunk):
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            end, call.completed = scanner.rest(), True
         except UpstreamStreamError as exc:
             call.status = 502
-            yield error_event(
-                f"the engine's stream broke off: {exc}", "bad_gateway", "upstream_broken"
-            )
+            end = error_event(f"the engine's stream broke off: {exc}", "bad_gateway",
+                              "upstream_broken")
         finally:
-            if observer.first_token_at is not None:
-                call.ttft_s = observer.first_token_at - call.started
-            call.usage = observer.usage
-            call.completion_tokens = observer.completion_tokens
-            call.itl_s = tuple(observer.gaps)
+            _take_measures(call, scanner)
+        await send({"type": "http.response.body", "body": end, "more_body": False})
 
-    async def _stream_closed(self, call: Call) -> None:
-        if call.status == 200 and not call.completed:
-            call.status = CLIENT_CLOSED  # the client left before the end of the stream
-        await self._finish(call)
-
-    async def _client_gone(self, call: Call) -> Response:
-        call.status = CLIENT_CLOSED
-        await self._finish(call)
-        return Response(status_code=CLIENT_CLOSED)
+    async def _send_error(self, call: Call, send: Send, exc: GatewayError) -> None:
+        """The error as OpenAI-shaped JSON, unless the response has started or the client
+        is gone (then there is no one to tell)."""
+        if call.response_started or call.client_gone:
+            return
+        call.response_started = True
+        await send_error(send, exc)
 
     async def _finish(self, call: Call) -> None:
         """Close the upstream, release the reservations and record the request, once."""
-        if call.closed:
-            return
-        call.closed = True
         usage = call.usage or {}
         prompt_tokens = _int(usage.get("prompt_tokens"))
         completion = _int(usage.get("completion_tokens")) or call.completion_tokens
-        if call.sent is not None:
-            await self._dispatcher.finish(
-                call.sent,
-                call.parsed,
-                succeeded=call.status == 200 and call.completed,
-                output_tokens=completion,
-                prompt_tokens=prompt_tokens,
-            )
+        if call.sent is not None and call.parsed is not None:
+            await asyncio.shield(self._dispatcher.finish(
+                call.sent, call.parsed, succeeded=call.status == 200 and call.completed,
+                output_tokens=completion, prompt_tokens=prompt_tokens))
         self._telemetry.record(self._record(call, prompt_tokens, completion))
 
-    def _record(
-        self, call: Call, prompt_tokens: int | None, completion: int | None
-    ) -> RequestRecord:
-        sent = call.sent
+    def _record(self, call: Call, prompt_tokens: int | None,
+                completion: int | None) -> RequestRecord:
+        sent, parsed = call.sent, call.parsed
         details = (call.usage or {}).get("prompt_tokens_details") or {}
         return RequestRecord(
-            model=call.parsed.model,
+            model=parsed.model if parsed else "",
             pool=call.pool,
             status=call.status or CLIENT_CLOSED,
             e2e_s=self._clock() - call.started,
             ttft_s=call.ttft_s,
             completion_tokens=completion,
             lever=sent.plan.decision.lever if sent else None,
-            endpoint=(sent.plan.prefill or sent.plan.endpoint).url if sent else None,
+            endpoint=sent.plan.first.url if sent else None,
             decode_endpoint=sent.plan.endpoint.url if sent and sent.plan.prefill else None,
             prompt_tokens=prompt_tokens,
             cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
             itl_s=call.itl_s,
-            max_tokens=call.parsed.max_tokens,
+            max_tokens=parsed.max_tokens if parsed else None,
             slo_class=call.slo_class,
         )
 
 
-class RelayResponse(StreamingResponse):
-    """A streaming response that runs ``on_close`` however the stream ends (done, failed, or
-    the client went away), so the upstream is closed and the request recorded at once."""
+async def send_error(send: Send, exc: GatewayError) -> None:
+    """``exc`` as an OpenAI-shaped JSON response (a 405 says which method is allowed)."""
+    body = json.dumps(error_body(exc.status, exc.message, param=exc.param,
+                                 code=exc.code)).encode()
+    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    if exc.status == 405:
+        headers.append((b"allow", b"POST"))
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
-    def __init__(
-        self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kwargs: Any
-    ) -> None:
-        super().__init__(content, **kwargs)
-        self._on_close = on_close
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await asyncio.shield(self._on_close())
+def _nothing() -> None:
+    return None
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+def _read_headers(scope: Scope, call: Call) -> dict[bytes, bytes]:
+    """The request headers ridge reads (lower-case names; uvicorn gives them lower-case), and
+    the session and SLO-class hints set on ``call``."""
+    found = {}
+    for name, value in scope["headers"]:
+        if name in (b"content-length", SESSION_HEADER, SLO_CLASS_HEADER):
+            found[name] = value
+    if (session := found.get(SESSION_HEADER)) is not None:
+        call.session_hint = session.decode("latin-1")
+    if (slo := found.get(SLO_CLASS_HEADER)) is not None:
+        call.slo_class = slo.decode("latin-1")
+    return found
+
+
+async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
+    """The request body, refusing more than ``limit`` bytes with a 413 (checked as it arrives,
+    so an oversized body is never held in memory whole)."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+    )
+
+
+def watch_disconnect(scope: Scope, receive: Receive, call: Call) -> Callable[[], None]:
+    """Cancel the running task when the client goes away (marking ``call.client_gone``);
+    returns the function that stops watching. With ridge's protocol: its
+    :class:`DisconnectWatch`; else a task awaiting ``http.disconnect`` (the body is read)."""
+    task = asyncio.current_task()
+    assert task is not None
+
+    def gone() -> None:
+        call.client_gone = True
+        task.cancel()
+
+    watch = scope.get("extensions", {}).get(WATCH)
+    if isinstance(watch, DisconnectWatch):
+        watch.on_disconnect(gone)
+        return watch.clear
+    watcher = asyncio.ensure_future(_until_disconnect(receive, gone))
+
+    def stop() -> None:
+        watcher.cancel()
+    return stop
+
+
+async def _until_disconnect(receive: Receive, gone: Callable[[], None]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone()
+
+
+def _take_measures(call: Call, scanner: StreamScanner) -> None:
+    if scanner.first_token_at is not None:
+        call.ttft_s = scanner.first_token_at - call.started
+    call.usage = scanner.usage
+    call.completion_tokens = scanner.completion_tokens
+    call.itl_s = tuple(scanner.gaps)
 
 
 def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
@@ -243,38 +317,26 @@ def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
     return replace(parsed, payload=payload, body=json.dumps(payload).encode())
 
 
-async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
-    """Run ``work`` unless the client disconnects first (then cancel it and return None)."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, watch, return_exceptions=True)
-    if task.cancelled():
-        return None
-    return task.result()
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def _route_headers(sent: Dispatched) -> dict[str, str]:
+def _route_headers(sent: Dispatched) -> list[tuple[bytes, bytes]]:
     """The route decision, and which endpoint of its pool answered (its index in the pool's
     configured list: an engine's address is not the client's business)."""
-    return {"x-ridge-route": sent.plan.decision.header_value(),
-            "x-ridge-endpoint": str(sent.endpoint_index)}
+    return [(b"x-ridge-route", sent.plan.decision.header_value().encode()),
+            (b"x-ridge-endpoint", str(sent.endpoint_index).encode())]
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _usage_dict(body: bytes) -> dict[str, Any] | None:
+    """The ``usage`` object of a whole JSON answer, parsed alone: the value after the last
+    ``"usage":`` key (engines write the top-level one after the choices; generated text
+    cannot hold those bytes, a JSON string escapes its quotes)."""
+    at = body.rfind(b'"usage":')
+    if at < 0:
+        return None
     try:
-        usage = json.loads(body).get("usage")
-    except (ValueError, AttributeError):
+        usage, _ = _DECODER.raw_decode(body[at + 8:].decode("utf-8").lstrip())
+    except (ValueError, UnicodeDecodeError):
         return None
     return usage if isinstance(usage, dict) else None
 

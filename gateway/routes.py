@@ -1,57 +1,19 @@
-"""The HTTP API: OpenAI's generation and model endpoints, health, readiness and metrics."""
+"""The HTTP API besides generation (which :mod:`gateway.proxy` serves on a lean path): the
+model list, health, readiness and metrics."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.errors import GatewayError, error_body
-from gateway.openai_request import Endpoint, parse_request
-from gateway.services import Gateway, GatewayDep
+from gateway.errors import error_body
+from gateway.services import GatewayDep
 
 router = APIRouter()
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes with a 413 (checked as it arrives,
-    so an oversized body is never held in memory whole)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(
-        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
-    )
-
-
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request, gateway: GatewayDep) -> Response:
-    return await _generate(Endpoint.CHAT, request, gateway)
-
-
-@router.post("/v1/completions")
-async def completions(request: Request, gateway: GatewayDep) -> Response:
-    return await _generate(Endpoint.COMPLETIONS, request, gateway)
-
-
-async def _generate(endpoint: Endpoint, request: Request, gateway: Gateway) -> Response:
-    body = await read_body(request, gateway.settings.max_body_bytes)
-    parsed = parse_request(endpoint, body)
-    return await gateway.proxy.handle(parsed, request)
 
 
 @router.get("/v1/models")

@@ -14,8 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class UpstreamSettings(BaseModel):
     """How ridge talks to engines. Times in seconds."""
 
-    transport: Literal["aiohttp", "httpx"] = Field(
-        default="aiohttp", description="upstream HTTP transport; aiohttp measured fastest"
+    transport: Literal["http1", "aiohttp", "httpx"] = Field(
+        default="http1", description="upstream HTTP transport: ridge's own HTTP/1.1 client "
+        "(backends/http1_client.py, measured the cheapest), or aiohttp's or httpx's"
     )
     connect_timeout_s: float = Field(default=3.0, gt=0)
     first_byte_timeout_s: float = Field(

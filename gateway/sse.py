@@ -1,114 +1,152 @@
-"""Server-sent events as they pass through: split the upstream bytes into whole events and
-watch them for the first token and the usage figures, without changing a byte.
+"""Server-sent events relayed as they arrive: the engine's bytes pass through undecoded, and a
+cheap byte inspection finds what ridge needs.
 
-Splitting at event boundaries adds no delay: engines flush one whole event at a time, so each
-event is relayed as soon as its last byte arrives.
+:class:`StreamScanner` takes the upstream body chunk by chunk and returns the bytes to send on.
+It holds back only an incomplete trailing event (engines flush whole events, so normally
+nothing): the relayed bytes end at an event boundary (a blank line, ``\\n\\n`` or
+``\\r\\n\\r\\n``). Per complete region it finds, by byte search, never by parsing JSON:
+
+- token events: the ``data:`` events carrying generated text — a non-empty ``"content"``,
+  ``"reasoning_content"`` or ``"text"`` string, or a non-empty ``"tool_calls"`` list (one
+  compiled regular expression, white space around ``:`` allowed). In a JSON document those
+  byte sequences can only be keys (quotes inside strings are escaped). Their
+  arrival times give the time to the first token and the inter-token gaps (several events in
+  one chunk arrived together: the first gets the gap since the last token, the others 0);
+- the usage event (``"usage":{`` with ``"choices":[]``): parsed with ``json.loads`` — the one
+  event that is — for the token counts, and cut out of the relayed bytes when ridge asked the
+  engine for it on its own account (``strip_usage``).
+
+Cost: one regular-expression scan and a few ``find`` calls per chunk.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
-_BOUNDARIES = (b"\n\n", b"\r\n\r\n")
+# JSON allows white space around ':' (engines write none; Python's json module one space)
+_TOKEN = re.compile(rb'"(?:content|reasoning_content|text)"\s*:\s*"(?!")'
+                    rb'|"tool_calls"\s*:\s*\[\s*(?!\])')
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 
 
-class EventSplitter:
-    """Accumulates bytes; returns the complete events (each with its blank-line terminator)."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buffer += data
-        events: list[bytes] = []
-        while True:
-            cut = _first_boundary(self._buffer)
-            if cut < 0:
-                return events
-            events.append(self._buffer[:cut])
-            self._buffer = self._buffer[cut:]
-
-    def rest(self) -> bytes:
-        """Bytes after the last complete event (normally empty at the end of a stream)."""
-        rest, self._buffer = self._buffer, b""
-        return rest
+def token_events(region: bytes) -> int:
+    """How many token events ``region`` (whole events) holds (see the module docstring)."""
+    return len(_TOKEN.findall(region))
 
 
-def _first_boundary(buffer: bytes) -> int:
-    """Index just past the first event terminator, or -1."""
-    ends = [i + len(b) for b in _BOUNDARIES if (i := buffer.find(b)) >= 0]
-    return min(ends) if ends else -1
+def _boundary(buffer: bytes, end: int | None = None) -> int:
+    """Index just past the last event terminator in ``buffer[:end]``, or 0."""
+    lf = buffer.rfind(b"\n\n", 0, end)
+    crlf = buffer.rfind(b"\r\n\r\n", 0, end)
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
-class StreamObserver:
-    """Watches relayed events: time of the first generated token, the gaps between later
-    ones (inter-token latency, seconds), usage, end marker."""
+def _events_with(region: bytes, marker: re.Pattern[bytes]) -> list[tuple[int, int]]:
+    """(start, end) of each event of ``region`` that ``marker`` matches in."""
+    spans = []
+    found = marker.search(region)
+    while found is not None:
+        at = found.start()
+        start = _boundary(region, at)
+        lf, crlf = region.find(b"\n\n", at), region.find(b"\r\n\r\n", at)
+        end = min([e + n for e, n in ((lf, 2), (crlf, 4)) if e >= 0], default=len(region))
+        spans.append((start, end))
+        found = marker.search(region, end)
+    return spans
 
-    def __init__(self, clock: Any = time.perf_counter) -> None:
+
+class StreamScanner:
+    """Relays an SSE body and watches it (module docstring). ``clock``: seconds."""
+
+    __slots__ = ("_strip_usage", "_clock", "_held", "first_token_at", "_last_token_at", "gaps",
+                 "token_events", "usage")
+
+    def __init__(self, strip_usage: bool, clock: Callable[[], float] = time.perf_counter
+                 ) -> None:
+        self._strip_usage = strip_usage
         self._clock = clock
+        self._held = b""
         self.first_token_at: float | None = None
         self._last_token_at: float | None = None
         self.gaps: list[float] = []
-        self.content_events = 0
+        self.token_events = 0
         self.usage: dict[str, Any] | None = None
-        self.done = False
 
-    def observe(self, event: bytes) -> bool:
-        """Take note of ``event``; True when it is a usage-only chunk (no choices)."""
-        usage_only = False
-        for data in _data_lines(event):
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(chunk, dict):
-                usage_only = self._chunk(chunk) or usage_only
-        return usage_only
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes of ``chunk`` (after what was held back) to relay now."""
+        buffer = self._held + chunk if self._held else chunk
+        cut = _boundary(buffer)
+        if cut < len(buffer):
+            self._held, buffer = buffer[cut:], buffer[:cut]
+        else:
+            self._held = b""
+        if not buffer:
+            return b""
+        if n := token_events(buffer):
+            self._tokens(n)
+        if b'"usage"' in buffer and _USAGE.search(buffer):
+            buffer = self._usage(buffer)
+        return buffer
 
-    def _chunk(self, chunk: dict[str, Any]) -> bool:
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        choices = chunk.get("choices") or ()
-        if any(_has_token(c) for c in choices):
-            self._token()
-        return isinstance(usage, dict) and not choices
+    def rest(self) -> bytes:
+        """What is still held back at the end of the stream (an unterminated last event)."""
+        rest, self._held = self._held, b""
+        return rest
 
-    def _token(self) -> None:
+    def _tokens(self, n: int) -> None:
+        """``n`` token events arrived now: the first one's gap is the time since the last
+        token (none for the very first), the others arrived with it (gap 0)."""
         now = self._clock()
-        self.content_events += 1
-        if self.first_token_at is None:
+        if self._last_token_at is None:
             self.first_token_at = now
-        elif self._last_token_at is not None:
+        else:
             self.gaps.append(now - self._last_token_at)
+        if n > 1:
+            self.gaps.extend([0.0] * (n - 1))
+        self.token_events += n
         self._last_token_at = now
+
+    def _usage(self, region: bytes) -> bytes:
+        """Take the usage figures from the usage-only event(s); cut them out when stripping."""
+        kept, last = [], 0
+        for start, end in _events_with(region, _USAGE):
+            event = region[start:end]
+            if not _NO_CHOICES.search(event):
+                continue
+            usage = _usage_of(event)
+            if usage is not None:
+                self.usage = usage
+            if self._strip_usage:
+                kept.append(region[last:start])
+                last = end
+        if not kept:
+            return region
+        kept.append(region[last:])
+        return b"".join(kept)
 
     @property
     def completion_tokens(self) -> int | None:
-        """Tokens generated: the usage figure when the engine sent one, else content events."""
+        """Tokens generated: the usage figure when the engine sent one, else token events."""
         if self.usage and isinstance(self.usage.get("completion_tokens"), int):
             return int(self.usage["completion_tokens"])
-        return self.content_events or None
+        return self.token_events or None
 
 
-def _data_lines(event: bytes) -> list[bytes]:
-    return [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
-
-
-def _has_token(choice: Any) -> bool:
-    if not isinstance(choice, dict):
-        return False
-    if choice.get("text"):
-        return True
-    delta = choice.get("delta")
-    return isinstance(delta, dict) and any(
-        delta.get(k) for k in ("content", "reasoning_content", "tool_calls", "reasoning")
-    )
+def _usage_of(event: bytes) -> dict[str, Any] | None:
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                chunk = json.loads(line[5:])
+            except ValueError:
+                return None
+            usage = chunk.get("usage") if isinstance(chunk, dict) else None
+            return usage if isinstance(usage, dict) else None
+    return None
 
 
 def error_event(message: str, kind: str, code: str) -> bytes:

@@ -33,8 +33,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from backends.fleet_file import Fleet
 from gateway.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
@@ -115,6 +117,7 @@ class Telemetry:
         self._clock = clock
         self.slos = SloPolicy()
         self.ledger: TokenLedger | None = None
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
         self._collectors: tuple[EfficiencyCollector, FleetGauges] | None = None
         self._request_metrics(registry)
         self._token_metrics(registry)
@@ -232,16 +235,29 @@ class Telemetry:
         self._collectors = (efficiency, gauges)
         return efficiency
 
+    def child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """``metric.labels(*values)``, bound once and kept (label values are bounded sets):
+        the hot path pays a dictionary look-up, not the client library's label handling."""
+        key = (metric, values)
+        bound = self._children.get(key)
+        if bound is None:
+            bound = self._children[key] = metric.labels(*values)
+        return bound
+
+    def retries_of(self, pool: str) -> Any:
+        """The retry counter of ``pool``."""
+        return self.child(self.retries, pool)
+
     def route(self, plan: RoutePlan) -> None:
         """Count one route decision and time its scheduler plugins."""
         decision = plan.decision
-        self.route_decisions.labels(decision.pool, decision.lever, decision.reason).inc()
+        self.child(self.route_decisions, decision.pool, decision.lever, decision.reason).inc()
         for timing in plan.timings:
-            self.plugin_duration.labels(timing.name).observe(timing.ns * 1e-9)
+            self.child(self.plugin_duration, timing.name).observe(timing.ns * 1e-9)
 
     def record(self, rec: RequestRecord) -> None:
         model = self.model_label(rec.model)
-        self.requests.labels(model, rec.pool, str(rec.status)).inc()
+        self.child(self.requests, model, rec.pool, str(rec.status)).inc()
         if rec.pool == NO_POOL:
             return
         lever = rec.lever or NO_LEVER
@@ -253,26 +269,28 @@ class Telemetry:
                                 decode_url=rec.decode_endpoint)
 
     def _latencies(self, rec: RequestRecord, model: str, lever: str) -> None:
-        self.e2e.labels(model, rec.pool, lever).observe(rec.e2e_s)
+        labels = (model, rec.pool, lever)
+        self.child(self.e2e, *labels).observe(rec.e2e_s)
         if rec.ttft_s is not None:
-            self.ttft.labels(model, rec.pool, lever).observe(rec.ttft_s)
+            self.child(self.ttft, *labels).observe(rec.ttft_s)
         tpot = rec.tpot_s
         if tpot is not None:
-            self.tpot.labels(model, rec.pool, lever).observe(tpot)
+            self.child(self.tpot, *labels).observe(tpot)
         if rec.itl_s:
-            itl = self.itl.labels(model, rec.pool, lever)
+            observe = self.child(self.itl, *labels).observe
             for gap in rec.itl_s:
-                itl.observe(gap)
+                observe(gap)
 
     def _tokens(self, rec: RequestRecord, model: str, lever: str) -> None:
+        labels = (model, rec.pool, lever)
         if rec.prompt_tokens is not None:
-            self.prompt_tokens.labels(model, rec.pool, lever).inc(rec.prompt_tokens)
-            self.prompt_lengths.labels(model, rec.pool).observe(rec.prompt_tokens)
+            self.child(self.prompt_tokens, *labels).inc(rec.prompt_tokens)
+            self.child(self.prompt_lengths, model, rec.pool).observe(rec.prompt_tokens)
         if rec.completion_tokens is not None:
-            self.completion_tokens.labels(model, rec.pool, lever).inc(rec.completion_tokens)
-            self.completion_lengths.labels(model, rec.pool).observe(rec.completion_tokens)
+            self.child(self.completion_tokens, *labels).inc(rec.completion_tokens)
+            self.child(self.completion_lengths, model, rec.pool).observe(rec.completion_tokens)
         if rec.cached_tokens is not None:
-            self.cached_tokens.labels(model, rec.pool, lever).inc(rec.cached_tokens)
+            self.child(self.cached_tokens, *labels).inc(rec.cached_tokens)
 
     def _goodput(self, rec: RequestRecord, model: str, lever: str) -> None:
         slo_class, bounds = self.slos.bounds_for(rec.model, rec.max_tokens, rec.slo_class)
@@ -280,8 +298,8 @@ class Telemetry:
         if not verdict.evaluated:
             return
         labels = (model, rec.pool, lever, slo_class)
-        self.slo_evaluated.labels(*labels).inc()
+        self.child(self.slo_evaluated, *labels).inc()
         if verdict.good:
-            self.goodput.labels(*labels).inc()
+            self.child(self.goodput, *labels).inc()
         for slo in verdict.violated:
-            self.slo_violations.labels(*labels, slo).inc()
+            self.child(self.slo_violations, *labels, slo).inc()

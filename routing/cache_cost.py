@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from routing.features import RequestFeatures
-from routing.load import endpoint_load
 from routing.snapshots import EndpointSnapshot
 from routing.state import StateView
 
@@ -42,5 +41,23 @@ def uncached_tokens(features: RequestFeatures, matched: int) -> int:
 
 def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView) -> float:
     """max(uncached tokens on ``ep``, 1) × (``endpoint_load`` + 1) [tokens × requests], ≥ 1."""
-    uncached = max(uncached_tokens(features, matched_blocks(ep.url, features, view)), 1)
-    return uncached * (endpoint_load(ep, view.load) + 1.0)
+    return cache_costs((ep,), features, view)[ep.url]
+
+
+def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
+                view: StateView) -> dict[str, float]:
+    """:func:`cache_cost` of each of ``endpoints``, by URL: :func:`matched_blocks`,
+    :func:`uncached_tokens` and :func:`routing.load.endpoint_load` written out in one loop
+    (it runs for every candidate of every request)."""
+    blocks, prompt, per_block = (len(features.block_hashes), features.prompt_tokens,
+                                 features.block_tokens)
+    matched, load = view.matched_blocks, view.load
+    out = {}
+    for ep in endpoints:
+        url = ep.url
+        held = min(max(matched.get(url, 0), 0), blocks)
+        uncached = max(prompt - held * per_block, 1)
+        counted = load.get(url)
+        requests = max(counted.requests if counted is not None else 0, ep.metrics.queued)
+        out[url] = uncached * (requests + 1.0)
+    return out

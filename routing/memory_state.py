@@ -17,10 +17,11 @@ Parts, each bounded (parameters in :class:`StateLimits`):
   prompt and output lengths, and the output-length mean.
 
 A reservation records the request's blocks on its endpoint when it is made (the engine
-holds them from its prefill on). What ``finish`` learns, it learns from SUCCESSFUL requests
-only: a failed request's blocks are not in any cache (the ones its reservation added are
-forgotten), its session found no home, and counting it in the windows would count a retried
-request twice. The reservation is released either way.
+holds them from its prefill on); ``finish`` of a successful request records them again unless
+they were recorded within the last :data:`REFRESH_S`. What ``finish`` learns, it learns from
+SUCCESSFUL requests only: a failed request's blocks are not in any cache (the ones its
+reservation added are forgotten), its session found no home, and counting it in the windows
+would count a retried request twice. The reservation is released either way.
 
 All methods run without awaiting, so under asyncio each is atomic: no locks needed.
 :meth:`MemoryState.place` reads the view, runs ``choose`` on it and reserves the choice in one
@@ -34,7 +35,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from routing.load import NO_LOAD, InFlight, LoadCounts
 from routing.prefix_index import PrefixIndex
@@ -42,6 +43,9 @@ from routing.state import Ask, C, Outcome, Placed, Reservation, StateView
 from routing.window import WorkloadMeasures, WorkloadWindows
 
 Clock = Callable[[], float]
+REFRESH_S = 1.0
+"""[s] A finished request's blocks are recorded again (refreshed) unless the deepest of them was
+recorded on its endpoint within this long: then the whole chain is held and as fresh."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +143,8 @@ class Reservations:
     def __len__(self) -> int:
         return len(self._held)
 
-    def reserve(self, endpoint: str, tokens: int, now: float,
-                rid: str | None = None) -> Reservation:
+    def reserve(self, endpoint: str, tokens: int, now: float, rid: str | None = None,
+                recorded_from: int | None = None) -> Reservation:
         """Hold one reservation on ``endpoint`` (id ``rid``, or a new one)."""
         self.expire(now)
         tokens = max(0, tokens)
@@ -149,7 +153,7 @@ class Reservations:
         self._add(endpoint, 1, tokens)
         while len(self._held) > self._max:
             self._drop(next(iter(self._held)))
-        return Reservation(rid, endpoint, tokens)
+        return Reservation(rid, endpoint, tokens, recorded_from)
 
     def release(self, reservation_id: str) -> bool:
         """Release a held reservation; False when it is not held (finished or expired)."""
@@ -231,22 +235,26 @@ class MemoryState:
         choice = choose(view)
         if choice is None:
             return None
-        held = tuple(self.hold(url, ask.tokens, ask.block_hashes) for url in choice.urls)
+        matched = view.matched_blocks
+        held = tuple(self.hold(url, ask.tokens, ask.block_hashes, before=matched.get(url, 0))
+                     for url in choice.urls)
         return Placed(choice, held, view)
 
     def hold(self, endpoint: str, tokens: int, block_hashes: Sequence[int],
-             rid: str | None = None) -> Reservation:
-        """Reserve ``endpoint`` (id ``rid``, or a new one) and record ``block_hashes`` on it."""
-        held = self._in_flight.reserve(endpoint, tokens, self._clock(), rid)
-        frm = self.record_blocks(endpoint, block_hashes)
-        return replace(held, recorded_from=frm)
+             rid: str | None = None, before: int | None = None) -> Reservation:
+        """Reserve ``endpoint`` (id ``rid``, or a new one) and record ``block_hashes`` on it;
+        ``before``: the leading blocks it held until now, when the caller just read it."""
+        frm = self.record_blocks(endpoint, block_hashes, before)
+        return self._in_flight.reserve(endpoint, tokens, self._clock(), rid, frm)
 
-    def record_blocks(self, endpoint: str, block_hashes: Sequence[int]) -> int | None:
+    def record_blocks(self, endpoint: str, block_hashes: Sequence[int],
+                      before: int | None = None) -> int | None:
         """Record ``block_hashes`` as held by ``endpoint``; the first block it did not hold
         before (None when there are no blocks)."""
         if not block_hashes:
             return None
-        before = self._prefix.match(block_hashes, (endpoint,)).get(endpoint, 0)
+        if before is None:
+            before = self._prefix.match(block_hashes, (endpoint,)).get(endpoint, 0)
         self._prefix.record(endpoint, block_hashes)
         return before
 
@@ -257,8 +265,9 @@ class MemoryState:
         if not outcome.succeeded:
             self.forget_blocks(reservation, outcome.block_hashes)
             return
-        if outcome.block_hashes:
-            self._prefix.record(reservation.endpoint, outcome.block_hashes)
+        hashes = outcome.block_hashes
+        if hashes and not self._prefix.holds(reservation.endpoint, hashes[-1], now - REFRESH_S):
+            self._prefix.record(reservation.endpoint, hashes)
         if outcome.session:
             self._sessions.bind(outcome.session, reservation.endpoint, now)
         self._windows.observe(outcome.model, outcome.prompt_tokens, outcome.matched_tokens,

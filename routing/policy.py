@@ -63,7 +63,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from routing.cache_cost import best_match, cache_cost, uncached_tokens
+from routing.cache_cost import best_match, cache_costs, uncached_tokens
 from routing.decision import (
     DEFAULT,
     FALLBACK_NEAR_RIDGE,
@@ -249,7 +249,7 @@ def _pd_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
 
 def _cheapest(inp: PolicyInput, pool: PoolSnapshot) -> float:
     """The lowest ``cache_cost`` over the pool's healthy endpoints (inf when none)."""
-    return min((cache_cost(e, inp.features, inp.view) for e in pool.healthy_endpoints),
+    return min(cache_costs(pool.healthy_endpoints, inp.features, inp.view).values(),
                default=math.inf)
 
 

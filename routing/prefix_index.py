@@ -1,47 +1,67 @@
 """Which endpoint recently served which prompt blocks: a bounded, aging prefix index.
 
-Algorithm. One entry per (block hash, endpoint), held in an ``OrderedDict`` in least-recently
-recorded order, valued by the time it was last recorded. The key packs both parts into one
-integer, ``hash << 32 | endpoint id`` (endpoint URLs get small ids), which keeps an entry at
-about 220 bytes (measured with tracemalloc on CPython 3.11).
+Algorithm. Per endpoint, two generations of a plain dict block hash → the time it was last
+recorded there: ``current`` and ``previous``. One entry is one (block hash, endpoint); the block
+hash itself is the key, so a look-up builds no key object.
 
-- ``record(endpoint, hashes)`` writes the hashes LAST to FIRST, each moved to the most
-  recent end, then evicts from the least recent end while there are more than
-  ``max_entries`` entries, and drops a bounded number of entries older than ``max_age_s``
-  (lazy, incremental purge: work proportional to the blocks recorded). O(blocks).
-- Because the hashes are chained, block i on an endpoint implies blocks 0..i there; and
-  because a request's blocks are written last to first, block j < i is always at least as
-  recent as block i, so eviction and aging remove a chain from its tail. The set of a
-  request's blocks an endpoint holds is therefore a prefix, and ``match(hashes)`` finds its
-  length per endpoint by binary search: O(endpoints × log blocks) look-ups. Entries older
-  than ``max_age_s`` count as absent even before they are purged.
+- ``record(endpoint, hashes)`` writes every hash of the request's chain into the endpoint's
+  current generation with the record's time (one C-level ``dict.update``). O(blocks).
+- Because the hashes are chained, block i on an endpoint implies blocks 0..i there. Every
+  record writes a whole chain from block 0 and ``forget`` removes only a chain's tail, so in
+  each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
+  union of the two. ``match(hashes)`` finds its length per endpoint: block 0 first (most
+  endpoints hold none of a given prompt), then a binary search: O(endpoints × log blocks)
+  look-ups. Entries older than ``max_age_s`` count as absent.
+- Capacity (generational LRU): when a record could bring the current generations of all
+  endpoints together past ``max_entries / 2`` entries, every endpoint's previous generation
+  is dropped and its current one becomes the previous one (a chain longer than
+  ``max_entries / 2`` blocks is recorded up to that length). The index so never holds more
+  than ``max_entries`` entries and always keeps everything recorded in the last
+  half-capacity's worth of records;
+  a block recorded again moves to the current generation, so what is in use stays. Dropping a
+  generation costs nothing per entry on the hot path.
+- ``holds(endpoint, hash, since)``: the entry is in the current generation, recorded at
+  ``since`` or later. Used to skip refreshing a chain whose deepest block was recorded a moment
+  ago (then the whole chain is in the current generation, recorded as recently).
 - ``forget(endpoint, hashes)`` removes those blocks of one endpoint (a request that was
   recorded when its replica was chosen, then failed: pass the blocks past the match the
   endpoint already had, so the held set stays a prefix). O(blocks).
-- ``forget_endpoint(url)`` retires the endpoint's id in O(1): its entries stop matching at
-  once and leave through eviction and aging; if the URL comes back it gets a new id (an
-  engine that restarted has an empty cache).
+- ``forget_endpoint(url)`` drops the endpoint's entries in O(1); if the URL comes back it
+  starts empty (an engine that restarted has an empty cache).
 
-Parameters: ``max_entries`` caps the (hash, endpoint) entries (memory ≈ 220 bytes each);
-``max_age_s`` is how long a recorded block counts as cached (seconds; engines evict under
-memory pressure, so an old record is a guess gone stale); ``clock`` returns seconds
-(monotonic).
+Parameters: ``max_entries`` caps the (hash, endpoint) entries; ``max_age_s`` is how long a
+recorded block counts as cached (seconds; engines evict under memory pressure, so an old record
+is a guess gone stale); ``clock`` returns seconds (monotonic).
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 
-_ID_BITS = 32  # low bits of an entry key hold the endpoint id
-_PURGE_MIN = 16  # aged entries dropped per record call, at least
+
+class _Generations:
+    """One endpoint's entries: the current and the previous generation."""
+
+    __slots__ = ("current", "previous")
+
+    def __init__(self) -> None:
+        self.current: dict[int, float] = {}
+        self.previous: dict[int, float] = {}
+
+    def get(self, block: int) -> float | None:
+        stamp = self.current.get(block)
+        return stamp if stamp is not None else self.previous.get(block)
+
+    def __len__(self) -> int:
+        return len(self.current) + len(self.previous)
 
 
 class PrefixIndex:
     """A bounded, aging map of (block hash, endpoint) → last time recorded."""
 
-    __slots__ = ("_max_entries", "_max_age_s", "_clock", "_entries", "_ids", "_next_id")
+    __slots__ = ("_max_entries", "_max_age_s", "_clock", "_maps", "_current")
 
     def __init__(self, max_entries: int, max_age_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -50,54 +70,48 @@ class PrefixIndex:
         self._max_entries = max_entries
         self._max_age_s = max_age_s
         self._clock = clock
-        self._entries: OrderedDict[int, float] = OrderedDict()
-        self._ids: dict[str, int] = {}
-        self._next_id = 1
+        self._maps: dict[str, _Generations] = {}
+        self._current = 0  # entries in the current generations, all endpoints together
 
     def __len__(self) -> int:
-        """Entries held, stale ones not yet purged included (never above ``max_entries``)."""
-        return len(self._entries)
+        """Entries held, stale ones included (never above ``max_entries``)."""
+        return sum(len(g) for g in self._maps.values())
 
     @property
     def max_entries(self) -> int:
         return self._max_entries
 
-    def _id_for(self, endpoint: str) -> int:
-        eid = self._ids.get(endpoint)
-        if eid is None:
-            eid = self._next_id
-            self._next_id = (self._next_id + 1) % (1 << _ID_BITS) or 1
-            self._ids[endpoint] = eid
-        return eid
-
     def record(self, endpoint: str, hashes: Sequence[int]) -> None:
         """Remember that ``endpoint`` now holds the blocks ``hashes`` (a request's chain)."""
-        now = self._clock()
-        eid = self._id_for(endpoint)
-        entries = self._entries
-        for h in reversed(hashes):
-            key = (h << _ID_BITS) | eid
-            entries[key] = now
-            entries.move_to_end(key)
-        self._evict(now, len(hashes) + _PURGE_MIN)
+        half = self._max_entries // 2 or 1
+        if len(hashes) > half:
+            hashes = hashes[:half]  # a prefix of the chain: still a chain
+        if self._current + len(hashes) > half:
+            self._rotate()
+        gens = self._maps.get(endpoint)
+        if gens is None:
+            gens = self._maps[endpoint] = _Generations()
+        current = gens.current
+        before = len(current)
+        current.update(zip(hashes, repeat(self._clock())))
+        self._current += len(current) - before
 
-    def _evict(self, now: float, budget: int) -> None:
-        entries = self._entries
-        while len(entries) > self._max_entries:
-            entries.popitem(last=False)
-        cutoff = now - self._max_age_s
-        for _ in range(budget):
-            if not entries or entries[next(iter(entries))] >= cutoff:
-                return
-            entries.popitem(last=False)
+    def _rotate(self) -> None:
+        """Drop every previous generation; the current ones become the previous ones."""
+        for gens in self._maps.values():
+            gens.previous, gens.current = gens.current, {}
+        self._current = 0
 
-    def _leading(self, hashes: Sequence[int], eid: int, cutoff: float) -> int:
-        """How many leading ``hashes`` are held fresh for endpoint id ``eid``."""
-        entries = self._entries
+    def _leading(self, hashes: Sequence[int], gens: _Generations, cutoff: float) -> int:
+        """How many leading ``hashes`` ``gens`` hold fresh."""
+        get = gens.get
+        first = get(hashes[0])
+        if first is None or first < cutoff:
+            return 0
         lo, hi = 0, len(hashes)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            stamp = entries.get((hashes[mid - 1] << _ID_BITS) | eid)
+            stamp = get(hashes[mid - 1])
             if stamp is not None and stamp >= cutoff:
                 lo = mid
             else:
@@ -111,26 +125,38 @@ class PrefixIndex:
         if not hashes:
             return {}
         cutoff = self._clock() - self._max_age_s
-        urls = self._ids if endpoints is None else endpoints
+        maps = self._maps
         out: dict[str, int] = {}
-        for url in urls:
-            eid = self._ids.get(url)
-            if eid is not None and (n := self._leading(hashes, eid, cutoff)):
+        for url in (maps if endpoints is None else endpoints):
+            gens = maps.get(url)
+            if gens is not None and (n := self._leading(hashes, gens, cutoff)):
                 out[url] = n
         return out
 
-    def forget(self, endpoint: str, hashes: Sequence[int]) -> None:
+    def holds(self, endpoint: str, block: int, since: float) -> bool:
+        """Whether ``endpoint``'s current generation holds ``block``, recorded at ``since`` or
+        later (a block only in the previous generation is due to be dropped: not held)."""
+        gens = self._maps.get(endpoint)
+        stamp = gens.current.get(block) if gens is not None else None
+        return stamp is not None and stamp >= since
+
+    def forget(self, endpoint: str, hashes: Iterable[int]) -> None:
         """Drop the entries of ``hashes`` on ``endpoint`` (absent ones are ignored)."""
-        eid = self._ids.get(endpoint)
-        if eid is None:
+        gens = self._maps.get(endpoint)
+        if gens is None:
             return
+        before = len(gens.current)
         for h in hashes:
-            self._entries.pop((h << _ID_BITS) | eid, None)
+            gens.current.pop(h, None)
+            gens.previous.pop(h, None)
+        self._current -= before - len(gens.current)
 
     def forget_endpoint(self, url: str) -> None:
         """Stop matching anything recorded for ``url`` (e.g. it restarted or was removed)."""
-        self._ids.pop(url, None)
+        gens = self._maps.pop(url, None)
+        if gens is not None:
+            self._current -= len(gens.current)
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._ids.clear()
+        self._maps.clear()
+        self._current = 0

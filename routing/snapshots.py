@@ -79,10 +79,13 @@ class PoolSnapshot:
     ridge_tokens: float = 0.0
     chunk_tokens: int | None = None
     draft_tokens: int = 0
+    healthy_endpoints: tuple[EndpointSnapshot, ...] = field(init=False, repr=False,
+                                                            compare=False)
+
+    def __post_init__(self) -> None:
+        """``healthy_endpoints``: the healthy ones of ``endpoints``, computed once."""
+        object.__setattr__(self, "healthy_endpoints",
+                           tuple(e for e in self.endpoints if e.healthy))
 
     def serves(self, model: str) -> bool:
         return model in self.models
-
-    @property
-    def healthy_endpoints(self) -> tuple[EndpointSnapshot, ...]:
-        return tuple(e for e in self.endpoints if e.healthy)

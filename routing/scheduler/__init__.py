@@ -10,7 +10,6 @@ from routing.scheduler.framework import (
     SchedulerConfig,
     ScheduleResult,
     SchedulingContext,
-    Scored,
     Scorer,
 )
 
@@ -23,7 +22,6 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SchedulerConfigError",
-    "Scored",
     "Scorer",
     "SchedulingContext",
     "build_scheduler",

@@ -10,8 +10,9 @@ all synchronous and pure over frozen snapshots:
 :class:`Scheduler` runs them in order over a :class:`SchedulingContext`. The framework, not the
 plugin, clamps every score to [0, 1] (NaN and missing URLs count 0) and multiplies it by the
 scorer's weight from configuration; the total of an endpoint is Σ weight × clamp(score). It
-times every plugin call with :func:`time.perf_counter_ns` and returns the timings with the pick
-so the caller can export a histogram. When the filters leave no candidate the result's
+times every plugin call with :func:`time.perf_counter_ns` on a regular sample of the calls
+(one in 16 by default) and returns the timings with the pick so the caller can export a
+histogram. When the filters leave no candidate the result's
 ``endpoint`` is None and the caller falls back (another pool, or an error).
 
 Plugins hold no state, except a picker that needs memory (round-robin's last pick, a seeded
@@ -53,14 +54,6 @@ class SchedulingContext:
     exclude: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class Scored:
-    """A candidate and its weighted total score (Σ weight × score, each score in [0, 1])."""
-
-    endpoint: EndpointSnapshot
-    score: float
-
-
 class Filter(Protocol):
     def filter(self, ctx: SchedulingContext,
                candidates: Sequence[EndpointSnapshot]) -> Sequence[EndpointSnapshot]:
@@ -76,8 +69,10 @@ class Scorer(Protocol):
 
 
 class Picker(Protocol):
-    def pick(self, ctx: SchedulingContext, scored: Sequence[Scored]) -> EndpointSnapshot:
-        """One of ``scored`` (never empty), in candidate order."""
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
+             totals: Mapping[str, float]) -> EndpointSnapshot:
+        """One of ``candidates`` (never empty, in pool order), given each one's weighted total
+        score by URL (Σ weight × score, each score in [0, 1])."""
         ...
 
 
@@ -131,16 +126,21 @@ def clamp(score: float) -> float:
     return min(max(score, 0.0), 1.0)
 
 
-def top(scored: Sequence[Scored], rel_tol: float = 1e-9) -> list[Scored]:
-    """The candidates whose score equals the maximum, up to float rounding (``rel_tol``)."""
-    if not scored:
+def top(candidates: Sequence[EndpointSnapshot], totals: Mapping[str, float],
+        rel_tol: float = 1e-9) -> list[EndpointSnapshot]:
+    """The candidates (in their order) whose total equals the maximum, up to float rounding:
+    within ``rel_tol`` of it, as :func:`math.isclose` with an absolute floor of 1e-12."""
+    if not candidates:
         return []
-    best = max(s.score for s in scored)
-    return [s for s in scored if math.isclose(s.score, best, rel_tol=rel_tol, abs_tol=1e-12)]
+    best = max(totals.values())
+    floor = best - max(rel_tol * abs(best), 1e-12)
+    return [ep for ep in candidates if totals[ep.url] >= floor]
 
 
 class Scheduler:
-    """Filters → weighted scorers → picker over one pool's endpoints; every plugin timed.
+    """Filters → weighted scorers → picker over one pool's endpoints; every plugin timed on
+    one call in ``time_every`` (the first, then every ``time_every``-th: the timings are a
+    regular sample, which keeps the clock and the histograms off most requests).
 
     Build it with :func:`routing.scheduler.catalog.build_scheduler`; ``clock`` is injectable
     so tests can check the timings (default :func:`time.perf_counter_ns`).
@@ -152,11 +152,14 @@ class Scheduler:
         scorers: Sequence[tuple[str, Scorer, float]],
         picker: tuple[str, Picker],
         clock: Callable[[], int] = time.perf_counter_ns,
+        time_every: int = 16,
     ) -> None:
         self._filters = tuple(filters)
         self._scorers = tuple(scorers)
         self._picker = picker
         self._clock = clock
+        self._every = max(1, time_every)
+        self._calls = 0
 
     @property
     def plugin_names(self) -> tuple[str, ...]:
@@ -165,38 +168,46 @@ class Scheduler:
                 self._picker[0])
 
     def schedule(self, ctx: SchedulingContext) -> ScheduleResult:
-        timings: list[PluginTiming] = []
+        timed = self._calls % self._every == 0
+        self._calls += 1
+        timings: list[PluginTiming] | None = [] if timed else None
         candidates = self._filter(ctx, timings)
         if not candidates:
-            return ScheduleResult(None, {}, tuple(timings))
+            return ScheduleResult(None, {}, tuple(timings or ()))
         totals = self._score(ctx, candidates, timings)
-        scored = [Scored(ep, totals[ep.url]) for ep in candidates]
         name, picker = self._picker
-        start = self._clock()
-        chosen = picker.pick(ctx, scored)
-        timings.append(PluginTiming(PICKER, name, self._clock() - start))
-        return ScheduleResult(chosen, totals, tuple(timings))
+        start = self._clock() if timings is not None else 0
+        chosen = picker.pick(ctx, candidates, totals)
+        if timings is not None:
+            timings.append(PluginTiming(PICKER, name, self._clock() - start))
+        return ScheduleResult(chosen, totals, tuple(timings or ()))
 
     def _filter(self, ctx: SchedulingContext,
-                timings: list[PluginTiming]) -> Sequence[EndpointSnapshot]:
-        candidates: Sequence[EndpointSnapshot] = tuple(
-            ep for ep in ctx.pool.endpoints if ep.url not in ctx.exclude
-        )
+                timings: list[PluginTiming] | None) -> Sequence[EndpointSnapshot]:
+        candidates: Sequence[EndpointSnapshot] = ctx.pool.endpoints
+        if ctx.exclude:
+            candidates = tuple(ep for ep in candidates if ep.url not in ctx.exclude)
+        clock = self._clock
         for name, plugin in self._filters:
             if not candidates:
                 break
-            start = self._clock()
-            candidates = tuple(plugin.filter(ctx, candidates))
-            timings.append(PluginTiming(FILTER, name, self._clock() - start))
+            start = clock() if timings is not None else 0
+            candidates = plugin.filter(ctx, candidates)
+            if timings is not None:
+                timings.append(PluginTiming(FILTER, name, clock() - start))
         return candidates
 
     def _score(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
-               timings: list[PluginTiming]) -> dict[str, float]:
-        totals = {ep.url: 0.0 for ep in candidates}
+               timings: list[PluginTiming] | None) -> dict[str, float]:
+        totals = dict.fromkeys([ep.url for ep in candidates], 0.0)
+        clock = self._clock
         for name, plugin, weight in self._scorers:
-            start = self._clock()
+            start = clock() if timings is not None else 0
             scores = plugin.score(ctx, candidates)
-            timings.append(PluginTiming(SCORER, name, self._clock() - start))
+            if timings is not None:
+                timings.append(PluginTiming(SCORER, name, clock() - start))
             for url in totals:
-                totals[url] += weight * clamp(scores.get(url, 0.0))
+                s = scores.get(url, 0.0)
+                # clamp to [0, 1], NaN as 0 (as :func:`clamp`, inline: once per candidate)
+                totals[url] += weight * (s if 0.0 <= s <= 1.0 else 1.0 if s > 1.0 else 0.0)
         return totals

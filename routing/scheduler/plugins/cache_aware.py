@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from routing.cache_cost import cache_cost
+from routing.cache_cost import cache_cost, cache_costs
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot
 
@@ -43,6 +43,6 @@ def cost(ctx: SchedulingContext, ep: EndpointSnapshot) -> float:
 class CacheAware:
     def score(self, ctx: SchedulingContext,
               candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
-        costs = {ep.url: cost(ctx, ep) for ep in candidates}
+        costs = cache_costs(candidates, ctx.features, ctx.view)
         cheapest = min(costs.values(), default=1.0)
         return {url: cheapest / c for url, c in costs.items()}

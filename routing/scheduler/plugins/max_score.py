@@ -7,12 +7,13 @@ order as configured — so the choice is deterministic. Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from routing.scheduler.framework import SchedulingContext, Scored, top
+from routing.scheduler.framework import SchedulingContext, top
 from routing.snapshots import EndpointSnapshot
 
 
 class MaxScore:
-    def pick(self, ctx: SchedulingContext, scored: Sequence[Scored]) -> EndpointSnapshot:
-        return top(scored)[0].endpoint
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
+             totals: Mapping[str, float]) -> EndpointSnapshot:
+        return top(candidates, totals)[0]

@@ -11,9 +11,9 @@ Parameters: ``seed`` (int), from the scheduler configuration.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from routing.scheduler.framework import SchedulingContext, Scored, top
+from routing.scheduler.framework import SchedulingContext, top
 from routing.snapshots import EndpointSnapshot
 
 
@@ -21,5 +21,6 @@ class RandomTop:
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
 
-    def pick(self, ctx: SchedulingContext, scored: Sequence[Scored]) -> EndpointSnapshot:
-        return self._rng.choice(top(scored)).endpoint
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
+             totals: Mapping[str, float]) -> EndpointSnapshot:
+        return self._rng.choice(top(candidates, totals))

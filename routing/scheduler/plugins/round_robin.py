@@ -14,9 +14,9 @@ module state; gateway replicas rotate independently. Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from routing.scheduler.framework import SchedulingContext, Scored, top
+from routing.scheduler.framework import SchedulingContext, top
 from routing.snapshots import EndpointSnapshot
 
 
@@ -24,8 +24,9 @@ class RoundRobin:
     def __init__(self) -> None:
         self._last: str | None = None
 
-    def pick(self, ctx: SchedulingContext, scored: Sequence[Scored]) -> EndpointSnapshot:
-        tied = sorted((s.endpoint for s in top(scored)), key=lambda ep: ep.url)
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
+             totals: Mapping[str, float]) -> EndpointSnapshot:
+        tied = sorted(top(candidates, totals), key=lambda ep: ep.url)
         after = [ep for ep in tied if self._last is not None and ep.url > self._last]
         chosen = after[0] if after else tied[0]
         self._last = chosen.url

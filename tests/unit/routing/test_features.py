@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -9,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 
 from routing.features import (
     FeatureConfig,
@@ -126,9 +126,9 @@ def test_message_content_forms(content: Any, expected: str) -> None:
     assert canonical_prompt(chat({"role": "user", "content": content}), "chat") == expected
 
 
-def test_a_part_digest_is_64_bits_of_blake2b_over_sorted_json() -> None:
+def test_a_part_digest_is_64_bits_of_xxh3_over_sorted_json() -> None:
     dumped = json.dumps(IMAGE, sort_keys=True, separators=(",", ":"))
-    assert part_digest(IMAGE) == hashlib.blake2b(dumped.encode(), digest_size=8).hexdigest()
+    assert part_digest(IMAGE) == xxhash.xxh3_64_hexdigest(dumped.encode())
 
 
 @pytest.mark.parametrize(
@@ -160,14 +160,26 @@ def test_only_full_blocks_are_hashed(chars: int, blocks: int) -> None:
     assert len(block_hashes("x" * chars, 64)) == blocks
 
 
-def test_block_hashes_are_chained_blake2b_with_pinned_values() -> None:
-    first = int.from_bytes(hashlib.blake2b(bytes(8) + b"a" * 64, digest_size=8).digest(), "big")
+PINNED = (3305025233846988428, 16731173407106305370)  # "a" × 64 + "b" × 64, no seed
+
+
+def test_block_hashes_are_chained_xxh3_with_pinned_values() -> None:
     hashes = block_hashes("a" * 64 + "b" * 64, 64)
     # pinned: the same on every process, platform and release (gateways share them)
-    assert hashes == (13527326310226952113, 16745036722837374132)
-    assert hashes[0] == first
+    assert hashes == PINNED
+    assert hashes[0] == xxhash.xxh3_64_intdigest(b"a" * 64, 0)
+    assert hashes[1] == xxhash.xxh3_64_intdigest(b"b" * 64, hashes[0])  # seeded by block 0
     assert block_hashes("b" * 64, 64)[0] != hashes[1]  # block 1's hash covers block 0 too
-    assert block_hashes("a" * 64, 64, seed="m") == (11152807302608153355,)
+    seeded = xxhash.xxh3_64_intdigest(b"a" * 64, xxhash.xxh3_64_intdigest(b"m"))
+    assert block_hashes("a" * 64, 64, seed="m") == (seeded,)
+
+
+def test_non_ascii_blocks_are_characters_encoded() -> None:
+    text = "é" * 64 + "b" * 64  # 128 characters, 192 bytes
+    hashes = block_hashes(text, 64)
+    assert len(hashes) == 2
+    assert hashes[0] == xxhash.xxh3_64_intdigest(("é" * 64).encode(), 0)
+    assert hashes[1] == xxhash.xxh3_64_intdigest(b"b" * 64, hashes[0])
 
 
 def test_block_hashes_do_not_depend_on_the_process_hash_seed() -> None:

@@ -43,32 +43,45 @@ def test_match_gives_the_leading_blocks_each_endpoint_holds(
     assert index.match(query, endpoints) == expected
 
 
-def test_lru_eviction_drops_the_least_recently_recorded() -> None:
-    index = PrefixIndex(20, 60.0, FakeClock())
-    a, b, c = chain("a" * 40), chain("b" * 40), chain("c" * 40)
+def test_capacity_keeps_the_recent_generation_and_what_was_recorded_again() -> None:
+    index = PrefixIndex(40, 60.0, FakeClock())  # generations of 20 entries
+    a, b, c, d, e, f = (chain(x * 40) for x in "abcdef")  # 10 blocks each
     index.record(A, a)
     index.record(B, b)
-    index.record(A, a)  # refreshed: now b is the least recent
-    index.record(C, c)
-    assert len(index) == 20
-    assert [index.match(h) for h in (a, b, c)] == [{A: 10}, {}, {C: 10}]
+    index.record(A, a)  # recorded again: no new entry
+    index.record(C, c)  # 30 entries in the current generation > 20: it becomes the previous
+    assert [index.match(h) for h in (a, b, c)] == [{A: 10}, {B: 10}, {C: 10}]
+    index.record(A, a)  # in use: back into the current generation
+    index.record(B, d)
+    index.record(C, e)  # 30 > 20 again: the previous generation (b, c) is dropped
+    assert [index.match(h) for h in (a, b, c, d, e)] == [
+        {A: 10}, {}, {}, {B: 10}, {C: 10}]
+    assert len(index) <= 40
+    index.record(A, f)
+    assert index.match(f) == {A: 10}
 
 
-def test_eviction_cuts_a_chain_from_its_tail_so_its_prefix_still_matches() -> None:
-    index = PrefixIndex(4, 60.0, FakeClock())
+def test_a_chain_is_held_whole_until_its_generation_goes() -> None:
+    index = PrefixIndex(40, 60.0, FakeClock())  # generations of 20 entries
+    partial = chain("s" * 12 + "q" * 12)  # SHARED's first 3 blocks, then 3 of its own
     index.record(A, SHARED)
-    assert len(index) == 4
-    assert index.match(SHARED) == {A: 4}
+    index.record(A, partial)  # 13 entries
+    assert index.match(SHARED) == {A: 10} and index.match(partial) == {A: 6}
+    index.record(A, chain("z" * 40))  # 13 + 10 > 20: a new generation; the others stay whole
+    assert index.match(SHARED) == {A: 10} and index.match(partial) == {A: 6}
+    index.record(A, partial)  # in use: copied whole into the current generation
+    index.record(B, chain("w" * 40))
+    index.record(B, chain("v" * 40))  # past 20 again: SHARED's generation is dropped
+    assert index.match(SHARED) == {A: 3} and index.match(partial) == {A: 6}
 
 
-def test_a_later_partial_record_keeps_the_prefix_consistent() -> None:
+def test_a_chain_longer_than_half_the_capacity_is_recorded_as_its_prefix() -> None:
     index = PrefixIndex(12, 60.0, FakeClock())
-    index.record(A, SHARED)  # 10 entries
-    index.record(A, chain("s" * 12 + "q" * 12))  # 3 shared blocks refreshed, 3 new: 13 > 12
-    assert index.match(SHARED) == {A: 9}  # the oldest entry, SHARED's last block, went
+    index.record(A, SHARED)  # 10 blocks > 6
+    assert index.match(SHARED) == {A: 6} and len(index) == 6
 
 
-def test_entries_older_than_the_age_limit_do_not_match_and_are_purged() -> None:
+def test_entries_older_than_the_age_limit_do_not_match() -> None:
     clock = FakeClock()
     index = PrefixIndex(1000, 30.0, clock)
     index.record(A, SHARED)
@@ -77,8 +90,9 @@ def test_entries_older_than_the_age_limit_do_not_match_and_are_purged() -> None:
     assert index.match(SHARED) == {A: 10, B: 10}
     clock.advance(15.0)  # A's record is 35 s old, B's 15 s
     assert index.match(SHARED) == {B: 10}
-    index.record(C, chain("c" * 8))  # purges stale entries incrementally
-    assert len(index) == 10 + 2
+    assert index.holds(B, SHARED[-1], clock() - 16.0)
+    assert not index.holds(B, SHARED[-1], clock() - 14.0)
+    assert not index.holds(C, SHARED[-1], 0.0)
 
 
 def test_forget_endpoint_stops_its_matches_and_a_return_starts_empty() -> None:
@@ -126,7 +140,7 @@ def test_two_million_distinct_blocks_stay_within_the_cap() -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(index) == cap
+    assert cap // 2 <= len(index) <= cap  # two generations of up to cap / 2
     last = tuple(range((total - batch) * 7919 + 1, total * 7919 + 1, 7919))
     assert index.match(last) == {endpoints[(total // batch - 1) % 8]: batch}
     print(f"\nprefix index: {cap} entries after {total} blocks: "

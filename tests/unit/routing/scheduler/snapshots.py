@@ -37,3 +37,8 @@ def ctx(endpoints: Iterable[EndpointSnapshot], feats: RequestFeatures | None = N
     pool = PoolSnapshot("p", "vllm", "mixed", ("m",), tuple(endpoints))
     return SchedulingContext(feats or features(), pool, state or StateView(),
                              exclude=frozenset(exclude))
+
+
+def scored(totals: Mapping[str, float]) -> tuple[list[EndpointSnapshot], dict[str, float]]:
+    """Candidates (in the mapping's order) and their weighted totals, for a picker."""
+    return [ep(u) for u in totals], dict(totals)

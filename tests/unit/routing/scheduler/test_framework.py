@@ -10,14 +10,13 @@ from routing.scheduler.framework import (
     Scheduler,
     SchedulerConfig,
     SchedulingContext,
-    Scored,
     clamp,
     top,
 )
 from routing.scheduler.plugins.healthy import Healthy
 from routing.scheduler.plugins.max_score import MaxScore
 from routing.snapshots import EndpointSnapshot
-from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
+from tests.unit.routing.scheduler.snapshots import ctx, ep, features, scored, view
 
 
 class FixedScorer:
@@ -146,6 +145,12 @@ def test_each_scheduler_has_its_own_plugin_state() -> None:
 
 
 def test_top_keeps_ties_within_rounding() -> None:
-    scored = [Scored(ep("a"), 0.1 + 0.2), Scored(ep("b"), 0.3), Scored(ep("c"), 0.29)]
-    assert [s.endpoint.url for s in top(scored)] == ["a", "b"]
-    assert top([]) == []
+    candidates, totals = scored({"a": 0.1 + 0.2, "b": 0.3, "c": 0.29})
+    assert [e.url for e in top(candidates, totals)] == ["a", "b"]
+    assert top([], {}) == []
+
+
+def test_timings_are_a_regular_sample_of_the_calls() -> None:
+    scheduler = Scheduler([("healthy", Healthy())], [], ("max_score", MaxScore()), time_every=4)
+    timed = [bool(scheduler.schedule(ctx([ep("a")])).timings) for _ in range(9)]
+    assert timed == [True, False, False, False, True, False, False, False, True]

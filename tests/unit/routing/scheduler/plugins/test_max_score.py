@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from routing.scheduler.framework import Scored
 from routing.scheduler.plugins.max_score import MaxScore
-from tests.unit.routing.scheduler.snapshots import ctx, ep
+from tests.unit.routing.scheduler.snapshots import ctx, scored
 
 
 @pytest.mark.parametrize(
@@ -18,5 +17,4 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep
     ],
 )
 def test_picks_highest_first_listed(scores: dict[str, float], picked: str) -> None:
-    scored = [Scored(ep(u), s) for u, s in scores.items()]
-    assert MaxScore().pick(ctx([]), scored).url == picked
+    assert MaxScore().pick(ctx([]), *scored(scores)).url == picked

@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-from routing.scheduler.framework import Scored
 from routing.scheduler.plugins.random_top import RandomTop
-from tests.unit.routing.scheduler.snapshots import ctx, ep
+from tests.unit.routing.scheduler.snapshots import ctx, scored
 
-SCORED = [Scored(ep("a"), 0.9), Scored(ep("b"), 0.2), Scored(ep("c"), 0.9)]
+SCORED = scored({"a": 0.9, "b": 0.2, "c": 0.9})
 
 
 def _draws(picker: RandomTop, n: int = 200) -> list[str]:
-    return [picker.pick(ctx([]), SCORED).url for _ in range(n)]
+    return [picker.pick(ctx([]), *SCORED).url for _ in range(n)]
 
 
 def test_draws_only_among_the_top_and_spreads_over_them() -> None:
@@ -22,5 +21,5 @@ def test_same_seed_same_sequence_and_seeds_differ() -> None:
 
 
 def test_single_top_is_always_picked() -> None:
-    scored = [Scored(ep("a"), 0.1), Scored(ep("b"), 0.7)]
-    assert {RandomTop().pick(ctx([]), scored).url for _ in range(50)} == {"b"}
+    two = scored({"a": 0.1, "b": 0.7})
+    assert {RandomTop().pick(ctx([]), *two).url for _ in range(50)} == {"b"}

@@ -1,0 +1,129 @@
+"""The routing work alone, per request: ``python -m ridge_bench.routing_cost``.
+
+What ridge spends deciding, without HTTP: for each request, feature extraction (canonical
+prompt, block hashes, token estimate), the router state's ``place`` (its view, the lever
+policy, the pool's scheduler plugins, the reservation with the prompt's blocks recorded) and
+``finish`` (release and learn). The fleet is the overhead benchmark's: one vLLM pool of
+``--endpoints`` endpoints, every routing setting default, the in-memory state. Before timing,
+the prefix index is populated with ``--populate`` earlier requests' blocks spread over the
+endpoints. Each timed request is a chat of about ``--prompt-tokens`` tokens (4 characters per
+token): a system prompt shared by every request (half the prompt) and a unique user message,
+so each one matches half its blocks somewhere.
+
+Reports the median and p99 [µs] of each step and of the whole, over ``--requests`` requests
+(single process, sequential; ``time.perf_counter_ns``). It is a measurement to run and report,
+not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from backends.fleet_file import Fleet, parse_fleet
+from backends.registry import EndpointRegistry, PollResult
+from gateway.app import build_extractor, build_router
+from ridge_bench.gateways import fleet as overhead_fleet
+from routing.features import RequestInfo
+from routing.load import request_tokens
+from routing.memory_state import MemoryState
+from routing.snapshots import EngineMetrics
+from routing.state import Ask, Outcome
+
+MODEL = "bench-model"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Per-request times of each step [ns]."""
+
+    features: list[int]
+    place: list[int]
+    finish: list[int]
+
+
+def bench_fleet(endpoints: int) -> Fleet:
+    urls = [f"http://127.0.0.1:{20000 + i}" for i in range(endpoints)]
+    return parse_fleet(overhead_fleet(urls))
+
+
+def chat(rng: random.Random, shared: str, prompt_tokens: int) -> dict[str, object]:
+    unique = " ".join(f"w{rng.randrange(10**6)}" for _ in range(prompt_tokens // 4))
+    return {"model": MODEL, "messages": [{"role": "system", "content": shared},
+                                         {"role": "user", "content": unique[:prompt_tokens * 2]}]}
+
+
+async def run(endpoints: int, prompt_tokens: int, populate: int, requests: int) -> Timings:
+    fleet = bench_fleet(endpoints)
+    registry = EndpointRegistry(fleet)
+    for url in registry.urls:
+        registry.record_poll(url, PollResult(registry.now(), True, EngineMetrics(0.0, 0.0)))
+    pools = registry.snapshot()
+    router, extractor, state = build_router(fleet), build_extractor(fleet), MemoryState()
+    choose = router.choose
+    urls = list(registry.urls)
+    rng = random.Random(0)
+    shared = "You are a helpful assistant. " * (prompt_tokens * 2 // 29)
+    timings = Timings([], [], [])
+    for i in range(populate + requests):
+        payload = chat(rng, shared if i % 4 else f"{i} " + shared, prompt_tokens)
+        json.dumps(payload)  # what the gateway parsed it from; not timed
+        t0 = time.perf_counter_ns()
+        info = RequestInfo("chat", MODEL, None, False, None, state.learned_output(MODEL))
+        features = extractor.extract(payload, info)
+        t1 = time.perf_counter_ns()
+        ask = Ask(MODEL, features.block_hashes, features.session, urls,
+                  request_tokens(features.prompt_tokens, features.expected_output_tokens))
+        placed = await state.place(ask, partial(choose, features, pools))
+        t2 = time.perf_counter_ns()
+        assert placed is not None
+        outcome = Outcome(MODEL, features.block_hashes, features.prompt_tokens, 0, 100, None, True)
+        await state.finish(placed.reservations[0], outcome)
+        t3 = time.perf_counter_ns()
+        if i >= populate:
+            timings.features.append(t1 - t0)
+            timings.place.append(t2 - t1)
+            timings.finish.append(t3 - t2)
+    return timings
+
+
+def _row(name: str, ns: Sequence[int]) -> str:
+    cuts = statistics.quantiles(ns, n=100)
+    return f"| {name} | {cuts[49] / 1e3:.1f} | {cuts[98] / 1e3:.1f} |"
+
+
+def report(t: Timings) -> str:
+    total = [a + b + c for a, b, c in zip(t.features, t.place, t.finish, strict=True)]
+    return "\n".join([
+        "| step | p50 [µs] | p99 [µs] |", "|---|---:|---:|",
+        _row("features (canonical prompt, block hashes, tokens)", t.features),
+        _row("place (state view, lever policy, scheduler plugins, reservation)", t.place),
+        _row("finish (release, learn)", t.finish),
+        _row("**routing work per request**", total),
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m ridge_bench.routing_cost",
+                                description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--endpoints", type=int, default=8)
+    p.add_argument("--prompt-tokens", type=int, default=2000)
+    p.add_argument("--populate", type=int, default=5000, help="earlier requests in the index")
+    p.add_argument("--requests", type=int, default=3000)
+    args = p.parse_args(argv)
+    timings = asyncio.run(run(args.endpoints, args.prompt_tokens, args.populate, args.requests))
+    print(f"{args.endpoints} endpoints, ~{args.prompt_tokens}-token prompts, "
+          f"{args.populate} requests in the prefix index before timing, "
+          f"{args.requests} timed\n")
+    print(report(timings))
+
+
+if __name__ == "__main__":
+    main()
