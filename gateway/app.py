@@ -10,9 +10,11 @@ metrics, documentation, and the OpenAI-shaped 404s and 405s).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import aiohttp
@@ -36,11 +38,14 @@ from gateway.routes import router
 from gateway.services import Gateway
 from gateway.settings import Settings, StateSettings, UpstreamSettings
 from gateway.telemetry import Telemetry
+from gateway.worker_metrics import serve_own_page
+from gateway.worker_state import WorkerContext, WorkerState
 from routing.features import FeatureConfig, FeatureExtractor
 from routing.memory_state import MemoryState, StateLimits
 from routing.policy import LeverPolicy
 from routing.router import Router
 from routing.scheduler.catalog import build_scheduler
+from routing.state import RouterState
 from routing.token_counters import HFTokenizerCounter, TokenCounter, tokenizers_available
 
 log = logging.getLogger("ridge")
@@ -71,17 +76,17 @@ def create_app(
     metrics_registry: CollectorRegistry | None = None,
     client_factory: ClientFactory = default_client,
     probe_factory: ProbeFactory = HttpProbe,
+    worker: WorkerContext | None = None,
 ) -> RidgeApp:
-    """A ridge app for ``fleet``. The factories are seams for tests. Raises
+    """A ridge app for ``fleet``. The factories are seams for tests; ``worker``: this
+    process's place among ``ridge serve --workers N``. Raises
     :class:`~backends.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded."""
-    extractor = build_extractor(fleet)
+    parts = _Parts(build_extractor(fleet), metrics_registry or CollectorRegistry(),
+                   client_factory, probe_factory, worker)
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
-        async with _running(
-            api, settings, fleet, metrics_registry or CollectorRegistry(), client_factory,
-            probe_factory, extractor,
-        ):
+        async with _running(api, settings, fleet, parts):
             yield
 
     api = FastAPI(title="ridge", version="0.1.0", lifespan=lifespan)
@@ -114,31 +119,37 @@ class RidgeApp:
                                                 code="method_not_allowed"))
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """What :func:`create_app` was given, for the lifespan to build the gateway from."""
+
+    extractor: FeatureExtractor
+    metrics: CollectorRegistry
+    client_factory: ClientFactory
+    probe_factory: ProbeFactory
+    worker: WorkerContext | None
+
+
 @asynccontextmanager
-async def _running(
-    app: FastAPI,
-    settings: Settings,
-    fleet: Fleet,
-    metrics: CollectorRegistry,
-    client_factory: ClientFactory,
-    probe_factory: ProbeFactory,
-    extractor: FeatureExtractor,
-) -> AsyncIterator[None]:
+async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
+                   parts: _Parts) -> AsyncIterator[None]:
     registry = EndpointRegistry(fleet)
-    telemetry = Telemetry(metrics, frozenset(m for p in fleet.pools for m in p.models))
-    state = await build_state(settings, telemetry)
+    telemetry = Telemetry(parts.metrics, frozenset(m for p in fleet.pools for m in p.models))
+    state = await build_state(settings, telemetry, parts.worker)
     telemetry.bind_fleet(fleet, registry.snapshot, state)
-    client = client_factory(settings.upstream)
+    client = parts.client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
         registry,
-        probe_factory(probe_session, settings.registry.probe_timeout_s),
+        parts.probe_factory(probe_session, settings.registry.probe_timeout_s),
         interval_s=settings.registry.poll_interval_s,
     )
-    dispatcher = Dispatcher(registry, client, build_router(fleet), state, extractor,
+    dispatcher = Dispatcher(registry, client, build_router(fleet), state, parts.extractor,
                             settings.upstream.retries)
     proxy = Proxy(dispatcher, telemetry, settings.max_body_bytes)
-    app.state.gateway = Gateway(settings, fleet, registry, telemetry, proxy, state)
+    gateway = Gateway(settings, fleet, registry, telemetry, proxy, state, parts.worker)
+    app.state.gateway = gateway
+    pages = await _worker_pages(gateway)
     try:
         poller.start()
         if not await poller.wait_until_polled(settings.registry.startup_wait_s):
@@ -146,10 +157,19 @@ async def _running(
                         settings.registry.startup_wait_s)
         yield
     finally:
+        if pages is not None:
+            pages.close()
         await poller.stop()
         await client.aclose()
         await probe_session.close()
         await state.aclose()
+
+
+async def _worker_pages(gateway: Gateway) -> asyncio.AbstractServer | None:
+    """A worker answers the other workers' scrapes with its own page (its Unix socket)."""
+    if gateway.worker is None:
+        return None
+    return await serve_own_page(gateway.worker.own_page, gateway.own_metrics)
 
 
 def state_limits(state: StateSettings) -> StateLimits:
@@ -161,10 +181,15 @@ def state_limits(state: StateSettings) -> StateLimits:
     )
 
 
-async def build_state(settings: Settings, telemetry: Telemetry) -> MemoryState | RedisState:
-    """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside); else memory."""
+async def build_state(settings: Settings, telemetry: Telemetry,
+                      worker: WorkerContext | None = None) -> RouterState:
+    """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside); else, in a
+    worker of ``ridge serve --workers``, the workers' shared :class:`WorkerState`; else
+    memory."""
     limits = state_limits(settings.state)
     if settings.redis_url is None:
+        if worker is not None:
+            return WorkerState(worker.region, worker.index, limits)
         return MemoryState(limits)
     gauge = telemetry.state_backend_up.labels("redis")
     state = RedisState.from_url(

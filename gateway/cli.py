@@ -35,6 +35,8 @@ from backends.real_fleet import RealFleetError, start_real_fleet
 from gateway.app import RidgeApp, create_app
 from gateway.http_protocol import RidgeHttpProtocol
 from gateway.settings import Settings
+from gateway.worker_state import WorkerContext
+from gateway.workers import serve_workers
 
 DEMO_FLEET = "demo-fleet.yaml"
 REAL_DEMO_FLEET = "demo-real-fleet.yaml"
@@ -68,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return 2
             fleet = load_fleet(path)
+            if settings.workers > 1:
+                return serve_with_workers(settings, fleet)
             run(serve(settings, fleet))
         elif args.real:
             fleet = _demo_fleet(args.config, REAL_DEMO_FLEET)
@@ -116,6 +120,9 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
             sub.add_parser(name, help=f"from {dist} (ridge {name} --help)", add_help=False)
     serve_p = sub.add_parser("serve", help="run the gateway in front of a fleet")
     serve_p.add_argument("--config", help="fleet YAML file (or RIDGE_CONFIG)")
+    serve_p.add_argument("--workers", type=int,
+                         help="worker processes on the one port, routing as one gateway "
+                              "(default 1; or RIDGE_WORKERS; one per core is the usual)")
     demo_p = sub.add_parser("demo", help="run the gateway with the simulated demo fleet")
     demo_p.add_argument("--config", help=f"fleet file to simulate (default {DEMO_FLEET})")
     demo_p.add_argument("--speed", type=float, default=1.0, help="simulated time speed-up")
@@ -130,7 +137,8 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
+    overrides = {k: v for k in ("host", "port", "workers")
+                 if (v := getattr(args, k, None)) is not None}
     return Settings(**overrides)
 
 
@@ -172,14 +180,33 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def serve(settings: Settings, fleet: Fleet) -> None:
-    """Serve the gateway until interrupted."""
-    config = uvicorn_config(create_app(settings, fleet), settings)
+async def serve(settings: Settings, fleet: Fleet, sock: socket.socket | None = None,
+                worker: WorkerContext | None = None) -> None:
+    """Serve the gateway until interrupted (on ``sock`` when given: a worker's)."""
+    config = uvicorn_config(create_app(settings, fleet, worker=worker), settings)
     tune_gc()
-    sock = listening_socket(settings.host, settings.port)
-    host, port = sock.getsockname()[:2]
-    logging.getLogger("ridge").info("ridge listening on http://%s:%s", host, port)
+    if sock is None:
+        sock = listening_socket(settings.host, settings.port)
+        _announce(sock)
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def serve_with_workers(settings: Settings, fleet: Fleet) -> int:
+    """``ridge serve --workers N`` (:mod:`gateway.workers`); the exit status."""
+    sock = listening_socket(settings.host, settings.port)
+    _announce(sock, settings.workers)
+
+    def worker_main(context: WorkerContext, inherited: socket.socket) -> int:
+        run(serve(settings, fleet, inherited, context))
+        return 0
+
+    return serve_workers(fleet, settings.workers, sock, worker_main)
+
+
+def _announce(sock: socket.socket, workers: int = 1) -> None:
+    host, port = sock.getsockname()[:2]
+    processes = f" ({workers} workers)" if workers > 1 else ""
+    logging.getLogger("ridge").info("ridge listening on http://%s:%s%s", host, port, processes)
 
 
 async def demo(settings: Settings, fleet: Fleet, *, speed: float, seed: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import error_body
 from gateway.services import GatewayDep
@@ -44,4 +44,4 @@ async def ready(gateway: GatewayDep) -> Response:
 
 @router.get("/metrics")
 async def metrics(gateway: GatewayDep) -> Response:
-    return Response(generate_latest(gateway.telemetry.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(await gateway.metrics_page(), media_type=CONTENT_TYPE_LATEST)

@@ -6,18 +6,22 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from prometheus_client import generate_latest
 
 from backends.fleet_file import Fleet
 from backends.registry import EndpointRegistry
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
+from gateway.worker_metrics import merged_page
+from gateway.worker_state import WorkerContext
 from routing.state import RouterState
 
 
 @dataclass
 class Gateway:
-    """One running gateway: created in the app's lifespan, stored on ``app.state``."""
+    """One running gateway: created in the app's lifespan, stored on ``app.state``.
+    ``worker``: its place among ``ridge serve --workers N`` (None: the only process)."""
 
     settings: Settings
     fleet: Fleet
@@ -25,6 +29,18 @@ class Gateway:
     telemetry: Telemetry
     proxy: Proxy
     state: RouterState
+    worker: WorkerContext | None = None
+
+    def own_metrics(self) -> bytes:
+        """This process's Prometheus page."""
+        return generate_latest(self.telemetry.registry)
+
+    async def metrics_page(self) -> bytes:
+        """The gateway's Prometheus page: with workers, every worker's merged."""
+        own = self.own_metrics()
+        if self.worker is None:
+            return own
+        return await merged_page(own, self.worker.peers)
 
 
 async def get_gateway(request: Request) -> Gateway:

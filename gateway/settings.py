@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    workers: int = Field(default=1, ge=1, le=256, description="worker processes of "
+                         "`ridge serve` on its one port, routing as one gateway")
     log_level: str = "info"
     access_log: bool = Field(default=False, description="one log line per request (costs CPU)")
     keep_alive_s: float = Field(

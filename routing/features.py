@@ -36,7 +36,9 @@ Algorithm, per request:
    ``default_output_tokens`` (256). Features are built once per request, learned output
    included.
 6. **Session key**: the session hint the gateway passes (e.g. an ``x-session-id`` header)
-   when given, else the request's ``user`` field, else none.
+   when given, else the request's ``user`` field, else none — as a 16-hex-digit XXH3-64
+   digest of it, so what the router state keeps per session is small whatever the client
+   sent.
 """
 
 from __future__ import annotations
@@ -302,11 +304,10 @@ def expected_output(max_tokens: int | None, learned: float | None, default: int)
 
 
 def session_key(payload: Mapping[str, Any], session_hint: str | None) -> str | None:
-    """The gateway's session hint when non-empty, else the request's ``user``, else None."""
-    if session_hint:
-        return session_hint
-    user = payload.get("user")
-    return user if isinstance(user, str) and user else None
+    """The digest of the gateway's session hint when non-empty, else of the request's
+    ``user``, else None."""
+    key = session_hint or payload.get("user")
+    return f"{_xxh3(_utf8(key)):016x}" if isinstance(key, str) and key else None
 
 
 def tokens_per_block(config: FeatureConfig, prompt_chars: int, prompt_tokens: int) -> int:

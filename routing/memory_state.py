@@ -44,8 +44,9 @@ from routing.window import WorkloadMeasures, WorkloadWindows
 
 Clock = Callable[[], float]
 REFRESH_S = 1.0
-"""[s] A finished request's blocks are recorded again (refreshed) unless the deepest of them was
-recorded on its endpoint within this long: then the whole chain is held and as fresh."""
+"""[s] Blocks an endpoint holds from a record this recent are not written again: not by a new
+request sharing them (the prefix index's ``refresh_s``), and not by a finished request whose
+deepest block it holds this fresh (then it holds the whole chain)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +131,13 @@ class _Held:
 class Reservations:
     """Reservations and per-endpoint in-flight counts (see the module docstring)."""
 
-    __slots__ = ("_ttl_s", "_max", "_held", "_load", "_ids", "_prefix")
+    __slots__ = ("_ttl_s", "_max", "_held", "_load", "_ids", "_prefix", "_on_drop")
 
-    def __init__(self, ttl_s: float, max_reservations: int) -> None:
+    def __init__(self, ttl_s: float, max_reservations: int,
+                 on_drop: Callable[[str, int], None] | None = None) -> None:
         self._ttl_s = ttl_s
         self._max = max_reservations
+        self._on_drop = on_drop
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._load: dict[str, LoadCounts] = {}
         self._ids = itertools.count(1)
@@ -152,7 +155,7 @@ class Reservations:
         self._held[rid] = _Held(endpoint, tokens, now + self._ttl_s)
         self._add(endpoint, 1, tokens)
         while len(self._held) > self._max:
-            self._drop(next(iter(self._held)))
+            self._dropped(next(iter(self._held)))
         return Reservation(rid, endpoint, tokens, recorded_from)
 
     def release(self, reservation_id: str) -> bool:
@@ -167,11 +170,18 @@ class Reservations:
             oldest = next(iter(self._held))
             if self._held[oldest].expires_at > now:
                 return
-            self._drop(oldest)
+            self._dropped(oldest)
 
-    def _drop(self, reservation_id: str) -> None:
+    def _drop(self, reservation_id: str) -> _Held:
         held = self._held.pop(reservation_id)
         self._add(held.endpoint, -1, -held.tokens)
+        return held
+
+    def _dropped(self, reservation_id: str) -> None:
+        """Drop a reservation that was not released (expired, or one too many)."""
+        held = self._drop(reservation_id)
+        if self._on_drop is not None:
+            self._on_drop(held.endpoint, held.tokens)
 
     def _add(self, endpoint: str, requests: int, tokens: int) -> None:
         old = self._load.get(endpoint, NO_LOAD)
@@ -198,11 +208,16 @@ class MemoryState:
 
     __slots__ = ("_limits", "_clock", "_prefix", "_in_flight", "_sessions", "_windows")
 
-    def __init__(self, limits: StateLimits | None = None, clock: Clock = time.monotonic) -> None:
+    def __init__(self, limits: StateLimits | None = None, clock: Clock = time.monotonic,
+                 on_expired: Callable[[str, int], None] | None = None) -> None:
+        """``on_expired(endpoint, tokens)``: told of every reservation dropped without being
+        released (its TTL passed, or one too many)."""
         self._limits = limits = limits or StateLimits()
         self._clock = clock
-        self._prefix = PrefixIndex(limits.max_prefix_entries, limits.prefix_max_age_s, clock)
-        self._in_flight = Reservations(limits.reservation_ttl_s, limits.max_reservations)
+        self._prefix = PrefixIndex(limits.max_prefix_entries, limits.prefix_max_age_s, clock,
+                                   refresh_s=REFRESH_S)
+        self._in_flight = Reservations(limits.reservation_ttl_s, limits.max_reservations,
+                                       on_expired)
         self._sessions = SessionMap(limits.max_sessions, limits.session_max_age_s)
         self._windows = WorkloadWindows(limits.window_requests, limits.max_models)
 
@@ -259,17 +274,27 @@ class MemoryState:
         return before
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
-        now = self._clock()
-        self._in_flight.expire(now)
-        self._in_flight.release(reservation.id)
+        self.release(reservation)
+        self.learn(reservation.endpoint, reservation.recorded_from, outcome)
+
+    def release(self, reservation: Reservation) -> bool:
+        """Stop counting ``reservation``; False when it was no longer held (finished before,
+        or expired)."""
+        self._in_flight.expire(self._clock())
+        return self._in_flight.release(reservation.id)
+
+    def learn(self, endpoint: str, recorded_from: int | None, outcome: Outcome) -> None:
+        """What a request finished on ``endpoint`` teaches (see :meth:`finish`)."""
         if not outcome.succeeded:
-            self.forget_blocks(reservation, outcome.block_hashes)
+            if recorded_from is not None:
+                self._prefix.forget(endpoint, outcome.block_hashes[recorded_from:])
             return
+        now = self._clock()
         hashes = outcome.block_hashes
-        if hashes and not self._prefix.holds(reservation.endpoint, hashes[-1], now - REFRESH_S):
-            self._prefix.record(reservation.endpoint, hashes)
+        if hashes and not self._prefix.holds(endpoint, hashes[-1], now - REFRESH_S):
+            self._prefix.record(endpoint, hashes)
         if outcome.session:
-            self._sessions.bind(outcome.session, reservation.endpoint, now)
+            self._sessions.bind(outcome.session, endpoint, now)
         self._windows.observe(outcome.model, outcome.prompt_tokens, outcome.matched_tokens,
                               outcome.output_tokens)
 
@@ -281,11 +306,6 @@ class MemoryState:
         self._prefix.clear()
         self._in_flight.clear()
         self._sessions.clear()
-
-    def forget_blocks(self, reservation: Reservation, block_hashes: Sequence[int]) -> None:
-        """Forget the blocks ``reservation`` recorded (a failed request's prompt)."""
-        if reservation.recorded_from is not None:
-            self._prefix.forget(reservation.endpoint, block_hashes[reservation.recorded_from:])
 
     def forget_endpoint(self, url: str) -> None:
         """Stop matching prefixes recorded for ``url`` (it restarted or left the fleet)."""

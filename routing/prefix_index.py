@@ -4,8 +4,11 @@ Algorithm. Per endpoint, two generations of a plain dict block hash → the time
 recorded there: ``current`` and ``previous``. One entry is one (block hash, endpoint); the block
 hash itself is the key, so a look-up builds no key object.
 
-- ``record(endpoint, hashes)`` writes every hash of the request's chain into the endpoint's
-  current generation with the record's time (one C-level ``dict.update``). O(blocks).
+- ``record(endpoint, hashes)`` writes the hashes of the request's chain into the endpoint's
+  current generation with the record's time (one C-level ``dict.update``), except the
+  leading ones the current generation already holds from the last ``refresh_s`` seconds
+  (found by binary search: a shared system prompt is not written again by every request).
+  O(blocks).
 - Because the hashes are chained, block i on an endpoint implies blocks 0..i there. Every
   record writes a whole chain from block 0 and ``forget`` removes only a chain's tail, so in
   each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
@@ -31,7 +34,8 @@ hash itself is the key, so a look-up builds no key object.
 
 Parameters: ``max_entries`` caps the (hash, endpoint) entries; ``max_age_s`` is how long a
 recorded block counts as cached (seconds; engines evict under memory pressure, so an old record
-is a guess gone stale); ``clock`` returns seconds (monotonic).
+is a guess gone stale); ``refresh_s`` (seconds, default 0: always) how recent a held block
+must be not to be written again; ``clock`` returns seconds (monotonic).
 """
 
 from __future__ import annotations
@@ -61,14 +65,15 @@ class _Generations:
 class PrefixIndex:
     """A bounded, aging map of (block hash, endpoint) → last time recorded."""
 
-    __slots__ = ("_max_entries", "_max_age_s", "_clock", "_maps", "_current")
+    __slots__ = ("_max_entries", "_max_age_s", "_refresh_s", "_clock", "_maps", "_current")
 
     def __init__(self, max_entries: int, max_age_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, refresh_s: float = 0.0) -> None:
         if max_entries < 1 or max_age_s <= 0:
             raise ValueError("max_entries and max_age_s must be positive")
         self._max_entries = max_entries
         self._max_age_s = max_age_s
+        self._refresh_s = refresh_s
         self._clock = clock
         self._maps: dict[str, _Generations] = {}
         self._current = 0  # entries in the current generations, all endpoints together
@@ -91,9 +96,10 @@ class PrefixIndex:
         gens = self._maps.get(endpoint)
         if gens is None:
             gens = self._maps[endpoint] = _Generations()
-        current = gens.current
+        current, now = gens.current, self._clock()
+        held = _fresh_prefix(hashes, current, now - self._refresh_s) if self._refresh_s else 0
         before = len(current)
-        current.update(zip(hashes, repeat(self._clock())))
+        current.update(zip(hashes[held:], repeat(now)))
         self._current += len(current) - before
 
     def _rotate(self) -> None:
@@ -103,15 +109,16 @@ class PrefixIndex:
         self._current = 0
 
     def _leading(self, hashes: Sequence[int], gens: _Generations, cutoff: float) -> int:
-        """How many leading ``hashes`` ``gens`` hold fresh."""
-        get = gens.get
-        first = get(hashes[0])
+        """How many leading ``hashes`` ``gens`` hold fresh (both generations looked up in
+        line: this is the innermost loop of every request)."""
+        current, previous = gens.current.get, gens.previous.get
+        first = current(hashes[0]) or previous(hashes[0])
         if first is None or first < cutoff:
             return 0
         lo, hi = 0, len(hashes)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            stamp = get(hashes[mid - 1])
+            stamp = current(hashes[mid - 1]) or previous(hashes[mid - 1])
             if stamp is not None and stamp >= cutoff:
                 lo = mid
             else:
@@ -160,3 +167,17 @@ class PrefixIndex:
     def clear(self) -> None:
         self._maps.clear()
         self._current = 0
+
+
+def _fresh_prefix(hashes: Sequence[int], entries: dict[int, float], since: float) -> int:
+    """How many leading ``hashes`` ``entries`` hold, recorded at ``since`` or later."""
+    get = entries.get
+    lo, hi = 0, len(hashes)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        stamp = get(hashes[mid - 1])
+        if stamp is not None and stamp >= since:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

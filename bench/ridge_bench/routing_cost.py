@@ -11,7 +11,8 @@ token): a system prompt shared by every request (half the prompt) and a unique u
 so each one matches half its blocks somewhere.
 
 Reports the median and p99 [µs] of each step and of the whole, over ``--requests`` requests
-(single process, sequential; ``time.perf_counter_ns``). It is a measurement to run and report,
+(single process, sequential; ``time.perf_counter_ns``; the garbage collector tuned as
+``ridge serve`` tunes it). It is a measurement to run and report,
 not a test.
 """
 
@@ -30,6 +31,7 @@ from functools import partial
 from backends.fleet_file import Fleet, parse_fleet
 from backends.registry import EndpointRegistry, PollResult
 from gateway.app import build_extractor, build_router
+from gateway.cli import tune_gc
 from ridge_bench.gateways import fleet as overhead_fleet
 from routing.features import RequestInfo
 from routing.load import request_tokens
@@ -118,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--populate", type=int, default=5000, help="earlier requests in the index")
     p.add_argument("--requests", type=int, default=3000)
     args = p.parse_args(argv)
+    tune_gc()  # the collector as the gateway runs it
     timings = asyncio.run(run(args.endpoints, args.prompt_tokens, args.populate, args.requests))
     print(f"{args.endpoints} endpoints, ~{args.prompt_tokens}-token prompts, "
           f"{args.populate} requests in the prefix index before timing, "

@@ -235,7 +235,13 @@ def test_expected_output_tokens(payload: dict[str, Any], info: dict[str, Any],
     ],
 )
 def test_session_key(payload: dict[str, Any], hint: str | None, expected: str | None) -> None:
-    assert features(payload, session_hint=hint).session == expected
+    digest = None if expected is None else xxhash.xxh3_64_hexdigest(expected.encode())
+    assert features(payload, session_hint=hint).session == digest
+
+
+def test_a_huge_session_hint_becomes_a_small_key() -> None:
+    session = features(chat(user("x")), session_hint="s" * 1_000_000).session
+    assert session is not None and len(session) == 16
 
 
 @pytest.mark.parametrize(
