@@ -55,9 +55,11 @@ def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures
     out = {}
     for ep in endpoints:
         url = ep.url
-        held = min(max(matched.get(url, 0), 0), blocks)
-        uncached = max(prompt - held * per_block, 1)
+        held = matched.get(url, 0)
+        uncached = prompt - (blocks if held > blocks else held if held > 0 else 0) * per_block
         counted = load.get(url)
-        requests = max(counted.requests if counted is not None else 0, ep.metrics.queued)
-        out[url] = uncached * (requests + 1.0)
+        requests = counted.requests if counted is not None else 0
+        queued = ep.queued
+        out[url] = (uncached if uncached > 1 else 1) * (
+            (requests if requests > queued else queued) + 1.0)
     return out

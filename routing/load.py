@@ -54,7 +54,7 @@ def request_tokens(prompt_tokens: int, expected_output_tokens: int) -> int:
 def endpoint_load(ep: EndpointSnapshot, in_flight: InFlight) -> float:
     """Requests on ``ep``: the larger of the state's in-flight count and the engine's
     running + waiting."""
-    return max(in_flight.get(ep.url, NO_LOAD).requests, ep.metrics.queued)
+    return max(in_flight.get(ep.url, NO_LOAD).requests, ep.queued)
 
 
 def pool_load(pool: PoolSnapshot, in_flight: InFlight) -> float:
@@ -62,7 +62,12 @@ def pool_load(pool: PoolSnapshot, in_flight: InFlight) -> float:
     healthy = pool.healthy_endpoints
     if not healthy:
         return math.inf
-    return sum(endpoint_load(ep, in_flight) for ep in healthy) / len(healthy)
+    total = 0.0
+    for ep in healthy:  # endpoint_load written out: once per pool per decision
+        counted = in_flight.get(ep.url)
+        requests = counted.requests if counted is not None else 0
+        total += requests if requests > ep.queued else ep.queued
+    return total / len(healthy)
 
 
 def pool_saturated(pool: PoolSnapshot, max_waiting: float) -> bool:

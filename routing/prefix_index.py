@@ -14,7 +14,9 @@ hash itself is the key, so a look-up builds no key object.
   each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
   union of the two. ``match(hashes)`` finds its length per endpoint: block 0 first (most
   endpoints hold none of a given prompt), then a binary search: O(endpoints × log blocks)
-  look-ups. Entries older than ``max_age_s`` count as absent.
+  look-ups, whose first probes test the length found on the previous endpoint (prompts are
+  held up to the same boundaries: often two look-ups settle it).
+  Entries older than ``max_age_s`` count as absent.
 - Capacity (generational LRU): when a record could bring the current generations of all
   endpoints together past ``max_entries / 2`` entries, every endpoint's previous generation
   is dropped and its current one becomes the previous one (a chain longer than
@@ -108,14 +110,29 @@ class PrefixIndex:
             gens.previous, gens.current = gens.current, {}
         self._current = 0
 
-    def _leading(self, hashes: Sequence[int], gens: _Generations, cutoff: float) -> int:
-        """How many leading ``hashes`` ``gens`` hold fresh (both generations looked up in
-        line: this is the innermost loop of every request)."""
+    def _leading(self, hashes: Sequence[int], gens: _Generations, cutoff: float,
+                 hint: int) -> int:
+        """How many leading ``hashes`` ``gens`` hold fresh: a binary search whose first probes
+        test ``hint`` (another endpoint's length: prompts are held up to the same boundaries,
+        the end of a shared system prompt or of an earlier turn, so it is often exact). Both
+        generations are looked up in line: this is the innermost loop of every request."""
         current, previous = gens.current.get, gens.previous.get
         first = current(hashes[0]) or previous(hashes[0])
         if first is None or first < cutoff:
             return 0
         lo, hi = 0, len(hashes)
+        if 1 < hint <= hi:
+            stamp = current(hashes[hint - 1]) or previous(hashes[hint - 1])
+            if stamp is not None and stamp >= cutoff:
+                lo = hint
+                if hint < hi:
+                    stamp = current(hashes[hint]) or previous(hashes[hint])
+                    if stamp is not None and stamp >= cutoff:
+                        lo = hint + 1
+                    else:
+                        hi = hint
+            else:
+                hi = hint - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             stamp = current(hashes[mid - 1]) or previous(hashes[mid - 1])
@@ -134,10 +151,11 @@ class PrefixIndex:
         cutoff = self._clock() - self._max_age_s
         maps = self._maps
         out: dict[str, int] = {}
+        hint = 0
         for url in (maps if endpoints is None else endpoints):
             gens = maps.get(url)
-            if gens is not None and (n := self._leading(hashes, gens, cutoff)):
-                out[url] = n
+            if gens is not None and (n := self._leading(hashes, gens, cutoff, hint)):
+                out[url] = hint = n
         return out
 
     def holds(self, endpoint: str, block: int, since: float) -> bool:

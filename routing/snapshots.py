@@ -56,6 +56,12 @@ class EndpointSnapshot:
     pool: str
     healthy: bool
     metrics: EngineMetrics = field(default_factory=EngineMetrics)
+    queued: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """``queued``: the engine's running + waiting (``metrics.queued``), computed once:
+        every request reads it for every candidate."""
+        object.__setattr__(self, "queued", self.metrics.queued)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 import tracemalloc
 
 import pytest
@@ -41,6 +42,25 @@ def test_match_gives_the_leading_blocks_each_endpoint_holds(
     for url, hashes in records:
         index.record(url, hashes)
     assert index.match(query, endpoints) == expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_match_equals_a_block_by_block_count_whatever_order_the_lengths_come_in(
+        seed: int) -> None:
+    """Each endpoint's search starts from the previous endpoint's length: lengths equal to it,
+    above it, below it and zero must all come out as counted block by block."""
+    rng = random.Random(seed)
+    query = chain("q" * 4 * 30)  # 30 blocks
+    index, held = PrefixIndex(10_000, 60.0, FakeClock()), {}
+    for n in range(12):
+        url, length = f"http://e{n}", rng.choice([0, 1, 2, 5, 5, 5, 17, 29, 30, 30])
+        if length:
+            index.record(url, query[:length])
+            held[url] = length
+    urls = [f"http://e{n}" for n in range(12)]
+    rng.shuffle(urls)
+    assert index.match(query, urls) == {u: held[u] for u in urls if u in held}
+    assert index.match(query) == held
 
 
 def test_capacity_keeps_the_recent_generation_and_what_was_recorded_again() -> None:
