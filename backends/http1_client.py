@@ -152,6 +152,8 @@ class _Response:
         self._error: Exception | None = None
         self._released = False
         self._headers: dict[str, str] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._waiting_since = 0.0
 
     # -- fed by the connection -----------------------------------------------------------
 
@@ -205,19 +207,20 @@ class _Response:
             raise UpstreamTimeout(f"no response within {timeout_s:g} s") from None
 
     async def _next(self, idle_s: float) -> bytes | None:
-        """The next body chunk; None at the end."""
+        """The next body chunk; None at the end. A wait longer than ``idle_s`` aborts the
+        response (:meth:`_watch_idle`)."""
         while not self._chunks:
             if self._error is not None:
                 raise self._error
             if self.complete:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            self._waiting_since = now = loop.time()
+            if self._idle is None:
+                self._idle = loop.call_at(now + idle_s, self._watch_idle, idle_s)
             try:
-                async with asyncio.timeout(idle_s):
-                    await self._waiter
-            except TimeoutError:
-                self.abort()
-                raise UpstreamStreamError("upstream went silent past the idle timeout") from None
+                await waiter
             finally:
                 self._waiter = None
         chunk = self._chunks.popleft()
@@ -225,6 +228,23 @@ class _Response:
         if self._buffered <= HIGH_WATER // 2 and self._conn.transport is not None:
             self._conn.transport.resume_reading()
         return chunk
+
+    def _watch_idle(self, idle_s: float) -> None:
+        """The idle timer: one per response, re-armed only when it fires (not for every
+        chunk). A wait that has lasted ``idle_s`` fails with :class:`UpstreamStreamError` and
+        drops the connection; otherwise the timer is set for the current wait's deadline, or
+        left off when nothing waits (the next wait sets it)."""
+        self._idle = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._released:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = self._waiting_since + idle_s
+        if loop.time() < deadline:
+            self._idle = loop.call_at(deadline, self._watch_idle, idle_s)
+            return
+        self.abort()
+        waiter.set_exception(UpstreamStreamError("upstream went silent past the idle timeout"))
 
     async def read(self) -> bytes:
         idle = self._pool.timeouts.idle
@@ -254,11 +274,18 @@ class _Response:
 
     def drop(self) -> None:
         """Close the connection for good, the request's pool slot kept by the caller."""
+        self._stop_idle()
         self._released = True
         self._conn.close()
         self._pool.forget(self._conn)
 
+    def _stop_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
     def _release(self) -> None:
+        self._stop_idle()
         if not self._released:
             self._released = True
             reuse = self._keep_alive and self._error is None and self._conn.reusable()

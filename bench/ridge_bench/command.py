@@ -15,7 +15,9 @@ sending and cancels what is in flight; the partial report is still printed (exit
 can be scraped from their ``/metrics`` before and after. Definitions: :mod:`ridge_bench.goodput`.
 
 ``ridge bench overhead ...`` runs the gateway overhead benchmark instead
-(:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``).
+(:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``), ``ridge bench scaling ...`` the
+worker-scaling benchmark (:mod:`ridge_bench.scaling`) and ``ridge bench routing-cost ...`` the
+cost of the routing work alone (:mod:`ridge_bench.routing_cost`).
 
 Entry point for the ``ridge`` command (entry-point group ``ridge.commands``, name ``bench``):
 :func:`run` (``argv`` without the ``bench`` word).
@@ -159,6 +161,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         from ridge_bench import overhead
 
         return overhead.main(argv[1:])
+    if argv[:1] == ["scaling"]:
+        from ridge_bench import scaling
+
+        return scaling.main(argv[1:])
+    if argv[:1] == ["routing-cost"]:
+        from ridge_bench import routing_cost
+
+        routing_cost.main(argv[1:])
+        return 0
     args = parser().parse_args(argv)
     try:
         opts = options(args)

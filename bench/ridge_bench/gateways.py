@@ -5,7 +5,8 @@ started (one process each, pinned to the gateway core by the caller).
   variable reaches it) and a fleet of one vLLM pool over the stand-in's endpoints
   (:func:`fleet`). ``ridge_src`` runs another source tree instead (``python -m gateway.cli
   serve`` there, with it first on the import path), e.g. an older commit in a git worktree.
-- ``fastapi``, ``aiohttp``: the bare pass-throughs of :mod:`ridge_bench.passthrough`.
+- ``fastapi``, ``aiohttp``: the bare pass-throughs of :mod:`ridge_bench.passthrough`;
+  ``asgi-uvicorn``, ``asgi-granian`` (not run by default): its bare ASGI app on two servers.
 - ``sglang-rr``, ``sglang-ca``: the SGLang router (``sglang-router`` from PyPI, pinned to
   :data:`SGLANG_ROUTER`), round robin and cache_aware, from its own virtual environment
   (:func:`sglang_python`; never a dependency of ridge or of its tests). Its Prometheus
@@ -46,6 +47,7 @@ class Gateway:
     label: str
     kind: str  # "ridge" | "passthrough" | "sglang"
     arg: str = ""  # the pass-through's server, or the SGLang router's policy
+    workers: int = 1  # ridge: ``--workers``
 
 
 GATEWAYS: tuple[Gateway, ...] = (
@@ -55,7 +57,14 @@ GATEWAYS: tuple[Gateway, ...] = (
     Gateway("sglang-rr", "SGLang router 0.3.2, round robin", "sglang", "round_robin"),
     Gateway("sglang-ca", "SGLang router 0.3.2, cache_aware", "sglang", "cache_aware"),
 )
-BY_KEY: Mapping[str, Gateway] = {g.key: g for g in GATEWAYS}
+SERVER_COMPARISON: tuple[Gateway, ...] = (
+    Gateway("asgi-uvicorn", "bare ASGI app on uvicorn + httptools, no routing", "passthrough",
+            "asgi-uvicorn"),
+    Gateway("asgi-granian", "bare ASGI app on granian, no routing", "passthrough",
+            "asgi-granian"),
+)
+"""Not run by default (``--gateways asgi-uvicorn,asgi-granian``): the HTTP servers compared."""
+BY_KEY: Mapping[str, Gateway] = {g.key: g for g in (*GATEWAYS, *SERVER_COMPARISON)}
 
 
 @dataclass(frozen=True)
@@ -86,10 +95,11 @@ def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
     if gateway.kind == "ridge":
         config = workdir / "fleet.yaml"
         config.write_text(yaml.safe_dump(fleet(urls), sort_keys=False))
+        extra = ["--workers", str(gateway.workers)] if gateway.workers != 1 else []
         if launch.ridge_src is None:
-            return ridge_command(config, port), {}, ROOT
+            return [*ridge_command(config, port), *extra], {}, ROOT
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config),
-                "--port", str(port)]
+                "--port", str(port), *extra]
         return argv, {"PYTHONPATH": str(launch.ridge_src)}, launch.ridge_src
     if gateway.kind == "passthrough":
         argv = [sys.executable, "-m", "ridge_bench.passthrough", "--server", gateway.arg,

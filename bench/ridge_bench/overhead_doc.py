@@ -83,6 +83,11 @@ def _wrk_version() -> str:
     return done.stdout.split("[")[0].strip() or "wrk"
 
 
+def machine() -> str:
+    """Cores, CPU model and kernel of this machine."""
+    return f"{os.cpu_count()} cores, {_cpu_model()}; Linux {platform.release()}"
+
+
 def now() -> str:
     """The time of day in UTC, to the minute."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -96,7 +101,7 @@ def meta(plan: Plan, launch: Launch, notes: Sequence[str], command: str,
         "command": command,
         "ridge": ridge_version(launch.ridge_src or ROOT),
         "ridge_from": "a source tree (--ridge-src)" if launch.ridge_src else "the installed ridge",
-        "machine": f"{os.cpu_count()} cores, {_cpu_model()}; Linux {platform.release()}",
+        "machine": machine(),
         "software": f"Python {platform.python_version()}; {_versions(PACKAGES)}; "
                     f"{_wrk_version()}",
         "targets": {g.key: g.label for g in plan.targets},

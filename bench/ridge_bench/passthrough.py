@@ -11,8 +11,11 @@ relayed chunk by chunk as it arrives (``iter_any``), never decoded. ``GET /healt
 - ``fastapi``: a FastAPI app with one ``async def`` route under uvicorn (uvloop, httptools,
   no access log): the stack ridge's edge is written in.
 - ``aiohttp``: an aiohttp.web app on uvloop (no access log).
+- ``asgi-uvicorn``, ``asgi-granian``: one bare ASGI callable (no framework) under uvicorn
+  (uvloop, httptools, ridge's choice) and under granian (its ASGI interface, uvloop, one
+  worker, one runtime thread): the same app on two HTTP servers, to compare the servers alone.
 
-Both run on uvloop, which sets TCP_NODELAY on every TCP connection.
+All run on uvloop, which sets TCP_NODELAY on every TCP connection.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from itertools import cycle
+from types import MappingProxyType
 
 import aiohttp
 import uvicorn
@@ -30,6 +35,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from ridge_bench.upstream import run_loop
+
+Message = MutableMapping[str, object]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+UPSTREAMS_ENV = "RIDGE_BENCH_UPSTREAMS"
+"""Where :func:`asgi_app_from_env` (granian's app factory) reads the upstreams (space-separated)."""
 
 PATHS = ("/v1/chat/completions", "/v1/completions")
 _JSON = {"content-type": "application/json"}
@@ -129,6 +140,83 @@ def aiohttp_app(urls: Sequence[str]) -> web.Application:
     return app
 
 
+class BareAsgi:
+    """The bare ASGI pass-through (module doc): lifespan opens the session; every POST is
+    forwarded; an event stream is relayed as it arrives."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.upstreams = Upstreams(urls)
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._relay(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.upstreams.open()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.upstreams.session is not None:
+                    await self.upstreams.session.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _relay(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await _answer(send, 200, "text/plain", b"ok")
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            chunk = message.get("body", b"")
+            body += chunk if isinstance(chunk, bytes) else b""
+            more = bool(message.get("more_body"))
+        session = self.upstreams.session
+        assert session is not None
+        async with session.post(self.upstreams.target(str(scope["path"])), data=body,
+                                headers=_JSON) as resp:
+            if resp.content_type != _SSE:
+                await _answer(send, resp.status, resp.content_type, await resp.read())
+                return
+            await send({"type": "http.response.start", "status": resp.status,
+                        "headers": [(b"content-type", _SSE.encode())]})
+            async for chunk in resp.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+
+async def _answer(send: Send, status: int, content_type: str, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def asgi_app_from_env() -> BareAsgi:
+    """granian's app factory: the bare ASGI app over the upstreams in :data:`UPSTREAMS_ENV`."""
+    return BareAsgi(os.environ[UPSTREAMS_ENV].split())
+
+
+def serve_asgi_uvicorn(port: int, urls: Sequence[str]) -> None:
+    config = uvicorn.Config(BareAsgi(urls), host="127.0.0.1", port=port, loop="uvloop",
+                            http="httptools", log_level="warning", access_log=False,
+                            lifespan="on", backlog=4096)
+    uvicorn.Server(config).run()
+
+
+def serve_asgi_granian(port: int, urls: Sequence[str]) -> None:
+    from granian.constants import Interfaces, Loops
+    from granian.server import Server
+
+    os.environ[UPSTREAMS_ENV] = " ".join(urls)
+    Server("ridge_bench.passthrough:asgi_app_from_env", address="127.0.0.1", port=port,
+           interface=Interfaces.ASGI, workers=1, runtime_threads=1, loop=Loops.uvloop,
+           backlog=4096, log_enabled=False, factory=True).serve()
+
+
 async def serve_aiohttp(port: int, urls: Sequence[str]) -> None:
     runner = web.AppRunner(aiohttp_app(urls), access_log=None)
     await runner.setup()
@@ -146,18 +234,24 @@ def serve_fastapi(port: int, urls: Sequence[str]) -> None:
     uvicorn.Server(config).run()
 
 
+SERVERS: Mapping[str, Callable[[int, Sequence[str]], None]] = MappingProxyType({
+    "fastapi": serve_fastapi, "asgi-uvicorn": serve_asgi_uvicorn,
+    "asgi-granian": serve_asgi_granian})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ridge_bench.passthrough",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--server", choices=("fastapi", "aiohttp"), required=True)
+    parser.add_argument("--server", required=True,
+                        choices=("fastapi", "aiohttp", "asgi-uvicorn", "asgi-granian"))
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", nargs="+", required=True, help="upstream base URLs")
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
-        if args.server == "fastapi":
-            serve_fastapi(args.port, args.upstream)
-        else:
+        if args.server == "aiohttp":
             run_loop(serve_aiohttp(args.port, args.upstream))
+        else:
+            SERVERS[args.server](args.port, args.upstream)
     return 0
 
 

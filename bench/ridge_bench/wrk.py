@@ -94,10 +94,12 @@ def parse(output: str) -> WrkResult:
 
 
 async def run(url: str, script_path: Path, connections: int, seconds: float,
-              timeout_s: float = 10.0, cpus: Sequence[int] | None = None) -> WrkResult:
-    """``connections`` closed-loop connections on ``url`` for ``seconds`` (module doc)."""
+              timeout_s: float = 10.0, cpus: Sequence[int] | None = None,
+              threads: int = 1) -> WrkResult:
+    """``connections`` closed-loop connections on ``url`` for ``seconds`` from ``threads``
+    wrk threads (module doc)."""
     seconds = max(1, round(seconds))
-    argv = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{seconds}s",
+    argv = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s",
             "--timeout", f"{max(1, round(timeout_s))}s", "-s", str(script_path), url]
     proc = await asyncio.create_subprocess_exec(
         *pinned(argv, cpus), stdin=asyncio.subprocess.DEVNULL,

@@ -170,6 +170,30 @@ async def test_silence_mid_body_and_a_broken_body_are_stream_errors() -> None:
     await client.aclose()
 
 
+async def test_the_idle_timeout_counts_each_wait_not_the_whole_stream() -> None:
+    """Chunks keep coming for longer than the idle timeout: no timeout; then a silence
+    longer than it: the stream fails (the one timer per response is re-armed as it goes)."""
+
+    async def trickles(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(15):  # 15 × 0.1 s: longer than the idle timeout in all
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(10)
+
+    client = Http1Client(Timeouts(connect=2.0, first_byte=2.0, idle=1.0), 8)
+    async with server(trickles) as (url, _):
+        resp = await client.send(url, b"{}", JSON)
+        got = []
+        with pytest.raises(UpstreamStreamError, match="silent"):
+            async for chunk in resp.chunks():
+                got.append(chunk)
+        assert b"".join(got) == b"x" * 15
+    await client.aclose()
+
+
 async def test_closing_before_the_end_drops_the_connection_for_the_engine_to_see() -> None:
     seen = asyncio.Event()
 
