@@ -11,15 +11,19 @@ reservations) and shares, through memory mapped before the workers fork
   blocks), a request finished (its outcome) — that every other worker applies to its replica
   before it decides.
 
-:meth:`WorkerState.place` runs under one lock for all workers (``flock`` on a file: the kernel
-releases it when a worker dies, so a crash cannot wedge the others): apply the other workers'
-new records, decide, reserve, append the record. No two workers can take the endpoint they both
-saw idle, and a prompt placed by one worker is matched by the next request on any worker.
-Everything else needs no lock: a worker's row and log have one writer (a record is written
-before the log's write position moves past it; a reader that finds the writer a whole ring
-ahead of what it read drops the read). :meth:`WorkerState.finish` releases and learns in the
-worker's own replica, then updates its row and appends its record. Cost per request: one lock
-round trip (``flock``, a system call each way), the other workers' records (applying one costs
+:meth:`WorkerState.place` applies the other workers' new records and chooses on the view
+without a lock, then reserves under one lock for all workers (``flock`` on a file: the kernel
+releases it when a worker dies, so a crash cannot wedge the others), on condition that no other
+worker took a chosen endpoint since the view (:func:`routing.load.taken_since`, the rule the
+Redis state applies); refused, it chooses again on a fresh view, and the :data:`ATTEMPTS`-th
+choice is reserved unconditionally. So no two workers take the endpoint they both saw idle, the
+lock is held for a few row reads and writes only (never for a decision), and a prompt placed by
+one worker is matched by the next request on any worker that has read its record. Everything
+else needs no lock: a worker's row and log have one writer (a record is written before the
+log's write position moves past it; a reader that finds the writer a whole ring ahead of what
+it read drops the read). :meth:`WorkerState.finish` releases and learns in the worker's own
+replica, then updates its row and appends its record. Cost per request: one lock round trip
+(``flock``, a system call each way) per choice, the other workers' records (applying one costs
 what recording it cost), two records written.
 
 Bounds: each log is a ring of ``log_bytes``; a worker that falls more than a ring behind
@@ -42,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from routing.load import NO_LOAD, InFlight, LoadCounts
+from routing.load import NO_LOAD, InFlight, LoadCounts, taken_since
 from routing.memory_state import Clock, MemoryState, StateLimits
 from routing.state import Ask, C, Outcome, Placed, Reservation, StateView
 from routing.window import WorkloadMeasures
@@ -51,6 +55,7 @@ _HEAD = struct.Struct("<IBBH")  # payload length [bytes], kind, worker, endpoint
 _FINISH = struct.Struct("<iIIiBBH")  # recorded_from, prompt, matched, output, ok, session, model
 _PAD, _PLACE, _FINISHED = 0, 1, 2
 _NONE = -1
+ATTEMPTS = 6  # choices per request; the last one is reserved unconditionally
 
 
 class SharedRegion:
@@ -124,23 +129,42 @@ class WorkerState:
         return self._local.learned_output(model)
 
     async def read(self, ask: Ask) -> StateView:
-        with locked(self._fd):
-            self._catch_up()
-            return self._view(ask)
+        self._catch_up()
+        return self._view(ask)
 
     async def place(self, ask: Ask, choose: Callable[[StateView], C | None]) -> Placed[C] | None:
-        """Under the lock: the others' records, the view with the summed loads, ``choose``,
-        the reservation(s), this worker's record."""
-        self._catch_up()  # most of the others' records, before taking the lock
-        with locked(self._fd):
-            self._catch_up()
+        """The others' records, the view with the summed loads and ``choose``, without the
+        lock; under it, the reservation on condition that no other worker took a chosen
+        endpoint meanwhile (:func:`routing.load.taken_since`), else choose again on a fresh
+        view (the :data:`ATTEMPTS`-th choice is reserved unconditionally); after it, the
+        replica's reservation and this worker's record."""
+        self._catch_up()
+        for attempt in range(ATTEMPTS):
             view = self._view(ask)
             choice = choose(view)
             if choice is None:
                 return None
-            held = tuple(self._hold(url, ask, view.matched_blocks.get(url, 0))
-                         for url in choice.urls)
-        return Placed(choice, held, view)
+            if self._reserve_rows(ask, view, choice.urls, attempt == ATTEMPTS - 1):
+                held = tuple(self._hold(url, ask, view.matched_blocks.get(url, 0))
+                             for url in choice.urls)
+                return Placed(choice, held, view)
+        raise AssertionError("unreachable: the last attempt is forced")
+
+    def _reserve_rows(self, ask: Ask, view: StateView, urls: Sequence[str],
+                      force: bool) -> bool:
+        """Under the lock: unless ``force``, refuse when another worker took one of ``urls``
+        since ``view``; else count the request on them in this worker's row."""
+        tokens = max(0, ask.tokens)
+        with locked(self._fd):
+            if not force:
+                seen = {url: view.load_of(url).requests for url in ask.endpoints}
+                index = self._region.index
+                now = {url: self._load(index[url]).requests for url in seen if url in index}
+                if taken_since(seen, now, urls):
+                    return False
+            for url in urls:
+                self._add(url, 1, tokens)
+        return True
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
         """Release and learn in the replica, then this worker's row and record (no lock)."""
@@ -194,8 +218,8 @@ class WorkerState:
         return StateView(mine.matched_blocks, load, mine.prefix_share, mine.session_endpoint)
 
     def _hold(self, url: str, ask: Ask, before: int) -> Reservation:
+        """The replica's reservation (the row was counted under the lock) and the record."""
         held = self._local.hold(url, ask.tokens, ask.block_hashes, before=before)
-        self._add(url, 1, held.tokens)
         self._append(_PLACE, url, array("Q", ask.block_hashes).tobytes())
         return held
 

@@ -17,6 +17,13 @@ gauges. Units: requests, tokens.
   (``inf`` when none is healthy).
 - ``pool_saturated``: every healthy endpoint's engine waiting queue [requests] is at least
   ``max_waiting`` (the engine has no batch room left anywhere in the pool).
+- ``taken_since``: whether a choice made on a view of the in-flight requests is still fair
+  when it is to be reserved, for router states shared by several deciders that choose outside
+  the state's lock. Refused when a chosen endpoint gained more requests since the view than
+  the endpoint of the request's candidates that gained the fewest (and than none, when every
+  one lost some): another decider took it meanwhile. An endpoint that gained no more than the
+  others (the whole fleet got busier evenly) is still a fair choice. The Redis state's script
+  applies the same rule (:mod:`gateway.redis_lua`).
 - For the gauges, :func:`pool_summary` sums a pool's healthy endpoints: the state's requests
   and reserved tokens, the engine's running and waiting, the highest KV cache usage (a
   fraction in [0, 1]) and the load (Σ ``endpoint_load``). An unhealthy endpoint takes no new
@@ -26,7 +33,7 @@ gauges. Units: requests, tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
@@ -44,6 +51,15 @@ class LoadCounts:
 NO_LOAD = LoadCounts()
 InFlight = Mapping[str, LoadCounts]
 """The router state's in-flight counts by endpoint URL (missing = none)."""
+
+
+def taken_since(seen: Mapping[str, int], now: Mapping[str, int], picks: Sequence[str]) -> bool:
+    """Whether the choice of ``picks`` is refused (module docstring). ``seen``: the requests
+    in flight on each candidate endpoint when the choice was made; ``now``: the same
+    endpoints' requests now (missing = 0)."""
+    least = min((now.get(url, 0) - held for url, held in seen.items()), default=0)
+    floor = least if least > 0 else 0
+    return any(now.get(url, 0) - seen.get(url, 0) > floor for url in picks)
 
 
 def request_tokens(prompt_tokens: int, expected_output_tokens: int) -> int:

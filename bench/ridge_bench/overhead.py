@@ -363,6 +363,11 @@ async def execute(plan: Plan, launch: Launch, out: Path, notes: Sequence[str] = 
     return results(bench)
 
 
+def _doc_path(value: str) -> Path | None:
+    """``--doc``: a path, or None for '' (no doc)."""
+    return Path(value) if value else None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ridge_bench.overhead",
                                 description=__doc__.splitlines()[0])
@@ -380,7 +385,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-install", action="store_true",
                    help="skip the SGLang router unless .bench-venv/ already has it")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results and logs")
-    p.add_argument("--doc", type=Path, default=DEFAULT_DOC, help="'' to leave the doc alone")
+    p.add_argument("--doc", type=_doc_path, default=DEFAULT_DOC,
+                   help="'' to leave the doc alone")
     p.add_argument("--from-results", type=Path, help="only rewrite the doc from this file")
     return p
 
@@ -410,6 +416,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     if args.from_results is not None:
+        if args.doc is None:
+            print("ridge bench overhead: --from-results needs a --doc", file=sys.stderr)
+            return 2
         overhead_doc.write(args.doc, json.loads(args.from_results.read_text()), args.section,
                            args.title)
         return 0
@@ -426,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.sched_setaffinity(0, set(plan.client_cpus))
     out = args.out.resolve()
     data = _run(plan, launch, out, notes, portable_command(argv))
-    if str(args.doc):
+    if args.doc is not None:
         overhead_doc.write(args.doc, data, args.section, args.title)
         kept = args.doc.with_name(f"{args.doc.stem}-{args.section}.json")
         kept.write_text(json.dumps(data, indent=1) + "\n")

@@ -215,6 +215,11 @@ async def execute(plan: Plan, out: Path, command: str) -> dict[str, Any]:
             "summary": summary(windows)}
 
 
+def _doc_path(value: str) -> Path | None:
+    """``--doc``: a path, or None for '' (no doc)."""
+    return Path(value) if value else None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ridge_bench.scaling",
                                 description=__doc__.splitlines()[0] if __doc__ else None)
@@ -225,7 +230,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--connections", type=int, default=256)
     p.add_argument("--wrk-threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--doc", type=Path, default=DEFAULT_DOC, help="'' to leave the doc alone")
+    p.add_argument("--doc", type=_doc_path, default=DEFAULT_DOC,
+                   help="'' to leave the doc alone")
     return p
 
 
@@ -242,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = Plan(workers, args.rounds, args.seconds, args.connections, args.wrk_threads)
     command = " ".join(["python -m ridge_bench.scaling", *argv])
     data = asyncio.run(execute(plan, args.out.resolve(), command))
-    if str(args.doc):
+    if args.doc is not None:
         write_doc(args.doc, data)
         kept = args.doc.with_name(f"{args.doc.stem}-{SECTION}.json")
         kept.write_text(json.dumps(data, indent=1) + "\n")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.worker_state import SharedRegion, WorkerState
+from gateway.worker_state import ATTEMPTS, SharedRegion, WorkerState
 from routing.load import LoadCounts
 from routing.memory_state import StateLimits
-from routing.state import RouterState
+from routing.state import RouterState, StateView
 from tests.unit.routing.state_contract import (
     SHARED,
     A,
@@ -19,6 +19,7 @@ from tests.unit.routing.state_contract import (
     C,
     D,
     FakeClock,
+    Fixed,
     RouterStateContract,
     StateFactory,
     ask,
@@ -100,6 +101,36 @@ async def test_a_burst_through_both_workers_spreads_like_one_gateway(
         assert placed is not None
         counts[placed.choice.urls[0]] += 1
     assert counts == {A: 10, B: 10, C: 10, D: 10}
+
+
+async def test_an_endpoint_taken_by_another_worker_meanwhile_is_chosen_again(
+    pair: tuple[WorkerState, WorkerState, FakeClock],
+) -> None:
+    """The choice is made without the lock: when the other worker reserves the chosen
+    endpoint between this worker's view and its reservation, the reservation is refused and
+    the request chosen again on a fresh view; the last attempt is reserved whatever."""
+    one, two, _ = pair
+    seen: list[StateView] = []
+    least = scheduled({"least_load": 1.0}, (A, B), seen=seen)
+
+    def raced(view: StateView) -> Fixed | None:
+        choice = least(view)
+        if len(seen) == 1:  # the other worker takes the same idle endpoint right now
+            two._add(A, 1, 1)
+        return choice
+
+    placed = await one.place(ask(urls=(A, B)), raced)
+    assert placed is not None and placed.choice.urls == (B,)  # chosen again: A was taken
+    assert [v.load_of(A).requests for v in seen] == [0, 1]
+    assert await loads(one, A, B) == {A: LoadCounts(1, 1), B: LoadCounts(1, 1)}
+
+    def always_taken(view: StateView) -> Fixed | None:
+        two._add(A, 1, 0)
+        return Fixed((A,))
+
+    placed = await one.place(ask(urls=(A, B)), always_taken)
+    assert placed is not None and placed.choice.urls == (A,)  # forced on the last attempt
+    assert (await loads(one, A))[A].requests == 1 + ATTEMPTS + 1
 
 
 async def test_what_a_finish_teaches_reaches_every_worker(

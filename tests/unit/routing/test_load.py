@@ -12,6 +12,7 @@ from routing.load import (
     pool_saturated,
     pool_summary,
     request_tokens,
+    taken_since,
 )
 from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
 
@@ -108,3 +109,22 @@ def test_the_summary_load_is_the_policys_load() -> None:
 ])
 def test_tokens_per_endpoint(load: PoolLoad, expected: float) -> None:
     assert load.tokens_per_endpoint == expected
+
+
+@pytest.mark.parametrize(
+    ("seen", "now", "picks", "taken"),
+    [
+        ({"a": 0, "b": 0}, {"a": 0, "b": 0}, ["a"], False),  # nothing changed
+        ({"a": 0, "b": 0}, {"a": 1, "b": 0}, ["a"], True),  # someone took a meanwhile
+        ({"a": 0, "b": 0}, {"a": 1, "b": 0}, ["b"], False),  # ... b is still a fair choice
+        ({"a": 0, "b": 0}, {"a": 1, "b": 1}, ["a"], False),  # every endpoint got busier evenly
+        ({"a": 2, "b": 2}, {"a": 3, "b": 1}, ["a"], True),  # a gained while b lost
+        ({"a": 2, "b": 2}, {"a": 2, "b": 0}, ["a"], False),  # a gained nothing
+        ({"a": 0, "b": 0}, {"b": 2}, ["a"], False),  # missing now = 0
+        ({"p": 0, "d": 0, "x": 0}, {"p": 0, "d": 1, "x": 0}, ["p", "d"], True),  # a pair's side
+        ({}, {"a": 1}, ["a"], True),  # no candidates seen: any gain is a take
+    ],
+)
+def test_taken_since_refuses_a_pick_that_gained_more_than_the_least(
+        seen: dict[str, int], now: dict[str, int], picks: list[str], taken: bool) -> None:
+    assert taken_since(seen, now, picks) is taken
