@@ -18,6 +18,7 @@ from backends.client import (
     UpstreamTimeout,
     guarded,
     nodelay_socket,
+    read_capped,
 )
 
 _BEFORE_FIRST_BYTE = (aiohttp.ClientConnectionError, ConnectionError, OSError)
@@ -39,7 +40,9 @@ class AiohttpResponse:
     def headers(self) -> Mapping[str, str]:
         return self._resp.headers
 
-    async def read(self) -> bytes:
+    async def read(self, limit: int | None = None) -> bytes:
+        if limit is not None:
+            return await read_capped(self.chunks(), limit)
         return await guarded(self._resp.read(), self._idle_s, _BROKEN)
 
     async def chunks(self) -> AsyncIterator[bytes]:

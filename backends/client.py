@@ -58,8 +58,9 @@ class UpstreamResponse(Protocol):
     @property
     def headers(self) -> Mapping[str, str]: ...
 
-    async def read(self) -> bytes:
-        """The whole body (raises UpstreamStreamError if it breaks off)."""
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body (raises UpstreamStreamError if it breaks off, or when it grows past
+        ``limit`` bytes: then the connection is dropped)."""
         ...
 
     def chunks(self) -> AsyncIterator[bytes]:
@@ -69,6 +70,21 @@ class UpstreamResponse(Protocol):
     async def close(self) -> None:
         """Release the connection; before the body's end this aborts the request upstream."""
         ...
+
+
+def too_large(limit: int) -> UpstreamStreamError:
+    return UpstreamStreamError(f"the response body exceeds {limit} bytes")
+
+
+async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """Join ``chunks``, raising :func:`too_large` as soon as they pass ``limit`` bytes."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 class BackendClient(Protocol):

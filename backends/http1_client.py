@@ -39,6 +39,7 @@ from backends.client import (
     UpstreamConnectError,
     UpstreamStreamError,
     UpstreamTimeout,
+    too_large,
 )
 
 HIGH_WATER = 256 * 1024  # [bytes] unread body held before the socket stops being read
@@ -246,10 +247,14 @@ class _Response:
         self.abort()
         waiter.set_exception(UpstreamStreamError("upstream went silent past the idle timeout"))
 
-    async def read(self) -> bytes:
+    async def read(self, limit: int | None = None) -> bytes:
         idle = self._pool.timeouts.idle
-        parts = []
+        parts, size = [], 0
         while (chunk := await self._next(idle)) is not None:
+            size += len(chunk)
+            if limit is not None and size > limit:
+                self.abort()
+                raise too_large(limit)
             parts.append(chunk)
         self._release()
         return parts[0] if len(parts) == 1 else b"".join(parts)

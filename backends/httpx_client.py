@@ -15,7 +15,13 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from backends.client import Timeouts, UpstreamConnectError, UpstreamTimeout, guarded
+from backends.client import (
+    Timeouts,
+    UpstreamConnectError,
+    UpstreamTimeout,
+    guarded,
+    read_capped,
+)
 
 _BROKEN = (httpx.HTTPError, OSError)
 
@@ -35,7 +41,9 @@ class HttpxResponse:
     def headers(self) -> Mapping[str, str]:
         return self._resp.headers
 
-    async def read(self) -> bytes:
+    async def read(self, limit: int | None = None) -> bytes:
+        if limit is not None:
+            return await read_capped(self.chunks(), limit)
         return await guarded(self._resp.aread(), self._idle_s, _BROKEN)
 
     async def chunks(self) -> AsyncIterator[bytes]:

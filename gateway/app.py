@@ -32,7 +32,7 @@ from backends.probe import HttpProbe, MetricsSource
 from backends.registry import EndpointRegistry, Poller
 from gateway.dispatch import Dispatcher
 from gateway.errors import GatewayError, install_error_handlers
-from gateway.proxy import GENERATION_PATHS, Proxy, send_error
+from gateway.proxy import GENERATION_PATHS, BodyLimits, Proxy, send_error
 from gateway.redis_state import RedisState
 from gateway.routes import router
 from gateway.services import Gateway
@@ -146,7 +146,9 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     )
     dispatcher = Dispatcher(registry, client, build_router(fleet), state, parts.extractor,
                             settings.upstream.retries)
-    proxy = Proxy(dispatcher, telemetry, settings.max_body_bytes)
+    limits = BodyLimits(settings.max_body_bytes, settings.upstream.max_response_bytes,
+                        settings.upstream.max_event_bytes)
+    proxy = Proxy(dispatcher, telemetry, limits)
     gateway = Gateway(settings, fleet, registry, telemetry, proxy, state, parts.worker)
     app.state.gateway = gateway
     pages = await _worker_pages(gateway)

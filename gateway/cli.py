@@ -33,7 +33,7 @@ import uvicorn
 from backends.fleet_file import Fleet, FleetConfigError, load_fleet
 from backends.real_fleet import RealFleetError, start_real_fleet
 from gateway.app import RidgeApp, create_app
-from gateway.http_protocol import RidgeHttpProtocol
+from gateway.http_protocol import HttpLimits, with_limits
 from gateway.settings import Settings
 from gateway.worker_state import WorkerContext
 from gateway.workers import serve_workers
@@ -156,12 +156,14 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(app: RidgeApp, settings: Settings) -> uvicorn.Config:
-    """The server's settings: logging, idle keep-alive and graceful shutdown [s]; a failing
-    start-up (lifespan) stops the server."""
+    """The server's settings: logging, idle keep-alive and graceful shutdown [s], ridge's
+    protocol with the connection limits of ``settings.http``; a failing start-up (lifespan)
+    stops the server."""
+    protocol = with_limits(HttpLimits(**settings.http.model_dump()))
     return uvicorn.Config(
         app, log_level=settings.log_level, access_log=settings.access_log, lifespan="on",
         timeout_keep_alive=max(1, math.ceil(settings.keep_alive_s)),
-        timeout_graceful_shutdown=10, http=RidgeHttpProtocol, proxy_headers=False,
+        timeout_graceful_shutdown=10, http=protocol, proxy_headers=False,
     )
 
 

@@ -6,8 +6,11 @@ its view, runs the router — lever policy, then the pool's scheduler plugins �
 reserves the chosen endpoint(s), atomically); send — to one endpoint, or through the pool
 engine's P/D hand-off protocol.
 
-An endpoint that refuses or resets before the first byte is marked failed, its reservation
-released, and the request placed again without it (``retries`` times, then 502).
+An endpoint that refuses or resets before the first byte, or answers no valid HTTP status, is
+marked failed, its reservation released, and the request placed again without it (``retries``
+times, then 502); one that answers 503 (overloaded) is passed over the same way while retries
+remain, without being marked failed, and its 503 reaches the client on the last attempt. Error
+messages name no engine address; what went wrong is in ``GatewayError.detail``, for the log.
 No pool serves the model: 404; none can take it: 503; no response headers in time: 504.
 """
 
@@ -117,8 +120,9 @@ class Dispatcher:
             )
         raise GatewayError(
             502,
-            f"upstream unreachable after {len(attempts.tried)} attempt(s): {attempts.last_error}",
+            f"no engine could take the request after {len(attempts.tried)} attempt(s)",
             code="upstream_unreachable",
+            detail=attempts.last_error,
         )
 
     def _features(self, parsed: ParsedRequest, session_hint: str | None) -> RequestFeatures:
@@ -137,28 +141,47 @@ class Dispatcher:
         self, parsed: ParsedRequest, features: RequestFeatures, placed: Placed[RoutePlan],
         attempts: Attempts,
     ) -> Dispatched | None:
-        """One attempt; None when an endpoint refused before the first byte."""
+        """One attempt; None when it may go elsewhere: an endpoint refused or reset before the
+        first byte, answered no valid HTTP status (both marked failed), or said it is
+        overloaded (503) while retries remain."""
         plan, held = placed.choice, list(placed.reservations)
         try:
             response, handoff = await self._send(parsed, plan)
         except UpstreamConnectError as exc:
             await self._release(held, features, parsed, succeeded=False)
-            for url in plan.urls:
-                attempts.tried.add(url)
-                self._book.mark_failed(url, str(exc))
-            attempts.last_error = str(exc)
-            attempts.failures += 1
+            self._refused(plan, attempts, str(exc), failed=True)
             return None
         except UpstreamTimeout as exc:
             await self._release(held, features, parsed, succeeded=False)
-            raise GatewayError(
-                504, f"the engine did not answer in time: {exc}", code="upstream_timeout"
-            ) from exc
+            raise GatewayError(504, "the engine did not answer in time",
+                               code="upstream_timeout", detail=str(exc)) from exc
         except BaseException:
             await self._release(held, features, parsed, succeeded=False)
             raise
+        status = response.status
+        invalid = not 100 <= status <= 599
+        if invalid or (status == 503 and attempts.failures < self._retries):
+            await (handoff.close() if handoff is not None else response.close())
+            await self._release(held, features, parsed, succeeded=False)
+            why = f"answered the invalid HTTP status {status}" if invalid else "overloaded (503)"
+            self._refused(plan, attempts, why, failed=invalid)
+            return None
         attempts.tried.update(plan.urls)
         return Dispatched(features, placed.view, plan, response, held, handoff)
+
+    def _refused(self, plan: RoutePlan, attempts: Attempts, why: str, failed: bool) -> None:
+        """Count a refused attempt; ``failed``: mark its endpoints failed in the registry."""
+        for url in plan.urls:
+            attempts.tried.add(url)
+            if failed:
+                self._book.mark_failed(url, why)
+        attempts.last_error = why
+        attempts.failures += 1
+
+    def engine_failed(self, sent: Dispatched, why: str) -> None:
+        """The engine's answer broke off or broke a limit: count its endpoint as failing."""
+        for url in sent.plan.urls:
+            self._book.mark_failed(url, why)
 
     async def _send(
         self, parsed: ParsedRequest, plan: RoutePlan

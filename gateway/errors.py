@@ -32,16 +32,19 @@ ERROR_TYPES: Mapping[int, str] = MappingProxyType(
 
 
 class GatewayError(Exception):
-    """An error ridge answers itself, with the HTTP status and OpenAI fields."""
+    """An error ridge answers itself, with the HTTP status and OpenAI fields. ``detail``: what
+    only the log may say (an engine's address, a library's exception text); never sent."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+        detail: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.detail = detail
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, param=self.param, code=self.code)

@@ -15,6 +15,12 @@ from typing import Any
 
 from gateway.errors import GatewayError
 
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects a request body may have (OpenAI's request schemas,
+tool parameter schemas included, stay far below)."""
+MAX_TOKENS = 2**31 - 1
+"""Largest ``max_tokens`` / ``max_completion_tokens`` accepted (what engines store it in)."""
+
 
 class Endpoint(StrEnum):
     """The two generation APIs, by the engine path they are forwarded to."""
@@ -67,11 +73,38 @@ def _json_object(body: bytes) -> dict[str, Any]:
         raise _bad("request body is empty; expected a JSON object", None, "invalid_json")
     try:
         payload = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _bad(f"request body is not valid JSON: {exc}", None, "invalid_json") from exc
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError as exc:  # invalid JSON, bad UTF-8, an integer of > 4300 digits
+        raise _bad(f"request body is not valid JSON: {exc}", None, "invalid_json") from None
     if not isinstance(payload, dict):
         raise _bad("request body must be a JSON object", None, "invalid_json")
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and \
+            _depth(payload) > MAX_JSON_DEPTH:
+        raise _too_deep()
     return payload
+
+
+def _too_deep() -> GatewayError:
+    return _bad(f"request body is nested deeper than {MAX_JSON_DEPTH} levels", None,
+                "invalid_json")
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth of a parsed JSON value (a scalar is 0), without recursion; stops
+    counting past :data:`MAX_JSON_DEPTH`."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, dict | list) and item:
+            if depth + 1 > MAX_JSON_DEPTH:
+                return depth + 1
+            deepest = max(deepest, depth + 1)
+            level.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+        elif isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+    return deepest
 
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
@@ -154,7 +187,7 @@ def _max_tokens(payload: dict[str, Any]) -> int | None:
     for name in ("max_completion_tokens", "max_tokens"):
         value = _optional(payload, name, int)
         if value is not None:
-            if value < 1:
-                raise _bad(f"'{name}' must be at least 1", name)
+            if not 1 <= value <= MAX_TOKENS:
+                raise _bad(f"'{name}' must be between 1 and {MAX_TOKENS}", name)
             return int(value)
     return None

@@ -20,8 +20,11 @@ status 499. Every request, however it ends, releases its reservations and is rec
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -35,7 +38,7 @@ from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError, error_body
 from gateway.http_protocol import WATCH, DisconnectWatch
 from gateway.openai_request import Endpoint, ParsedRequest, parse_request
-from gateway.sse import StreamScanner, error_event
+from gateway.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
 
 log = logging.getLogger("ridge")
@@ -45,6 +48,9 @@ GENERATION_PATHS: Mapping[str, Endpoint] = MappingProxyType(
     {endpoint.value: endpoint for endpoint in Endpoint})
 SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
+REQUEST_ID_HEADER = b"x-request-id"
+_READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER))
+_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 _JSON = b"application/json"
 
@@ -70,34 +76,54 @@ class Call:
     completion_tokens: int | None = None
     itl_s: tuple[float, ...] = ()
     client_gone: bool = False
+    request_id: bytes = b""
 
     @property
     def pool(self) -> str:
         return self.sent.plan.decision.pool if self.sent else NO_POOL
 
 
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """Sizes [bytes]: a client's request body (413 past it); an engine's whole answer and one
+    event of its stream (502 past them, and its endpoint counted as failing)."""
+
+    request: int = 4 * 1024 * 1024
+    response: int = 64 * 1024 * 1024
+    event: int = MAX_EVENT_BYTES
+
+
 class Proxy:
     """The ASGI handler of the generation routes; one per app."""
 
-    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, max_body_bytes: int,
+    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry,
+                 limits: BodyLimits = BodyLimits(),
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self._dispatcher = dispatcher
         self._telemetry = telemetry
-        self._max_body = max_body_bytes
+        self._limits = limits
         self._clock = clock
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send,
                        endpoint: Endpoint) -> None:
         call = Call(self._clock())
         headers = _read_headers(scope, call)
+        call.request_id = _client_request_id(headers.get(REQUEST_ID_HEADER)) or \
+            f"req-{self._id_prefix}{next(self._ids):x}".encode()
         stop_watching: Callable[[], None] = _nothing
         try:
-            body = await read_body(receive, self._max_body, headers.get(b"content-length"))
+            body = await read_body(receive, self._limits.request,
+                                   headers.get(b"content-length"))
             call.parsed = _ask_for_usage(parse_request(endpoint, body))
             stop_watching = watch_disconnect(scope, receive, call)
             await self._serve(call, send)
         except GatewayError as exc:
             call.status = exc.status
+            if exc.detail is not None:
+                log.warning("request %s: %s (%s)", call.request_id.decode(), exc.message,
+                            exc.detail)
             await self._send_error(call, send, exc)
         except ClientGone:
             call.status, call.client_gone = CLIENT_CLOSED, True
@@ -107,7 +133,7 @@ class Proxy:
                 raise  # not the client's doing (the server is stopping): pass it on
             _uncancel()  # the client's leaving is handled here, not a cancellation to pass on
         except Exception:
-            log.exception("request failed")
+            log.exception("request %s failed", call.request_id.decode())
             call.status = 500
             await self._send_error(call, send, GatewayError(500, "internal error",
                                                             code="internal_error"))
@@ -133,10 +159,11 @@ class Proxy:
     async def _whole(self, call: Call, send: Send) -> None:
         assert call.sent is not None
         try:
-            body = await call.sent.response.read()
+            body = await call.sent.response.read(self._limits.response)
         except UpstreamStreamError as exc:
-            raise GatewayError(502, f"the engine's response broke off: {exc}",
-                               code="upstream_broken") from exc
+            self._dispatcher.engine_failed(call.sent, str(exc))
+            raise GatewayError(502, "the engine's answer broke off or was too large",
+                               code="upstream_broken", detail=str(exc)) from exc
         if call.status == 200:
             call.usage = _usage_dict(body)
         media = call.sent.response.headers.get("content-type", "application/json").encode()
@@ -144,17 +171,19 @@ class Proxy:
         await send({"type": "http.response.start", "status": call.status,
                     "headers": [(b"content-type", media),
                                 (b"content-length", str(len(body)).encode()),
+                                (REQUEST_ID_HEADER, call.request_id),
                                 *_route_headers(call.sent)]})
         await send({"type": "http.response.body", "body": body})
         call.completed = True
 
     async def _stream(self, call: Call, send: Send) -> None:
         assert call.sent is not None and call.parsed is not None
-        scanner = StreamScanner(not call.parsed.include_usage, self._clock)
+        scanner = StreamScanner(not call.parsed.include_usage, self._clock, self._limits.event)
         call.response_started = True
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"),
-                                (b"cache-control", b"no-cache"), *_route_headers(call.sent)]})
+                                (b"cache-control", b"no-cache"),
+                                (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent)]})
         try:
             async for chunk in call.sent.response.chunks():
                 if out := scanner.feed(chunk):
@@ -162,8 +191,10 @@ class Proxy:
             end, call.completed = scanner.rest(), True
         except UpstreamStreamError as exc:
             call.status = 502
-            end = error_event(f"the engine's stream broke off: {exc}", "bad_gateway",
-                              "upstream_broken")
+            self._dispatcher.engine_failed(call.sent, str(exc))
+            log.warning("request %s: the engine's stream broke off (%s)",
+                        call.request_id.decode(), exc)
+            end = error_event("the engine's stream broke off", "bad_gateway", "upstream_broken")
         finally:
             _take_measures(call, scanner)
         await send({"type": "http.response.body", "body": end, "more_body": False})
@@ -174,7 +205,7 @@ class Proxy:
         if call.response_started or call.client_gone:
             return
         call.response_started = True
-        await send_error(send, exc)
+        await send_error(send, exc, call.request_id)
 
     async def _finish(self, call: Call) -> None:
         """Close the upstream, release the reservations and record the request, once."""
@@ -209,15 +240,22 @@ class Proxy:
         )
 
 
-async def send_error(send: Send, exc: GatewayError) -> None:
+async def send_error(send: Send, exc: GatewayError, request_id: bytes | None = None) -> None:
     """``exc`` as an OpenAI-shaped JSON response (a 405 says which method is allowed)."""
     body = json.dumps(error_body(exc.status, exc.message, param=exc.param,
                                  code=exc.code)).encode()
     headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    if request_id is not None:
+        headers.append((REQUEST_ID_HEADER, request_id))
     if exc.status == 405:
         headers.append((b"allow", b"POST"))
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _client_request_id(value: bytes | None) -> bytes | None:
+    """The client's own ``x-request-id``, when it is 1–128 visible ASCII characters."""
+    return value if value is not None and _REQUEST_ID.fullmatch(value) else None
 
 
 def _nothing() -> None:
@@ -235,7 +273,7 @@ def _read_headers(scope: Scope, call: Call) -> dict[bytes, bytes]:
     the session and SLO-class hints set on ``call``."""
     found = {}
     for name, value in scope["headers"]:
-        if name in (b"content-length", SESSION_HEADER, SLO_CLASS_HEADER):
+        if name in _READ:
             found[name] = value
     if (session := found.get(SESSION_HEADER)) is not None:
         call.session_hint = session.decode("latin-1")

@@ -27,8 +27,31 @@ class UpstreamSettings(BaseModel):
     )
     max_connections: int = Field(default=1024, gt=0, description="shared pool, all endpoints")
     retries: int = Field(
-        default=1, ge=0, description="retries on another endpoint when refused before first byte"
+        default=1, ge=0, description="retries on another endpoint when refused before first "
+        "byte (or overloaded: 503)"
     )
+    max_response_bytes: int = Field(
+        default=64 * 1024 * 1024, gt=0, description="an engine's whole (non-streamed) answer; "
+        "past it, 502 and the endpoint counted as failing")
+    max_event_bytes: int = Field(
+        default=4 * 1024 * 1024, gt=0, description="one event of an engine's stream; past it, "
+        "the stream ends with an error event and the endpoint is counted as failing")
+
+
+class HttpSettings(BaseModel):
+    """What one client connection may send (:class:`gateway.http_protocol.HttpLimits`, same
+    names). Sizes in bytes, times in seconds."""
+
+    max_header_bytes: int = Field(default=64 * 1024, gt=0,
+                                  description="request line + headers; past it, 431")
+    max_header_count: int = Field(default=100, gt=0, description="past it, 431")
+    header_timeout_s: float = Field(
+        default=30.0, gt=0, description="a request's head must arrive within this of the "
+        "connection opening or the request's first byte; past it, 408 (a connection that "
+        "never sends a byte is closed)")
+    body_timeout_s: float = Field(
+        default=60.0, gt=0, description="longest silence while a request body arrives; past "
+        "it, 408")
 
 
 class RegistrySettings(BaseModel):
@@ -81,6 +104,7 @@ class Settings(BaseSettings):
         default=75.0, gt=0, description="how long an idle client connection stays open [s]; "
         "longer than clients' own pool expiry (httpx 5 s, aiohttp 15 s), so a client never "
         "reuses a connection the gateway is closing at that moment")
+    http: HttpSettings = HttpSettings()
     upstream: UpstreamSettings = UpstreamSettings()
     registry: RegistrySettings = RegistrySettings()
     redis_url: str | None = Field(

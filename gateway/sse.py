@@ -16,6 +16,10 @@ nothing): the relayed bytes end at an event boundary (a blank line, ``\\n\\n`` o
   event that is — for the token counts, and cut out of the relayed bytes when ridge asked the
   engine for it on its own account (``strip_usage``).
 
+An incomplete event held back past ``max_event_bytes`` raises
+:class:`~backends.client.UpstreamStreamError` (an engine that never ends an event must not make
+the gateway hold its stream whole).
+
 Cost: one regular-expression scan and a few ``find`` calls per chunk.
 """
 
@@ -27,11 +31,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from backends.client import UpstreamStreamError
+
 # JSON allows white space around ':' (engines write none; Python's json module one space)
 _TOKEN = re.compile(rb'"(?:content|reasoning_content|text)"\s*:\s*"(?!")'
                     rb'|"tool_calls"\s*:\s*\[\s*(?!\])')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+MAX_EVENT_BYTES = 4 * 1024 * 1024  # default cap of one event held back [bytes]
 
 
 def token_events(region: bytes) -> int:
@@ -63,13 +70,14 @@ def _events_with(region: bytes, marker: re.Pattern[bytes]) -> list[tuple[int, in
 class StreamScanner:
     """Relays an SSE body and watches it (module docstring). ``clock``: seconds."""
 
-    __slots__ = ("_strip_usage", "_clock", "_held", "first_token_at", "_last_token_at", "gaps",
-                 "token_events", "usage")
+    __slots__ = ("_strip_usage", "_clock", "_max_event", "_held", "first_token_at",
+                 "_last_token_at", "gaps", "token_events", "usage")
 
-    def __init__(self, strip_usage: bool, clock: Callable[[], float] = time.perf_counter
-                 ) -> None:
+    def __init__(self, strip_usage: bool, clock: Callable[[], float] = time.perf_counter,
+                 max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._strip_usage = strip_usage
         self._clock = clock
+        self._max_event = max_event_bytes
         self._held = b""
         self.first_token_at: float | None = None
         self._last_token_at: float | None = None
@@ -83,6 +91,8 @@ class StreamScanner:
         cut = _boundary(buffer)
         if cut < len(buffer):
             self._held, buffer = buffer[cut:], buffer[:cut]
+            if len(self._held) > self._max_event:
+                raise UpstreamStreamError(f"an event exceeds {self._max_event} bytes")
         else:
             self._held = b""
         if not buffer:

@@ -9,7 +9,11 @@ and can misbehave on demand through ``FakeEngine.mode``:
 - ``die_mid``       stream ``die_after`` content chunks, then cut the connection;
 - ``slow``          wait ``delay_s`` before the response headers;
 - ``error_400``     answer a vLLM-style 400 error;
-- ``unhealthy``     ``/health`` answers 503.
+- ``unhealthy``     ``/health`` answers 503;
+- ``garbage``       answer bytes that are not HTTP, then close;
+- ``status_999``    answer an HTTP/1.1 response with the status 999, then close;
+- ``huge``          answer ``huge_bytes`` bytes: a JSON body, or (streamed) one event that
+                    never ends.
 
 ``running`` counts requests being generated now; a request whose client goes away is aborted
 (the handler is cancelled, as vLLM aborts it), which tests observe through ``running``.
@@ -25,6 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
+_RAW = {"garbage": b"this is not HTTP at all\r\n\r\n",
+        "status_999": b"HTTP/1.1 999 Odd\r\ncontent-length: 2\r\n\r\n{}"}
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
 
 
@@ -36,6 +42,7 @@ class FakeEngine:
     mode: str = "ok"
     die_after: int = 2
     delay_s: float = 0.0
+    huge_bytes: int = 0
     running: int = 0
     served: int = 0
     bodies: list[bytes] = field(default_factory=list)
@@ -88,8 +95,9 @@ class FakeEngine:
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         body = await request.read()
         self.bodies.append(body)
-        if self.mode == "reset":
+        if self.mode in ("reset", "garbage", "status_999"):
             assert request.transport is not None
+            request.transport.write(_RAW.get(self.mode, b""))
             request.transport.abort()
             raise asyncio.CancelledError
         if self.mode == "error_400":
@@ -103,6 +111,8 @@ class FakeEngine:
             )
         if self.mode == "slow":
             await asyncio.sleep(self.delay_s)
+        if self.mode == "huge":
+            return await self._huge(request, bool(payload.get("stream")))
         self.running += 1
         try:
             if payload.get("stream"):
@@ -110,6 +120,16 @@ class FakeEngine:
             return await self._whole(payload, chat)
         finally:
             self.running -= 1
+
+    async def _huge(self, request: web.Request, stream: bool) -> web.StreamResponse:
+        kind = "text/event-stream" if stream else "application/json"
+        resp = web.StreamResponse(headers={"content-type": kind})
+        await resp.prepare(request)
+        await resp.write(b'data: {"x": "' if stream else b'{"x": "')
+        for _ in range(self.huge_bytes // 65536):
+            await resp.write(b"x" * 65536)
+        await resp.write(b"" if stream else b'"}')
+        return resp
 
     def _n(self, payload: dict[str, Any]) -> int:
         return int(payload.get("max_tokens") or self.tokens)

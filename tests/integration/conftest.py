@@ -7,9 +7,9 @@ import pytest
 from tests.fakes.engine import FakeEngine
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+@pytest.fixture(params=["http1", "aiohttp", "httpx"])
 def transport(request: pytest.FixtureRequest) -> str:
-    """Both upstream transports go through the tests that depend on transport behaviour."""
+    """Every upstream transport goes through the tests that depend on transport behaviour."""
     value: str = request.param
     return value
 

@@ -37,7 +37,7 @@ class Response:
 
 @dataclass
 class Client:
-    """Answers every URL as ``modes`` says: ok, refuse or timeout."""
+    """Answers every URL as ``modes`` says: ok, refuse, timeout, or a status code."""
 
     modes: dict[str, str] = field(default_factory=dict)
     sent: list[str] = field(default_factory=list)
@@ -49,7 +49,7 @@ class Client:
             raise UpstreamConnectError("connection refused")
         if mode == "timeout":
             raise UpstreamTimeout("no response within 1 s")
-        return Response()
+        return Response(int(mode)) if mode.isdigit() else Response()
 
     async def aclose(self) -> None:
         return None
@@ -106,6 +106,27 @@ async def test_every_endpoint_refusing_is_a_502_with_nothing_held() -> None:
         await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
     assert info.value.status == 502 and info.value.code == "upstream_unreachable"
     assert state.in_flight() == {}
+    assert "http://" not in info.value.message and "refused" in (info.value.detail or "")
+
+
+@pytest.mark.parametrize("status", ["999", "42"])
+async def test_an_invalid_status_is_a_failed_endpoint_and_the_request_goes_elsewhere(
+        status: str) -> None:
+    dispatcher, client, state, registry, _ = setup({A: status})
+    attempts = Attempts()
+    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, attempts)
+    assert sent.plan.endpoint.url == B and sent.response.status == 200
+    assert not registry.status(A).healthy and attempts.failures == 1
+    assert set(state.in_flight()) == {B}
+
+
+async def test_an_overloaded_engine_is_passed_over_while_retries_remain() -> None:
+    dispatcher, client, state, registry, _ = setup({A: "503"})
+    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
+    assert sent.plan.endpoint.url == B and registry.status(A).healthy  # busy, not down
+    dispatcher, client, state, registry, _ = setup({A: "503", B: "503"})
+    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
+    assert sent.response.status == 503 and len(client.sent) == 2  # the last one's 503 stands
 
 
 async def test_no_response_in_time_is_a_504_with_nothing_held() -> None:
@@ -113,6 +134,7 @@ async def test_no_response_in_time_is_a_504_with_nothing_held() -> None:
     with pytest.raises(GatewayError) as info:
         await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
     assert info.value.status == 504 and state.in_flight() == {}
+    assert info.value.message == "the engine did not answer in time"
 
 
 @pytest.mark.parametrize(("body", "healthy", "status", "code"), [

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gateway.errors import GatewayError
-from gateway.openai_request import Endpoint, parse_request
+from gateway.openai_request import MAX_JSON_DEPTH, MAX_TOKENS, Endpoint, parse_request
 
 
 def parse(endpoint: Endpoint, payload: object) -> object:
@@ -73,3 +73,35 @@ def test_bodies_that_are_not_json_objects(body: bytes) -> None:
     with pytest.raises(GatewayError) as info:
         parse_request(Endpoint.CHAT, body)
     assert (info.value.status, info.value.param, info.value.code) == (400, None, "invalid_json")
+
+
+HEAD = b'{"model":"m","messages":[{"role":"user","content":"x"}],"extra":'
+
+
+@pytest.mark.parametrize("body", [
+    HEAD + b"[" * 5000 + b"]" * 5000 + b"}",  # past the parser's own recursion limit
+    HEAD + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}",
+    HEAD + b'{"a":' * MAX_JSON_DEPTH + b"1" + b"}" * MAX_JSON_DEPTH + b"}",
+    HEAD + b"9" * 5000 + b"}",  # an integer longer than Python converts
+])
+def test_hostile_json_is_a_400_not_a_crash(body: bytes) -> None:
+    with pytest.raises(GatewayError) as info:
+        parse_request(Endpoint.CHAT, body)
+    assert (info.value.status, info.value.code) == (400, "invalid_json")
+
+
+@pytest.mark.parametrize("body", [
+    HEAD + b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1) + b"}",  # just within
+    HEAD + b'"' + b"[{" * 500 + b'"}',  # brackets inside a string are not nesting
+    HEAD + b"[" + b"[1]," * 200 + b"[1]]}",  # many brackets, shallow
+])
+def test_bracket_rich_bodies_within_the_depth_limit_pass(body: bytes) -> None:
+    assert parse_request(Endpoint.CHAT, body).model == "m"
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_TOKENS + 1, 10**40])
+def test_max_tokens_out_of_range(value: int) -> None:
+    with pytest.raises(GatewayError) as info:
+        parse(Endpoint.CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}],
+                              "max_tokens": value})
+    assert (info.value.status, info.value.param) == (400, "max_tokens")

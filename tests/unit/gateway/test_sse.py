@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from backends.client import UpstreamStreamError
 from gateway.sse import StreamScanner, error_event, token_events
 
 
@@ -129,3 +130,11 @@ def test_spaced_json_is_read_the_same() -> None:
     scanner = StreamScanner(strip_usage=True)
     out = b"".join(scanner.feed(e) for e in [*spaced, DONE])
     assert b'"usage"' not in out and scanner.usage == USAGE and scanner.token_events == 3
+
+
+def test_an_event_that_never_ends_is_refused_past_the_cap() -> None:
+    scanner = StreamScanner(strip_usage=False, max_event_bytes=1000)
+    assert scanner.feed(b'data: {"x": 1}\n\ndata: "') == b'data: {"x": 1}\n\n'
+    assert scanner.feed(b"y" * 900) == b""  # held: still within the cap
+    with pytest.raises(UpstreamStreamError, match="exceeds 1000 bytes"):
+        scanner.feed(b"y" * 200)
