@@ -23,6 +23,11 @@ connection closed:
 - a declared body with no byte arriving for ``body_timeout_s`` [s]: 408;
 - a request line or head httptools cannot parse: 400.
 
+After such an answer the connection closes lingering: our side is shut for writing at once,
+what the client still sends is read and dropped for at most :data:`LINGER_S`, then the socket
+closes (closing while unread bytes wait would reset the connection and could destroy the
+answer before the client reads it).
+
 The timeouts cost one timer per connection, not one per request: each phase only moves a
 deadline (a float), and the timer, when it fires, either acts or sets itself for the current
 deadline. Once a request's body is in, the handler's own deadlines apply; between requests,

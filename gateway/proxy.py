@@ -10,6 +10,12 @@ a stream that breaks off ends with an OpenAI-shaped error event). ridge always a
 engine for its usage chunk, to count tokens, and cuts that chunk from the relay when the client
 did not ask for it. Errors ridge answers itself are OpenAI-shaped JSON.
 
+Limits (:class:`BodyLimits`): a request body past its cap is a 413, read no further; an
+engine's whole answer past its cap, or one event of its stream, is a 502 (an error event once
+a stream has started) and the endpoint is counted as failing. Every response carries
+``x-request-id`` (the client's, when it sent a usable one); a client error never carries an
+engine address or a library's exception text — the log has them, under that id.
+
 Client gone: the request's :class:`~gateway.http_protocol.DisconnectWatch` (ridge's HTTP
 protocol) cancels the handler the moment the connection is lost — no extra task per request;
 under another ASGI server a watcher task awaiting ``http.disconnect`` does the same. Either way

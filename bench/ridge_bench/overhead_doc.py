@@ -47,10 +47,15 @@ def _git(src: Path, *args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
+CODE_PATHS = ("gateway", "routing", "backends", "bench", "pyproject.toml")
+"""What runs in a benchmark: changes elsewhere (the docs a run writes) do not make it dirty."""
+
+
 def ridge_version(src: Path) -> str:
-    """The commit of the source tree ridge ran from, and whether it had uncommitted changes."""
+    """The commit of the source tree ridge ran from, and whether its code had uncommitted
+    changes."""
     commit = _git(src, "rev-parse", "--short", "HEAD") or "unknown commit"
-    dirty = _git(src, "status", "--porcelain", "--untracked-files=no")
+    dirty = _git(src, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
     return f"{commit} + uncommitted changes" if dirty else commit
 
 
