@@ -94,10 +94,11 @@ class Exchange:
 
 async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
                headers: list[tuple[bytes, bytes]] | None = None,
-               limits: BodyLimits = BodyLimits()) -> tuple[Exchange, FakeDispatcher, Telemetry]:
+               limits: BodyLimits | None = None
+               ) -> tuple[Exchange, FakeDispatcher, Telemetry]:
     dispatcher = FakeDispatcher(upstream)
     telemetry = Telemetry(CollectorRegistry(), frozenset({"m"}))
-    proxy = Proxy(dispatcher, telemetry, limits)  # type: ignore[arg-type]
+    proxy = Proxy(dispatcher, telemetry, limits or BodyLimits())  # type: ignore[arg-type]
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     out = Exchange()
