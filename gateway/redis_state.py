@@ -31,9 +31,12 @@ reservations (under the same ids) and learns everything this gateway reserves an
 serves :meth:`learned_output` (with the output mean of the last shared view overlaid),
 :meth:`in_flight` (this gateway's own requests) and every call while Redis is down.
 
-Redis failing is routine. Each call has a deadline of ``timeout_s`` (default 250 ms). On an
-error or a timeout the call is served by the local mirror, ``on_backend(False)`` is called
-(the gateway sets ``ridge_state_backend_up{backend="redis"}`` to 0) and ONE warning is logged;
+Redis failing is routine. Each call has a deadline of ``timeout_s`` (default 250 ms). A call
+past it is served by the local mirror; but one slow answer is not an outage (a busy event loop
+alone can make a call late), so only :data:`SLOW_LIMIT` slow calls in a row count as one. On
+an outage — that many slow calls, or any error (refused, reset, bad password) — the call is
+served by the local mirror, ``on_backend(False)`` is called (the gateway sets
+``ridge_state_backend_up{backend="redis"}`` to 0) and ONE warning is logged;
 until a background probe (PING every ``probe_interval_s``) gets an answer, calls go to the
 mirror directly, without trying Redis. Reservation ids made in Redis whose release could not
 be sent (Redis was down, or a call timed out after the script may have run) are queued (at
@@ -56,6 +59,7 @@ from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.redis_lua import SCRIPT
 from routing.load import NO_LOAD, InFlight, LoadCounts
@@ -67,6 +71,8 @@ log = logging.getLogger("ridge.state")
 
 RID_MARK = "r:"  # ids of reservations held in Redis start with it; local ones never do
 FAILURES = (RedisError, OSError, TimeoutError, ValueError)
+SLOW = (TimeoutError, RedisTimeoutError)
+SLOW_LIMIT = 3  # slow calls in a row that count as an outage
 ATTEMPTS = 6  # choices per request; the last one is reserved unconditionally
 
 
@@ -121,6 +127,7 @@ class RedisState:
         self._ids = itertools.count(1)
         self._rid = f"{RID_MARK}{uuid.uuid4().hex[:12]}-"
         self._up = True
+        self._slow = 0  # slow calls in a row
         self._probe: asyncio.Task[None] | None = None
         self._unreleased: deque[str] = deque(maxlen=limits.max_reservations)
         self._loads: dict[str, LoadCounts] = {}
@@ -289,11 +296,14 @@ class RedisState:
             async with asyncio.timeout(self._timeout_s):
                 raw = await self._script(args=[json.dumps(args)])
             answer: dict[str, Any] = json.loads(raw)
-            return answer
         except FAILURES as exc:
             self._unreleased.extend(rids)
-            self._down(f"{type(exc).__name__}: {exc}")
+            self._slow = self._slow + 1 if isinstance(exc, SLOW) else SLOW_LIMIT
+            if self._slow >= SLOW_LIMIT:
+                self._down(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             return None
+        self._slow = 0
+        return answer
 
     def _remember(self, ask: Ask, raw: Mapping[str, Any]) -> StateView:
         """The view in ``raw``; its loads and the model's output mean are kept (telemetry,
@@ -329,7 +339,7 @@ class RedisState:
             await asyncio.sleep(self._probe_s)
             if not await self._ping():
                 continue
-            self._up = True
+            self._up, self._slow = True, 0
             pending = list(self._unreleased)
             self._unreleased.clear()
             if pending and await self._call({"op": "release", "rids": pending}, pending) is None:

@@ -36,3 +36,37 @@ async def test_the_choice_sees_this_gateways_reservations_still_on_their_way() -
     assert seen.load_of("http://a") == LoadCounts(3, 10)
     assert seen.load_of("http://b") == LoadCounts(1, 0)
     await state.aclose()
+
+
+class Script:
+    """Stands in for the registered Lua script: answers as ``plan`` says, one item a call."""
+
+    def __init__(self, plan: list[str]) -> None:
+        self.plan = plan
+
+    async def __call__(self, args: list[str]) -> str:
+        step = self.plan.pop(0)
+        if step == "slow":
+            raise TimeoutError
+        if step == "refused":
+            raise ConnectionRefusedError("connection refused")
+        return '{"ok": true}'
+
+
+async def test_slow_answers_in_a_row_are_an_outage_and_one_alone_is_not() -> None:
+    seen: list[bool] = []
+    state = RedisState(Redis(), on_backend=seen.append, probe_interval_s=3600)
+    state._script = Script(["slow", "slow", "ok", "slow", "slow", "slow"])  # type: ignore[assignment]
+    answers = [await state._call({"op": "read"}) for _ in range(5)]
+    assert answers == [None, None, {"ok": True}, None, None] and seen == [True]  # still up
+    assert await state._call({"op": "read"}) is None and seen == [True, False]  # the third
+    assert await state._call({"op": "read"}) is None  # down: not even tried
+    await state.aclose()
+
+
+async def test_an_error_is_an_outage_at_once() -> None:
+    seen: list[bool] = []
+    state = RedisState(Redis(), on_backend=seen.append, probe_interval_s=3600)
+    state._script = Script(["refused"])  # type: ignore[assignment]
+    assert await state._call({"op": "read"}) is None and seen == [True, False]
+    await state.aclose()

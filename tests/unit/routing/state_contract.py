@@ -117,6 +117,9 @@ def scheduled(weights: Mapping[str, float], urls: Sequence[str] = (A, B, C),
 class RouterStateContract:
     """The contract tests; subclasses provide the ``make_state`` fixture."""
 
+    SPREAD_SLACK = 0
+    """How far from its fair share a concurrent burst may leave an endpoint (0: exactly)."""
+
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()
@@ -425,7 +428,7 @@ class RouterStateContract:
         for placed in chosen:
             assert placed is not None
             counts[placed.choice.urls[0]] += 1
-        assert counts == {A: 10, B: 10, C: 10, D: 10}
+        assert all(abs(n - 10) <= self.SPREAD_SLACK for n in counts.values()), counts
 
     async def test_the_choice_counts_the_state_and_the_engines_load(
         self, make_state: StateFactory
