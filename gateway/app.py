@@ -37,6 +37,7 @@ from gateway.redis_state import RedisState
 from gateway.routes import router
 from gateway.services import Gateway
 from gateway.settings import Settings, StateSettings, UpstreamSettings
+from gateway.shutdown import Lifecycle
 from gateway.telemetry import Telemetry
 from gateway.worker_metrics import serve_own_page
 from gateway.worker_state import WorkerContext, WorkerState
@@ -77,12 +78,14 @@ def create_app(
     client_factory: ClientFactory = default_client,
     probe_factory: ProbeFactory = HttpProbe,
     worker: WorkerContext | None = None,
+    lifecycle: Lifecycle | None = None,
 ) -> RidgeApp:
     """A ridge app for ``fleet``. The factories are seams for tests; ``worker``: this
-    process's place among ``ridge serve --workers N``. Raises
+    process's place among ``ridge serve --workers N``; ``lifecycle``: set draining by the
+    server when it is told to stop (:mod:`gateway.shutdown`). Raises
     :class:`~backends.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded."""
     parts = _Parts(build_extractor(fleet), metrics_registry or CollectorRegistry(),
-                   client_factory, probe_factory, worker)
+                   client_factory, probe_factory, worker, lifecycle or Lifecycle())
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
@@ -128,6 +131,7 @@ class _Parts:
     client_factory: ClientFactory
     probe_factory: ProbeFactory
     worker: WorkerContext | None
+    lifecycle: Lifecycle
 
 
 @asynccontextmanager
@@ -149,7 +153,8 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     limits = BodyLimits(settings.max_body_bytes, settings.upstream.max_response_bytes,
                         settings.upstream.max_event_bytes)
     proxy = Proxy(dispatcher, telemetry, limits)
-    gateway = Gateway(settings, fleet, registry, telemetry, proxy, state, parts.worker)
+    gateway = Gateway(settings, fleet, registry, telemetry, proxy, state, parts.worker,
+                      parts.lifecycle)
     app.state.gateway = gateway
     pages = await _worker_pages(gateway)
     try:

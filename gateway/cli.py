@@ -35,6 +35,7 @@ from backends.real_fleet import RealFleetError, start_real_fleet
 from gateway.app import RidgeApp, create_app
 from gateway.http_protocol import HttpLimits, with_limits
 from gateway.settings import Settings
+from gateway.shutdown import DrainingServer, Lifecycle
 from gateway.worker_state import WorkerContext
 from gateway.workers import serve_workers
 
@@ -163,7 +164,8 @@ def uvicorn_config(app: RidgeApp, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app, log_level=settings.log_level, access_log=settings.access_log, lifespan="on",
         timeout_keep_alive=max(1, math.ceil(settings.keep_alive_s)),
-        timeout_graceful_shutdown=10, http=protocol, proxy_headers=False,
+        timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_timeout_s)), http=protocol,
+        proxy_headers=False,
     )
 
 
@@ -184,13 +186,16 @@ def tune_gc() -> None:
 
 async def serve(settings: Settings, fleet: Fleet, sock: socket.socket | None = None,
                 worker: WorkerContext | None = None) -> None:
-    """Serve the gateway until interrupted (on ``sock`` when given: a worker's)."""
-    config = uvicorn_config(create_app(settings, fleet, worker=worker), settings)
+    """Serve the gateway until stopped (on ``sock`` when given: a worker's); SIGTERM drains
+    first (:mod:`gateway.shutdown`)."""
+    lifecycle = Lifecycle()
+    config = uvicorn_config(create_app(settings, fleet, worker=worker, lifecycle=lifecycle),
+                            settings)
     tune_gc()
     if sock is None:
         sock = listening_socket(settings.host, settings.port)
         _announce(sock)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await DrainingServer(config, lifecycle, settings.drain_s).serve(sockets=[sock])
 
 
 def serve_with_workers(settings: Settings, fleet: Fleet) -> int:

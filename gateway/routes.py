@@ -34,7 +34,11 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready")
 async def ready(gateway: GatewayDep) -> Response:
-    """Readiness: at least one endpoint is healthy, so requests can be served."""
+    """Readiness: at least one endpoint is healthy, so requests can be served, and the
+    gateway is not draining (told to stop: :mod:`gateway.shutdown`)."""
+    if gateway.lifecycle.draining:
+        body = error_body(503, "the gateway is stopping", code="draining")
+        return JSONResponse(body, status_code=503)
     healthy = sum(len(p.healthy_endpoints) for p in gateway.registry.snapshot())
     if healthy == 0:
         body = error_body(503, "no healthy endpoint", code="no_healthy_endpoint")

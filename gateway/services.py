@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,6 +12,7 @@ from backends.fleet_file import Fleet
 from backends.registry import EndpointRegistry
 from gateway.proxy import Proxy
 from gateway.settings import Settings
+from gateway.shutdown import Lifecycle
 from gateway.telemetry import Telemetry
 from gateway.worker_metrics import merged_page
 from gateway.worker_state import WorkerContext
@@ -21,7 +22,8 @@ from routing.state import RouterState
 @dataclass
 class Gateway:
     """One running gateway: created in the app's lifespan, stored on ``app.state``.
-    ``worker``: its place among ``ridge serve --workers N`` (None: the only process)."""
+    ``worker``: its place among ``ridge serve --workers N`` (None: the only process);
+    ``lifecycle``: whether it is draining."""
 
     settings: Settings
     fleet: Fleet
@@ -30,6 +32,7 @@ class Gateway:
     proxy: Proxy
     state: RouterState
     worker: WorkerContext | None = None
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
     def own_metrics(self) -> bytes:
         """This process's Prometheus page."""

@@ -105,6 +105,12 @@ class Settings(BaseSettings):
         "longer than clients' own pool expiry (httpx 5 s, aiohttp 15 s), so a client never "
         "reuses a connection the gateway is closing at that moment")
     http: HttpSettings = HttpSettings()
+    drain_s: float = Field(
+        default=5.0, ge=0, description="after SIGTERM, how long /ready answers 503 while "
+        "requests are still served, before the listener closes [s]")
+    shutdown_timeout_s: float = Field(
+        default=30.0, gt=0, description="then how long requests in flight may take before "
+        "they are cut [s]")
     upstream: UpstreamSettings = UpstreamSettings()
     registry: RegistrySettings = RegistrySettings()
     redis_url: str | None = Field(

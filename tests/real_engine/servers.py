@@ -233,14 +233,16 @@ def start_ridge(fleet_file: Path, log_dir: Path, name: str = "ridge",
                 env: Mapping[str, str] | None = None, timeout_s: float = 60.0,
                 args: Sequence[str] = ()) -> Server:
     """``ridge serve`` on a free port (``args``: more of its options), waited for until
-    ``/ready`` answers 200."""
+    ``/ready`` answers 200. It stops at once on SIGTERM (no drain) unless ``env`` sets
+    ``RIDGE_DRAIN_S``."""
     binary = ridge_binary()
     if not binary.exists():
         raise StartupError(f"{binary} does not exist: install the project (pip install -e .)")
     port = free_port()
     argv = [str(binary), "serve", "--config", str(fleet_file), "--host", "127.0.0.1",
             "--port", str(port), *args]
-    server = spawn(name, argv, {**os.environ, **(env or {})}, log_dir, f"http://127.0.0.1:{port}")
+    server = spawn(name, argv, {**os.environ, "RIDGE_DRAIN_S": "0", **(env or {})}, log_dir,
+                   f"http://127.0.0.1:{port}")
     try:
         wait_ready([server], "/ready", timeout_s)
     except BaseException:
