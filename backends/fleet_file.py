@@ -295,6 +295,11 @@ class Pool(_Strict):
     scheduler: SchedulerSettings | None = Field(
         default=None, description="replica choice in this pool; None = routing.scheduler"
     )
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
+        default=None, description="the environment variable holding the API key the pool's "
+        "engines were started with (vLLM/SGLang --api-key); ridge sends it upstream as "
+        "Authorization: Bearer. The key itself never goes in this file."
+    )
 
     @field_validator("endpoints")
     @classmethod
@@ -391,6 +396,9 @@ def _check_pair(pool: Pool, by_name: dict[str, Pool]) -> None:
         other = by_name.get(pool.pair)
         if other is None or other.role is not Role.DECODE:
             raise ValueError(f"pool {pool.name!r}: pair {pool.pair!r} is not a decode pool")
+        if other.api_key_env != pool.api_key_env:
+            raise ValueError(f"pool {pool.name!r}: a prefill pool and its decode pool take "
+                             "one request together, so they share one api_key_env")
     elif pool.pair is not None:
         raise ValueError(f"pool {pool.name!r}: only a prefill pool names a 'pair'")
 

@@ -18,6 +18,17 @@ Health rules (the decisions, in one place):
 - :meth:`EndpointRegistry.mark_failed` (passive health: a proxied request could not connect)
   marks it unhealthy until a poll *started after* the failure sees it healthy again, so a
   probe already in flight cannot undo a newer failure;
+- a circuit breaker per endpoint (:class:`BreakerConfig`) catches an engine whose health probe
+  passes while its real requests fail, which the rule above would let back in at every poll.
+  It counts consecutive request failures (:meth:`~EndpointRegistry.mark_failed`); a request
+  that succeeded (:meth:`~EndpointRegistry.mark_succeeded`) resets the count. *Closed*:
+  ``failures`` consecutive failures open it. *Open* for ``open_s`` seconds: the endpoint is
+  unhealthy whatever the probes say (a passive failure dated at the end of the period, so only
+  a probe started after it counts). *Half-open*, once the period is over: the endpoint is
+  routable again when such a probe succeeds, and the first request outcome decides:
+  a success closes the breaker (count 0, open time back to ``open_s``), a failure reopens it at
+  once for twice the last open time, at most ``max_open_s``. A success reported while it is
+  open (a request sent before it opened) changes nothing;
 - health OK but the metrics scrape failed: the endpoint stays healthy and keeps its previous
   metrics (one bad scrape should not move traffic), and the error is recorded. Metrics older
   than ``metrics_ttl_s`` are no longer shown in snapshots (shown as unknown) so a scrape that
@@ -36,6 +47,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from backends.dialects import EngineDialect, dialect_for
 from backends.fleet_file import Fleet, Pool, pool_levers
@@ -57,8 +69,45 @@ class PollResult:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    """The circuit breaker of every endpoint (rules in the module docstring).
+
+    ``failures``: consecutive failed requests that open it (>= 1); ``open_s``: the first open
+    time [s]; ``max_open_s``: the cap of the open time, doubled at each reopening [s] (it caps
+    the first open time too).
+    """
+
+    failures: int = 3
+    open_s: float = 5.0
+    max_open_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.failures < 1:
+            raise ValueError("breaker failures must be at least 1")
+        if not (self.open_s > 0 and self.max_open_s > 0):
+            raise ValueError("breaker open times must be positive")
+
+    def next_open_s(self, last_open_s: float | None) -> float:
+        """The open time after ``last_open_s`` (None: the breaker was closed) [s]."""
+        return min(self.max_open_s, self.open_s if last_open_s is None else 2 * last_open_s)
+
+
+class CircuitState(Enum):
+    """Where an endpoint's circuit breaker stands (rules in the module docstring)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointStatus:
-    """Everything the registry knows about one endpoint (for admin pages and tests)."""
+    """Everything the registry knows about one endpoint (for admin pages and tests).
+
+    ``consecutive_failures`` counts failed probes and requests since the last good probe;
+    ``request_failures`` counts failed requests since the last successful one (the breaker's
+    count); ``circuit_open_until``: when the breaker's open period ends (None: closed).
+    """
 
     url: str
     pool: str
@@ -68,6 +117,9 @@ class EndpointStatus:
     consecutive_failures: int
     last_poll_at: float | None
     metrics_at: float | None
+    circuit: CircuitState = CircuitState.CLOSED
+    request_failures: int = 0
+    circuit_open_until: float | None = None
 
 
 @dataclass(slots=True)
@@ -82,17 +134,27 @@ class _Endpoint:
     consecutive_failures: int = 0
     last_poll_at: float | None = None
     failed_at: float = -math.inf
+    request_failures: int = 0  # the breaker's count; > 0 whenever the breaker is not closed
+    open_until: float | None = None  # end of the breaker's open period; None: closed
+    open_s: float | None = None  # length of that period [s]
+
+    def circuit(self, now: float) -> CircuitState:
+        if self.open_until is None:
+            return CircuitState.CLOSED
+        return CircuitState.OPEN if now < self.open_until else CircuitState.HALF_OPEN
 
 
 class EndpointRegistry:
     """Live state of the fleet's endpoints. Parameters: ``metrics_ttl_s`` (None = no expiry),
-    ``clock`` (seconds, monotonic; injected by tests)."""
+    ``breaker`` (every endpoint's circuit breaker), ``clock`` (seconds, monotonic; injected by
+    tests)."""
 
     def __init__(
         self,
         fleet: Fleet,
         *,
         metrics_ttl_s: float | None = 30.0,
+        breaker: BreakerConfig = BreakerConfig(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pools: tuple[Pool, ...] = tuple(fleet.pools)
@@ -102,6 +164,7 @@ class EndpointRegistry:
             for url in pool.endpoint_urls()
         }
         self._metrics_ttl_s = metrics_ttl_s
+        self._breaker = breaker
         self._clock = clock
         self._cached: tuple[PoolSnapshot, ...] | None = None
         self._cached_until = -math.inf
@@ -189,6 +252,9 @@ class EndpointRegistry:
             consecutive_failures=ep.consecutive_failures,
             last_poll_at=ep.last_poll_at,
             metrics_at=ep.metrics_at,
+            circuit=ep.circuit(self._clock()),
+            request_failures=ep.request_failures,
+            circuit_open_until=ep.open_until,
         )
 
     def models_available(self) -> list[str]:
@@ -202,13 +268,50 @@ class EndpointRegistry:
     # -- health ---------------------------------------------------------------------------------
 
     def mark_failed(self, url: str, reason: str) -> None:
-        """Passive health: a proxied request could not reach ``url``; unhealthy until re-polled."""
+        """Passive health: a proxied request to ``url`` failed; unhealthy until re-polled, and
+        one more failure for its circuit breaker (which may open or reopen it)."""
         ep = self._get(url)
+        now = self._clock()
         ep.healthy = False
         ep.last_error = reason
         ep.consecutive_failures += 1
-        ep.failed_at = self._clock()
+        ep.failed_at = max(ep.failed_at, now)  # never shortens an open breaker's period
+        ep.request_failures += 1
+        if self._trips(ep, now):
+            self._open(ep, now, reason)
         self._changed()
+
+    def mark_succeeded(self, url: str) -> None:
+        """A proxied request to ``url`` succeeded: reset its breaker's count, or close a
+        half-open breaker. On every request's path: nothing but a lookup and a test when the
+        count is 0 (then the breaker is closed), and never a snapshot rebuild."""
+        ep = self._get(url)
+        if ep.request_failures == 0:
+            return
+        if ep.open_until is None:
+            ep.request_failures = 0
+        elif self._clock() >= ep.open_until:
+            self._close(ep)
+
+    def _trips(self, ep: _Endpoint, now: float) -> bool:
+        """Whether the failure just counted opens the breaker: the count reached ``failures``
+        while closed, or the breaker was half-open (a failure while open changes nothing)."""
+        if ep.open_until is None:
+            return ep.request_failures >= self._breaker.failures
+        return now >= ep.open_until
+
+    def _open(self, ep: _Endpoint, now: float, reason: str) -> None:
+        ep.open_s = self._breaker.next_open_s(ep.open_s)
+        ep.open_until = now + ep.open_s
+        ep.failed_at = ep.open_until  # only a probe started after the period brings it back
+        log.warning("endpoint %s (pool %s): circuit breaker open for %.1f s after %d "
+                    "consecutive failed requests (last: %s)",
+                    ep.url, ep.pool, ep.open_s, ep.request_failures, reason)
+
+    def _close(self, ep: _Endpoint) -> None:
+        ep.request_failures, ep.open_until, ep.open_s = 0, None, None
+        log.info("endpoint %s (pool %s): circuit breaker closed, a request succeeded",
+                 ep.url, ep.pool)
 
     def record_poll(self, url: str, result: PollResult) -> None:
         """Apply one poll's findings (the rules are in the module docstring)."""

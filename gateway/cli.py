@@ -4,6 +4,7 @@
 - ``ridge demo [--port P] [--speed X] [--real]``: the gateway in front of the simulated demo
   fleet (``gateway/demo/demo-fleet.yaml``, package data), all in one process; ``--real``: real
   vLLM engines.
+- ``ridge keys add|list|revoke``: API keys (:mod:`gateway.keys_cli`).
 - ``ridge NAME ...``: a command another installed distribution adds through the entry-point
   group ``ridge.commands`` (a function ``run(argv) -> exit status``), such as ``ridge bench``
   from ridge-bench (``bench/`` in the repository). ridge never imports them itself.
@@ -29,11 +30,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.fleet_file import Fleet, FleetConfigError, load_fleet
 from backends.real_fleet import RealFleetError, start_real_fleet
+from gateway import keys_cli
 from gateway.app import RidgeApp, create_app
 from gateway.http_protocol import HttpLimits, with_limits
+from gateway.redis_state import RedisUnavailable, check_url
 from gateway.settings import Settings
 from gateway.shutdown import DrainingServer, Lifecycle
 from gateway.worker_state import WorkerContext
@@ -42,7 +46,7 @@ from gateway.workers import serve_workers
 DEMO_FLEET = "demo-fleet.yaml"
 REAL_DEMO_FLEET = "demo-real-fleet.yaml"
 COMMANDS_GROUP = "ridge.commands"
-BUILTIN = ("serve", "demo")
+BUILTIN = ("serve", "demo", "keys")
 KNOWN_PLUGINS = {"bench": "ridge-bench (from a ridge checkout: pip install -e ./bench)"}
 """Plugin commands ridge can name when they are missing: command → how to install it."""
 
@@ -59,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = _parser(plugins).parse_args(argv)
     settings = _settings(args)
+    if args.command == "keys":
+        return keys_cli.run(args, settings)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -80,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             fleet = _demo_fleet(args.config, DEMO_FLEET)
             run(demo(settings, fleet, speed=args.speed, seed=args.seed))
-    except (FleetConfigError, RealFleetError) as exc:
+    except (FleetConfigError, RealFleetError, RedisUnavailable) as exc:
         print(f"ridge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -131,6 +137,7 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
     demo_p.add_argument("--real", action="store_true",
                         help=f"real vLLM engines instead of simulated ones "
                              f"(default fleet {REAL_DEMO_FLEET}; needs `make engines`)")
+    keys_cli.add_parser(sub)
     for p in (serve_p, demo_p):
         p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
         p.add_argument("--port", type=int, help="port to listen on (default 8080)")
@@ -185,29 +192,99 @@ def tune_gc() -> None:
 
 
 async def serve(settings: Settings, fleet: Fleet, sock: socket.socket | None = None,
-                worker: WorkerContext | None = None) -> None:
-    """Serve the gateway until stopped (on ``sock`` when given: a worker's); SIGTERM drains
-    first (:mod:`gateway.shutdown`)."""
+                worker: WorkerContext | None = None, admin: socket.socket | None = None) -> None:
+    """Serve the gateway until stopped (on ``sock`` and ``admin`` when given: a worker's;
+    else on new sockets, the admin one when ``settings.admin_port`` is set); SIGTERM drains
+    first (:mod:`gateway.shutdown`). Raises :class:`RedisUnavailable` when the app's start-up
+    refused to start without Redis (:class:`StartupRefusals`)."""
     lifecycle = Lifecycle()
-    config = uvicorn_config(create_app(settings, fleet, worker=worker, lifecycle=lifecycle),
-                            settings)
+    app = create_app(settings, fleet, worker=worker, lifecycle=lifecycle)
+    refused: list[RedisUnavailable] = []
+    app.api.add_middleware(StartupRefusals, refused=refused)
+    config = uvicorn_config(app, settings)
     tune_gc()
     if sock is None:
         sock = listening_socket(settings.host, settings.port)
+        admin = admin_socket(settings)
         _announce(sock)
-    await DrainingServer(config, lifecycle, settings.drain_s).serve(sockets=[sock])
+    sockets = [sock] if admin is None else [sock, admin]
+    try:
+        await DrainingServer(config, lifecycle, settings.drain_s).serve(sockets=sockets)
+    except SystemExit:  # uvicorn's exit on a failed start-up
+        if refused:
+            raise refused[0] from None
+        raise
+
+
+class StartupRefusals:
+    """ASGI middleware of the FastAPI application (off the generation path). A lifespan
+    start-up that raises :class:`RedisUnavailable` is reported to uvicorn as failed without
+    the traceback Starlette attaches to the report (uvicorn logs one line and exits), and the
+    exception is put in ``refused``, for :func:`serve` to raise in place of uvicorn's exit.
+    Any other failure is passed on unchanged."""
+
+    def __init__(self, app: ASGIApp, refused: list[RedisUnavailable]) -> None:
+        self.app = app
+        self.refused = refused
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def hold_failure(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, hold_failure)
+        except RedisUnavailable as exc:
+            self.refused.append(exc)
+            held[:] = [{"type": "lifespan.startup.failed", "message": ""}]
+        finally:
+            for message in held:
+                await send(message)
 
 
 def serve_with_workers(settings: Settings, fleet: Fleet) -> int:
-    """``ridge serve --workers N`` (:mod:`gateway.workers`); the exit status."""
+    """``ridge serve --workers N`` (:mod:`gateway.workers`); the exit status. With
+    ``state.redis_required``, Redis is checked here first (:func:`require_redis`): a worker
+    that cannot start would only be restarted until the supervisor gives up."""
+    if settings.state.redis_required and settings.redis_url is not None:
+        run(require_redis(settings.redis_url, settings.state.redis_timeout_s))
     sock = listening_socket(settings.host, settings.port)
+    admin = admin_socket(settings)
     _announce(sock, settings.workers)
 
     def worker_main(context: WorkerContext, inherited: socket.socket) -> int:
-        run(serve(settings, fleet, inherited, context))
+        try:
+            run(serve(settings, fleet, inherited, context, admin))
+        except RedisUnavailable as exc:
+            print(f"ridge: worker {context.index}: {exc}", file=sys.stderr)
+            return 2
         return 0
 
     return serve_workers(fleet, settings.workers, sock, worker_main)
+
+
+async def require_redis(url: str, timeout_s: float) -> None:
+    """Raise :class:`RedisUnavailable` unless the Redis at ``url`` passes the start-up check."""
+    check = await check_url(url, timeout_s)
+    if not check.ok:
+        raise check.refusal()
+
+
+def admin_socket(settings: Settings) -> socket.socket | None:
+    """The admin listener's socket (``settings.admin_port`` on the same host), or None."""
+    if settings.admin_port is None:
+        return None
+    sock = listening_socket(settings.host, settings.admin_port)
+    logging.getLogger("ridge").info("admin routes (/metrics, /docs) on http://%s:%s only",
+                                    settings.host, settings.admin_port)
+    return sock
 
 
 def _announce(sock: socket.socket, workers: int = 1) -> None:

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from backends.client import BackendClient, UpstreamConnectError, UpstreamResponse, UpstreamTimeout
+from backends.fleet_file import Fleet, FleetConfigError
 from backends.pd_client import PD_PROTOCOLS, Handoff
 from gateway.errors import GatewayError
 from gateway.openai_request import Endpoint, ParsedRequest
@@ -35,6 +36,25 @@ FORWARD_HEADERS: Mapping[str, str] = MappingProxyType(
     {"content-type": "application/json", "accept": "*/*"}
 )
 SESSION_HEADER = "x-session-id"
+EngineHeaders = Mapping[str, Mapping[str, str]]
+"""The headers sent to each pool's engines, by pool name (missing: :data:`FORWARD_HEADERS`)."""
+
+
+def engine_headers(fleet: Fleet, environ: Mapping[str, str]) -> EngineHeaders:
+    """Per pool with an ``api_key_env``: :data:`FORWARD_HEADERS` and ``Authorization: Bearer``
+    with the key read from that environment variable. Raises FleetConfigError when the
+    variable is unset or empty (the error names the variable, never a key)."""
+    headers = {}
+    for pool in fleet.pools:
+        if pool.api_key_env is None:
+            continue
+        key = environ.get(pool.api_key_env, "")
+        if not key:
+            raise FleetConfigError(f"pool {pool.name!r}: api_key_env {pool.api_key_env} is "
+                                   "not set in the environment")
+        headers[pool.name] = MappingProxyType({**FORWARD_HEADERS,
+                                               "authorization": f"Bearer {key}"})
+    return MappingProxyType(headers)
 
 
 class EndpointBook(Protocol):
@@ -43,6 +63,8 @@ class EndpointBook(Protocol):
     def snapshot(self) -> tuple[PoolSnapshot, ...]: ...
 
     def mark_failed(self, url: str, reason: str) -> None: ...
+
+    def mark_succeeded(self, url: str) -> None: ...
 
 
 @dataclass
@@ -84,9 +106,11 @@ class Dispatcher:
         state: RouterState,
         extractor: FeatureExtractor,
         retries: int,
+        headers: EngineHeaders = MappingProxyType({}),
     ) -> None:
         self._book, self._client, self._router = book, client, router
         self._state, self._extractor, self._retries = state, extractor, retries
+        self._headers = headers
 
     async def dispatch(
         self, parsed: ParsedRequest, session_hint: str | None, attempts: Attempts
@@ -187,9 +211,9 @@ class Dispatcher:
         self, parsed: ParsedRequest, plan: RoutePlan
     ) -> tuple[UpstreamResponse, Handoff | None]:
         path = parsed.endpoint.value
+        headers = self._headers.get(plan.endpoint.pool, FORWARD_HEADERS)
         if plan.prefill is None:
-            body = parsed.body
-            return await self._client.send(plan.endpoint.url + path, body, FORWARD_HEADERS), None
+            return await self._client.send(plan.endpoint.url + path, parsed.body, headers), None
         engine = _engine_of(plan.prefill.pool, self._book.snapshot())
         handoff = await PD_PROTOCOLS[engine].run(
             self._client,
@@ -197,7 +221,7 @@ class Dispatcher:
             plan.endpoint.url,
             path,
             dict(parsed.payload),
-            FORWARD_HEADERS,
+            headers,
         )
         return handoff.response, handoff
 
@@ -233,7 +257,10 @@ class Dispatcher:
         output_tokens: int | None,
         prompt_tokens: int | None,
     ) -> None:
-        """Release the request's reservations and teach the state what it learned."""
+        """Release the request's reservations and teach the state what it learned. A request
+        that ``succeeded`` (the engine's whole answer relayed) is a success for its endpoints'
+        circuit breakers: counted at the end, not at the response headers, so an engine that
+        answers 200 and then breaks its streams keeps counting as failing."""
         if sent.handoff is not None:
             await sent.handoff.close()
         else:
@@ -247,6 +274,9 @@ class Dispatcher:
             matched_tokens=sent.matched_tokens,
             prompt_tokens=prompt_tokens,
         )
+        if succeeded:
+            for url in sent.plan.urls:
+                self._book.mark_succeeded(url)
 
 
 def _index_of(url: str, pools: tuple[PoolSnapshot, ...]) -> int:

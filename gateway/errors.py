@@ -20,9 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 ERROR_TYPES: Mapping[int, str] = MappingProxyType(
     {
         400: "invalid_request_error",
+        401: "invalid_request_error",
+        403: "invalid_request_error",
         404: "not_found_error",
         405: "invalid_request_error",
         413: "invalid_request_error",
+        429: "rate_limit_error",
         500: "internal_error",
         502: "bad_gateway",
         503: "service_unavailable",
@@ -33,11 +36,14 @@ ERROR_TYPES: Mapping[int, str] = MappingProxyType(
 
 class GatewayError(Exception):
     """An error ridge answers itself, with the HTTP status and OpenAI fields. ``detail``: what
-    only the log may say (an engine's address, a library's exception text); never sent."""
+    only the log may say (an engine's address, a library's exception text); never sent.
+    ``headers``: extra response headers (lower-case names), e.g. ``retry-after``;
+    ``kind``: the OpenAI error ``type`` when not the status's usual one."""
 
     def __init__(
         self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-        detail: str | None = None,
+        detail: str | None = None, headers: tuple[tuple[bytes, bytes], ...] = (),
+        kind: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -45,20 +51,26 @@ class GatewayError(Exception):
         self.param = param
         self.code = code
         self.detail = detail
+        self.headers = headers
+        self.kind = kind
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.status, self.message, param=self.param, code=self.code)
+        return error_body(self.status, self.message, param=self.param, code=self.code,
+                          kind=self.kind)
 
 
 def error_body(
-    status: int, message: str, *, param: str | None = None, code: str | None = None
+    status: int, message: str, *, param: str | None = None, code: str | None = None,
+    kind: str | None = None,
 ) -> dict[str, Any]:
-    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "internal_error")
+    kind = kind or ERROR_TYPES.get(
+        status, "invalid_request_error" if status < 500 else "internal_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in exc.headers}
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _on_gateway_error(_: Request, exc: Exception) -> JSONResponse:

@@ -40,10 +40,13 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from backends.client import UpstreamStreamError
+from gateway.access import Access
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
-from gateway.errors import GatewayError, error_body
+from gateway.errors import GatewayError
 from gateway.http_protocol import WATCH, DisconnectWatch
+from gateway.keys import ANONYMOUS, Caller
 from gateway.openai_request import Endpoint, ParsedRequest, parse_request
+from gateway.rate_limits import Grant
 from gateway.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
 
@@ -55,7 +58,9 @@ GENERATION_PATHS: Mapping[str, Endpoint] = MappingProxyType(
 SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
 REQUEST_ID_HEADER = b"x-request-id"
-_READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER))
+AUTHORIZATION = b"authorization"
+_READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER,
+                   AUTHORIZATION))
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 _JSON = b"application/json"
@@ -83,6 +88,8 @@ class Call:
     itl_s: tuple[float, ...] = ()
     client_gone: bool = False
     request_id: bytes = b""
+    caller: Caller = ANONYMOUS
+    grant: Grant | None = None
 
     @property
     def pool(self) -> str:
@@ -102,11 +109,12 @@ class BodyLimits:
 class Proxy:
     """The ASGI handler of the generation routes; one per app."""
 
-    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry,
+    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, access: Access,
                  limits: BodyLimits = BodyLimits(),
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self._dispatcher = dispatcher
         self._telemetry = telemetry
+        self._access = access
         self._limits = limits
         self._clock = clock
         self._ids = itertools.count(1)
@@ -120,11 +128,13 @@ class Proxy:
             f"req-{self._id_prefix}{next(self._ids):x}".encode()
         stop_watching: Callable[[], None] = _nothing
         try:
+            call.caller = self._access.authenticate(headers.get(AUTHORIZATION))
             body = await read_body(receive, self._limits.request,
                                    headers.get(b"content-length"))
             call.parsed = _ask_for_usage(parse_request(endpoint, body))
+            call.grant = await self._access.admit(call.caller, call.parsed)
             stop_watching = watch_disconnect(scope, receive, call)
-            await self._serve(call, send)
+            await self._serve_within(call, send, self._access.deadline_s(call.caller))
         except GatewayError as exc:
             call.status = exc.status
             if exc.detail is not None:
@@ -146,6 +156,23 @@ class Proxy:
         finally:
             stop_watching()
             await self._finish(call)
+
+    async def _serve_within(self, call: Call, send: Send, deadline_s: float | None) -> None:
+        """Serve the request, within its deadline when it has one: past it, a 504 — or, once
+        a stream has started, an error event that ends it."""
+        if deadline_s is None:
+            await self._serve(call, send)
+            return
+        try:
+            async with asyncio.timeout(deadline_s):
+                await self._serve(call, send)
+        except TimeoutError:
+            if not call.response_started:
+                raise GatewayError(504, f"the request took longer than its deadline of "
+                                   f"{deadline_s:g} s", code="request_timeout") from None
+            call.status = 504
+            await send({"type": "http.response.body", "more_body": False, "body": error_event(
+                "the request took longer than its deadline", "timeout", "request_timeout")})
 
     async def _serve(self, call: Call, send: Send) -> None:
         assert call.parsed is not None
@@ -178,7 +205,7 @@ class Proxy:
                     "headers": [(b"content-type", media),
                                 (b"content-length", str(len(body)).encode()),
                                 (REQUEST_ID_HEADER, call.request_id),
-                                *_route_headers(call.sent)]})
+                                *_route_headers(call.sent), *_limit_headers(call)]})
         await send({"type": "http.response.body", "body": body})
         call.completed = True
 
@@ -189,7 +216,8 @@ class Proxy:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"),
                                 (b"cache-control", b"no-cache"),
-                                (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent)]})
+                                (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
+                                *_limit_headers(call)]})
         try:
             async for chunk in call.sent.response.chunks():
                 if out := scanner.feed(chunk):
@@ -222,6 +250,9 @@ class Proxy:
             await asyncio.shield(self._dispatcher.finish(
                 call.sent, call.parsed, succeeded=call.status == 200 and call.completed,
                 output_tokens=completion, prompt_tokens=prompt_tokens))
+        if call.grant is not None:
+            await asyncio.shield(self._access.settle(call.grant, _used(call, prompt_tokens,
+                                                                       completion)))
         self._telemetry.record(self._record(call, prompt_tokens, completion))
 
     def _record(self, call: Call, prompt_tokens: int | None,
@@ -248,9 +279,9 @@ class Proxy:
 
 async def send_error(send: Send, exc: GatewayError, request_id: bytes | None = None) -> None:
     """``exc`` as an OpenAI-shaped JSON response (a 405 says which method is allowed)."""
-    body = json.dumps(error_body(exc.status, exc.message, param=exc.param,
-                                 code=exc.code)).encode()
-    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    body = json.dumps(exc.body()).encode()
+    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()),
+               *exc.headers]
     if request_id is not None:
         headers.append((REQUEST_ID_HEADER, request_id))
     if exc.status == 405:
@@ -359,6 +390,21 @@ def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
     options["include_usage"] = True
     payload = {**parsed.payload, "stream_options": options}
     return replace(parsed, payload=payload, body=json.dumps(payload).encode())
+
+
+def _used(call: Call, prompt_tokens: int | None, completion: int | None) -> int | None:
+    """Tokens a request used for its key's limits: none if it never reached an engine; the
+    engine's usage; None (the charge stands) when the engine's usage is unknown."""
+    if call.sent is None:
+        return 0
+    if prompt_tokens is None and completion is None:
+        return None
+    return (prompt_tokens or 0) + (completion or 0)
+
+
+def _limit_headers(call: Call) -> tuple[tuple[bytes, bytes], ...]:
+    """The key's ``x-ratelimit-*`` headers (none for an unlimited caller)."""
+    return call.grant.headers if call.grant is not None else ()
 
 
 def _route_headers(sent: Dispatched) -> list[tuple[bytes, bytes]]:

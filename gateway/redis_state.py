@@ -42,6 +42,15 @@ mirror directly, without trying Redis. Reservation ids made in Redis whose relea
 be sent (Redis was down, or a call timed out after the script may have run) are queued (at
 most ``max_reservations``) and released when Redis answers again; any that is lost still
 expires by itself after ``reservation_ttl_s``. No call raises for Redis's sake.
+
+Start-up (:meth:`RedisState.start`, :func:`check_redis`): one PING, its outcome classified
+(:class:`RedisCheck`): answered; credentials refused (redis-py raises ``AuthenticationError``
+for a wrong password or user and for a missing one; a ``ResponseError`` starting ``WRONGPASS``
+or ``NOAUTH`` counts too); unreachable (refused, timed out — :data:`SLOW_LIMIT` late answers
+in a row, as above —, name not resolved, other socket errors); any other error. A failure is
+logged as one line naming Redis by ``host:port/db`` (never the URL: it may hold the password)
+and the state starts on the local mirror, probing; or, when Redis is required, the start
+raises :class:`RedisUnavailable` and ridge does not start.
 """
 
 from __future__ import annotations
@@ -50,15 +59,17 @@ import asyncio
 import itertools
 import json
 import logging
+import socket
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.redis_lua import SCRIPT
@@ -110,6 +121,150 @@ def output_mean(raw: Mapping[str, Any]) -> float | None:
     return output / outputs if outputs > 0 else None
 
 
+# --- the start-up check ------------------------------------------------------------------
+
+AUTH_CODES = ("WRONGPASS", "NOAUTH")  # Redis's error codes for refused credentials
+CheckOutcome = Literal["ok", "auth", "unreachable", "error"]
+
+
+class RedisUnavailable(Exception):
+    """Redis failed the start-up check and is required (``state.redis_required``): ridge does
+    not start. The message names Redis by ``host:port/db`` and says why; never credentials."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisCheck:
+    """The start-up check of the Redis at ``where`` (``host:port/db``): its ``outcome`` and,
+    when it failed, the ``cause`` (e.g. ``connection refused``), free of credentials."""
+
+    where: str
+    outcome: CheckOutcome
+    cause: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def level(self) -> int:
+        """The log level of the failure: unreachable is a warning (it may be on its way up);
+        refused credentials and other errors are errors (a configuration to fix)."""
+        return logging.WARNING if self.outcome == "unreachable" else logging.ERROR
+
+    def problem(self) -> str:
+        """What happened, as a sentence starting with ``Redis at <where>``."""
+        what = {"ok": "answered", "auth": "refused the credentials",
+                "unreachable": "unreachable", "error": "failed the start-up check"}
+        return f"Redis at {self.where} {what[self.outcome]} ({self.cause})" if self.cause \
+            else f"Redis at {self.where} {what[self.outcome]}"
+
+    def serving_line(self) -> str:
+        """The line logged when ridge starts anyway, on local state."""
+        until = "accepts them" if self.outcome == "auth" else "answers"
+        return f"{self.problem()}; serving with local state until it {until}"
+
+    def refusal(self) -> RedisUnavailable:
+        """The exception that stops ridge when Redis is required."""
+        return RedisUnavailable(f"{self.problem()}; RIDGE_STATE__REDIS_REQUIRED is set, so "
+                                "ridge does not start without it")
+
+
+def redis_address(client: Redis) -> str:
+    """Where ``client`` connects, as ``host:port/db`` (``unix:path/db``): never credentials."""
+    kwargs = client.connection_pool.connection_kwargs
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"unix:{kwargs['path']}/{db}"
+    host = str(kwargs.get("host", "localhost"))
+    return f"[{host}]:{kwargs.get('port', 6379)}/{db}" if ":" in host \
+        else f"{host}:{kwargs.get('port', 6379)}/{db}"
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling (redis-py wraps the
+    socket's error)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _redacted(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def _unreachable_cause(exc: BaseException, timeout_s: float) -> str | None:
+    """Why Redis could not be reached; None when it was reached (it answered an error)."""
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host name not resolved"
+        if isinstance(cause, SLOW):
+            return f"no answer within {timeout_s:g} s, {SLOW_LIMIT} tries"
+    if not isinstance(exc, (RedisConnectionError, OSError)):
+        return None
+    errors = [c for c in _causes(exc) if isinstance(c, OSError) and c.strerror]
+    return str(errors[0].strerror).lower() if errors else (str(exc) or type(exc).__name__)
+
+
+def classify(exc: BaseException, *, password: str | None = None,
+             timeout_s: float = 0.25) -> RedisCheck:
+    """The failed start-up check that ``exc`` (raised by a PING) means, with ``where`` left
+    empty; ``password`` (the client's) decides the wording and is never in the cause."""
+    text = _redacted(str(exc), password)
+    if isinstance(exc, AuthenticationError) or (
+            isinstance(exc, ResponseError) and text.upper().startswith(AUTH_CODES)):
+        given = "wrong password or user" if password else "no password given; it requires one"
+        return RedisCheck("", "auth", given)
+    unreachable = _unreachable_cause(exc, timeout_s)
+    if unreachable is not None:
+        return RedisCheck("", "unreachable", _redacted(unreachable, password))
+    return RedisCheck("", "error", f"{type(exc).__name__}: {text}" if text
+                      else type(exc).__name__)
+
+
+async def check_redis(client: Redis, timeout_s: float) -> RedisCheck:
+    """PING ``client``'s Redis once, classified (:func:`classify`). An error decides at once; a
+    late answer (past ``timeout_s``, at least 0.2 s) is tried again, up to :data:`SLOW_LIMIT`
+    in a row: one late answer is not an outage."""
+    where = redis_address(client)
+    failure: BaseException = TimeoutError()
+    for _ in range(SLOW_LIMIT):
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.2)):
+                await client.ping()
+            return RedisCheck(where, "ok")
+        except FAILURES as exc:
+            failure = exc
+            if not isinstance(exc, SLOW):
+                break
+    password = client.connection_pool.connection_kwargs.get("password")
+    found = classify(failure, password=password, timeout_s=max(timeout_s, 0.2))
+    return replace(found, where=where)
+
+
+def redis_client(url: str, *, timeout_s: float = 0.25, max_connections: int = 128) -> Redis:
+    """A client of one connection pool to ``url`` of at most ``max_connections`` (a call beyond
+    waits for a free connection, within its deadline); socket timeouts at ``timeout_s``."""
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=None, socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s, decode_responses=True)
+    return Redis(connection_pool=pool)
+
+
+async def check_url(url: str, timeout_s: float = 0.25) -> RedisCheck:
+    """:func:`check_redis` on a connection of its own to ``url``, closed after."""
+    client = redis_client(url, timeout_s=timeout_s, max_connections=1)
+    try:
+        return await check_redis(client, timeout_s)
+    finally:
+        await client.aclose()
+        await client.connection_pool.disconnect()
+
+
 class RedisState:
     """A :class:`routing.state.RouterState` in Redis with a local fallback (see the module)."""
 
@@ -138,12 +293,9 @@ class RedisState:
     @classmethod
     def from_url(cls, url: str, limits: StateLimits | None = None, *, timeout_s: float = 0.25,
                  max_connections: int = 128, **kwargs: Any) -> RedisState:
-        """One connection pool to ``url`` of at most ``max_connections`` (a call beyond waits
-        for a free connection, within its deadline); socket timeouts at ``timeout_s``."""
-        pool = BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=None, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, decode_responses=True)
-        return cls(Redis(connection_pool=pool), limits, timeout_s=timeout_s, **kwargs)
+        """A state on :func:`redis_client` ``(url, ...)``."""
+        client = redis_client(url, timeout_s=timeout_s, max_connections=max_connections)
+        return cls(client, limits, timeout_s=timeout_s, **kwargs)
 
     @property
     def up(self) -> bool:
@@ -154,10 +306,25 @@ class RedisState:
     def local(self) -> MemoryState:
         return self._local
 
-    async def start(self) -> None:
-        """Check Redis once; when it does not answer, start on local state (and probe)."""
-        if not await self._ping():
-            self._down("no answer at start-up")
+    @property
+    def client(self) -> Redis:
+        """The Redis client (one connection pool), for the other shared records: API keys
+        and rate limits."""
+        return self._client
+
+    async def start(self, *, required: bool = False) -> RedisCheck:
+        """Check Redis once (:func:`check_redis`) and return the outcome. Failed: one line is
+        logged (:meth:`RedisCheck.serving_line`) and the state starts on local state, probing
+        until Redis answers; or, when ``required``, :class:`RedisUnavailable` is raised (the
+        caller closes the state)."""
+        check = await check_redis(self._client, self._timeout_s)
+        if check.ok:
+            return check
+        if required:
+            raise check.refusal()
+        log.log(check.level, "%s", check.serving_line())
+        self._go_down()
+        return check
 
     # --- the protocol -------------------------------------------------------------------
 
@@ -318,12 +485,19 @@ class RedisState:
     # --- failure and recovery -----------------------------------------------------------
 
     def _down(self, why: str) -> None:
+        """An outage seen by a call: one warning, then local state until the probe sees Redis."""
+        if not self._up:
+            return
+        log.warning("router state: Redis unavailable (%s); routing on local state until it "
+                    "answers again", why)
+        self._go_down()
+
+    def _go_down(self) -> None:
+        """Calls go to local state; the backend is reported down; the probe runs."""
         if not self._up:
             return
         self._up = False
         self._on_backend(False)
-        log.warning("router state: Redis unavailable (%s); routing on local state until it "
-                    "answers again", why)
         if self._probe is None or self._probe.done():
             self._probe = asyncio.get_running_loop().create_task(self._recover())
 

@@ -1,27 +1,35 @@
 """The HTTP API besides generation (which :mod:`gateway.proxy` serves on a lean path): the
-model list, health, readiness and metrics."""
+model list (the caller's key sees the models it may use), health, readiness and metrics
+(which :class:`gateway.app.RidgeApp` guards: admin listener or admin key)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import error_body
+from gateway.keys import ANONYMOUS
 from gateway.services import GatewayDep
 
 router = APIRouter()
 
 
 @router.get("/v1/models")
-async def list_models(gateway: GatewayDep) -> dict[str, Any]:
+async def list_models(request: Request, gateway: GatewayDep) -> dict[str, Any]:
+    """The models a healthy endpoint serves, of those the caller's key may use."""
+    caller = ANONYMOUS
+    if gateway.access is not None:
+        header = request.headers.get("authorization")
+        caller = gateway.access.authenticate(header.encode("latin-1") if header else None)
     created = int(time.time())
     data = [
         {"id": model, "object": "model", "created": created, "owned_by": "ridge"}
         for model in gateway.registry.models_available()
+        if caller.record is None or caller.record.allows(model)
     ]
     return {"object": "list", "data": data}
 

@@ -10,6 +10,7 @@ from prometheus_client import generate_latest
 
 from backends.fleet_file import Fleet
 from backends.registry import EndpointRegistry
+from gateway.access import Access
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.shutdown import Lifecycle
@@ -33,6 +34,7 @@ class Gateway:
     state: RouterState
     worker: WorkerContext | None = None
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    access: Access | None = None
 
     def own_metrics(self) -> bytes:
         """This process's Prometheus page."""

@@ -55,12 +55,24 @@ class HttpSettings(BaseModel):
 
 
 class RegistrySettings(BaseModel):
-    """The endpoint poller. Times in seconds."""
+    """The endpoint poller and the endpoints' circuit breakers
+    (:class:`backends.registry.BreakerConfig`). Times in seconds."""
 
     poll_interval_s: float = Field(default=1.0, gt=0)
     probe_timeout_s: float = Field(default=2.0, gt=0)
     startup_wait_s: float = Field(
         default=5.0, ge=0, description="how long start-up waits for the first poll"
+    )
+    breaker_failures: int = Field(
+        default=3, ge=1, description="consecutive failed requests to an endpoint that open its "
+        "circuit breaker (unhealthy whatever its health probe says)"
+    )
+    breaker_open_s: float = Field(
+        default=5.0, gt=0, description="how long a breaker first stays open; then a passing "
+        "health probe lets requests in again and the first one's outcome closes or reopens it"
+    )
+    breaker_max_open_s: float = Field(
+        default=60.0, gt=0, description="the open time doubles at each reopening up to this"
     )
 
 
@@ -85,6 +97,11 @@ class StateSettings(BaseModel):
     )
     redis_probe_interval_s: float = Field(default=1.0, gt=0)
     redis_max_connections: int = Field(default=128, gt=0)
+    redis_required: bool = Field(
+        default=False, description="with a Redis URL set: when Redis fails the start-up check "
+        "(unreachable, credentials refused, any other error), refuse to start (`ridge serve` "
+        "exits with status 2) instead of serving with local state until Redis answers"
+    )
 
 
 class Settings(BaseSettings):
@@ -111,6 +128,25 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(
         default=30.0, gt=0, description="then how long requests in flight may take before "
         "they are cut [s]")
+    auth: Literal["auto", "on", "off"] = Field(
+        default="auto", description="API keys: `auto` requires a key as soon as one is "
+        "configured (keys file or Redis), `on` always (no key configured: every request is "
+        "refused), `off` never")
+    keys_file: str | None = Field(
+        default=None, description="the keys file `ridge keys` manages (JSON, digests only)")
+    keys_refresh_s: float = Field(
+        default=2.0, gt=0, description="how often the keys are reloaded from the keys file "
+        "and Redis: a key added or revoked takes effect within this [s]")
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="end-to-end deadline of a generation request [s] "
+        "(a key's own `timeout_s` wins); unset: none beyond the upstream timeouts")
+    admin_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve /metrics and the API documentation "
+        "on this port only (same host); unset: on the main port, behind an admin key when "
+        "keys are required")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="origins browsers may call ridge from (CORS), "
+        'e.g. ["https://app.example.com"] or ["*"]; empty: CORS off')
     upstream: UpstreamSettings = UpstreamSettings()
     registry: RegistrySettings = RegistrySettings()
     redis_url: str | None = Field(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import pytest
 
 from backends.client import UpstreamConnectError, UpstreamTimeout
-from backends.registry import EndpointRegistry, PollResult
+from backends.registry import CircuitState, EndpointRegistry, PollResult
 from gateway.app import build_router
 from gateway.dispatch import Attempts, Dispatcher
 from gateway.errors import GatewayError
@@ -28,8 +28,11 @@ class Response:
     headers: Mapping[str, str] = field(default_factory=dict)
     closed: bool = False
 
-    async def read(self) -> bytes:
+    async def read(self, limit: int | None = None) -> bytes:
         return b"{}"
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield b"{}"
 
     async def close(self) -> None:
         self.closed = True
@@ -60,7 +63,7 @@ class CountingExtractor(FeatureExtractor):
         super().__init__()
         self.calls: list[RequestInfo] = []
 
-    def extract(self, payload: object, info: RequestInfo) -> RequestFeatures:  # type: ignore[override]
+    def extract(self, payload: object, info: RequestInfo) -> RequestFeatures:
         self.calls.append(info)
         return super().extract(payload, info)  # type: ignore[arg-type]
 
@@ -147,3 +150,31 @@ async def test_unknown_model_and_no_healthy_endpoint(body: bytes, healthy: tuple
     with pytest.raises(GatewayError) as info:
         await dispatcher.dispatch(parse_request(Endpoint.COMPLETIONS, body), None, Attempts())
     assert (info.value.status, info.value.code) == (status, code) and client.sent == []
+
+
+async def test_a_completed_request_is_reported_to_its_endpoints_breaker() -> None:
+    dispatcher, _, _, registry, _ = setup(healthy=(A,))
+    for _ in range(2):
+        registry.mark_failed(A, "refused")
+        registry.record_poll(A, PollResult(registry.now(), healthy=True))
+    parsed = parse_request(Endpoint.CHAT, BODY)
+    sent = await dispatcher.dispatch(parsed, None, Attempts())
+    assert sent.response.status == 200 and registry.status(A).request_failures == 2
+    await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=1, prompt_tokens=None)
+    assert registry.status(A).request_failures == 0  # the 200, relayed whole, reset the count
+
+
+async def test_an_engine_answering_200_then_breaking_its_streams_opens_its_breaker() -> None:
+    dispatcher, _, _, registry, _ = setup(healthy=(A,))
+    parsed = parse_request(Endpoint.CHAT, BODY)
+    for _ in range(3):  # its health probe passes between the requests every time
+        sent = await dispatcher.dispatch(parsed, None, Attempts())
+        assert sent.response.status == 200
+        dispatcher.engine_failed(sent, "the stream broke off")
+        await dispatcher.finish(sent, parsed, succeeded=False, output_tokens=None,
+                                prompt_tokens=None)
+        registry.record_poll(A, PollResult(registry.now(), healthy=True))
+    assert registry.status(A).circuit is CircuitState.OPEN and not registry.status(A).healthy
+    with pytest.raises(GatewayError) as info:
+        await dispatcher.dispatch(parsed, None, Attempts())
+    assert info.value.code == "no_healthy_endpoint"

@@ -7,6 +7,7 @@ and recorded once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -16,10 +17,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from backends.client import UpstreamStreamError, too_large
+from gateway.access import Access
 from gateway.dispatch import Attempts, Dispatched
 from gateway.errors import GatewayError
+from gateway.keys import KeyLimits, KeyRecord, KeyRing, make_record, new_key
 from gateway.openai_request import Endpoint, ParsedRequest
 from gateway.proxy import BodyLimits, ClientGone, Proxy, _client_request_id, read_body
+from gateway.rate_limits import LocalLimiter
 from gateway.telemetry import Telemetry
 from routing.decision import RouteDecision
 from routing.features import RequestFeatures
@@ -92,18 +96,28 @@ class Exchange:
         return json.loads(self.body)
 
 
+def open_access() -> Access:
+    """No keys: authentication off."""
+    return Access(KeyRing(()), LocalLimiter())
+
+
 async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
                headers: list[tuple[bytes, bytes]] | None = None,
-               limits: BodyLimits | None = None
-               ) -> tuple[Exchange, FakeDispatcher, Telemetry]:
+               limits: BodyLimits | None = None, access: Access | None = None,
+               stay: bool = False) -> tuple[Exchange, FakeDispatcher, Telemetry]:
+    """One request through a Proxy; ``stay``: the client stays connected after its body
+    (else it is gone at once, as soon as the handler listens for it)."""
     dispatcher = FakeDispatcher(upstream)
     telemetry = Telemetry(CollectorRegistry(), frozenset({"m"}))
-    proxy = Proxy(dispatcher, telemetry, limits or BodyLimits())  # type: ignore[arg-type]
+    proxy = Proxy(dispatcher, telemetry, access or open_access(),  # type: ignore[arg-type]
+                  limits or BodyLimits())
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     out = Exchange()
 
     async def receive() -> dict[str, Any]:
+        if not messages and stay:
+            await asyncio.Event().wait()
         return messages.pop(0) if messages else {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -190,3 +204,89 @@ async def test_a_stream_that_breaks_ends_with_an_error_event_and_a_failing_endpo
 async def test_every_request_is_recorded_once() -> None:
     _, _, telemetry = await call(Upstream())
     assert recorded(telemetry) == 1.0
+
+
+async def keyed_access(record_limits: KeyLimits | None = None, models: tuple[str, ...] = (),
+                       timeout_s: float | None = None) -> tuple[Access, str]:
+    """Keys required; one key with these limits and models."""
+    key = new_key()
+    ring = KeyRing([StaticKeys([make_record(key, "team", models=models,
+                                            limits=record_limits or KeyLimits())])])
+    await ring.refresh()
+    return Access(ring, LocalLimiter(), request_timeout_s=timeout_s), key
+
+
+@dataclass
+class StaticKeys:
+    records: list[KeyRecord]
+
+    async def load(self) -> list[KeyRecord] | None:
+        return self.records
+
+
+async def test_a_request_without_a_key_is_refused_before_its_body_is_read() -> None:
+    access, _ = await keyed_access()
+    dispatcher = FakeDispatcher(Upstream())
+    proxy = Proxy(dispatcher, Telemetry(CollectorRegistry(), frozenset({"m"})),  # type: ignore[arg-type]
+                  access)
+    out = Exchange()
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the body must not be read")
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            out.status, out.headers = message["status"], dict(message["headers"])
+        else:
+            out.body += message.get("body", b"")
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    await proxy(scope, receive, send, Endpoint.CHAT)  # type: ignore[arg-type]
+    assert out.status == 401 and out.json()["error"]["code"] == "invalid_api_key"
+    assert out.headers[b"www-authenticate"] == b"Bearer"
+    assert dispatcher.sent_bodies == []
+
+
+async def test_a_model_the_key_may_not_use_does_not_exist_for_it() -> None:
+    access, key = await keyed_access(models=("other",))
+    out, dispatcher, _ = await call(Upstream(), access=access,
+                                    headers=[(b"authorization", b"Bearer " + key.encode())])
+    assert out.status == 404 and out.json()["error"]["code"] == "model_not_found"
+    assert dispatcher.sent_bodies == []
+
+
+async def test_a_limited_key_gets_ratelimit_headers_then_a_429() -> None:
+    access, key = await keyed_access(KeyLimits(rpm=1))
+    auth = [(b"authorization", b"Bearer " + key.encode())]
+    first, _, _ = await call(Upstream(), access=access, headers=auth)
+    assert first.status == 200
+    assert first.headers[b"x-ratelimit-limit-requests"] == b"1"
+    assert first.headers[b"x-ratelimit-remaining-requests"] == b"0"
+    second, dispatcher, _ = await call(Upstream(), access=access, headers=auth)
+    assert second.status == 429 and second.json()["error"]["code"] == "rate_limit_exceeded"
+    assert second.headers[b"retry-after"] == b"60"
+    assert dispatcher.sent_bodies == [] and b"x-request-id" in second.headers
+
+
+async def test_tokens_are_settled_with_the_engines_usage() -> None:
+    access, key = await keyed_access(KeyLimits(tpm=1000))
+    auth = [(b"authorization", b"Bearer " + key.encode())]
+    payload = {**CHAT, "max_tokens": 900}
+    for _ in range(3):  # each charged ~920 at admission, settled at the usage: 5 tokens
+        out, _, _ = await call(Upstream(), payload, access=access, headers=auth)
+        assert out.status == 200
+
+
+@dataclass
+class SlowUpstream(Upstream):
+    async def read(self, limit: int | None = None) -> bytes:
+        await asyncio.sleep(30)
+        return self.body
+
+
+async def test_past_its_deadline_a_request_gets_a_504() -> None:
+    access, key = await keyed_access(timeout_s=0.05)
+    out, dispatcher, _ = await call(SlowUpstream(), access=access, stay=True,
+                                    headers=[(b"authorization", b"Bearer " + key.encode())])
+    assert out.status == 504 and out.json()["error"]["code"] == "request_timeout"
+    assert dispatcher.finished == [False]
