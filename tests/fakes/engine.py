@@ -15,6 +15,9 @@ and can misbehave on demand through ``FakeEngine.mode``:
 - ``huge``          answer ``huge_bytes`` bytes: a JSON body, or (streamed) one event that
                     never ends.
 
+With ``api_key`` set, a generation request without ``Authorization: Bearer <api_key>`` gets
+vLLM's 401 (``{"error": "Unauthorized"}``), as an engine started with ``--api-key`` answers.
+
 ``running`` counts requests being generated now; a request whose client goes away is aborted
 (the handler is cancelled, as vLLM aborts it), which tests observe through ``running``.
 """
@@ -43,6 +46,7 @@ class FakeEngine:
     die_after: int = 2
     delay_s: float = 0.0
     huge_bytes: int = 0
+    api_key: str | None = None
     running: int = 0
     served: int = 0
     bodies: list[bytes] = field(default_factory=list)
@@ -95,6 +99,8 @@ class FakeEngine:
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         body = await request.read()
         self.bodies.append(body)
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)  # as vLLM answers
         if self.mode in ("reset", "garbage", "status_999"):
             assert request.transport is not None
             request.transport.write(_RAW.get(self.mode, b""))
