@@ -35,6 +35,7 @@ from backends.registry import BreakerConfig, EndpointRegistry, Poller
 from gateway.access import Access, Estimate
 from gateway.dispatch import Dispatcher, EngineHeaders, engine_headers
 from gateway.errors import GatewayError, install_error_handlers
+from gateway.fleet_gauges import CircuitGauges
 from gateway.keys import KeyRing, KeysFile, KeySource, RedisKeys
 from gateway.proxy import GENERATION_PATHS, BodyLimits, Proxy, send_error
 from gateway.rate_limits import LocalLimiter, RateLimiter, RedisLimiter
@@ -230,6 +231,7 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     telemetry = Telemetry(parts.metrics, frozenset(m for p in fleet.pools for m in p.models))
     state = await build_state(settings, telemetry, parts.worker)
     telemetry.bind_fleet(fleet, registry.snapshot, state)
+    telemetry.registry.register(CircuitGauges(registry))
     client = parts.client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(

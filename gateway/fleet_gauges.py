@@ -12,6 +12,9 @@ From the endpoint registry's snapshot (engine figures normalised across engines,
   (prompt tokens looked up / found in the engine's prefix cache; their rates' ratio is the
   engine's cache hit rate). A figure the engine does not export is left out.
 
+From the registry itself: ``ridge_endpoint_circuit_open`` {pool, endpoint} (1 while the
+endpoint's circuit breaker is open or half-open).
+
 From the router's workload measures (:class:`routing.window.WorkloadMeasures`, the same
 windows the lever policy reads), per ``model`` (a configured model, or ``*`` for all):
 
@@ -37,6 +40,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from backends.registry import CircuitState, EndpointRegistry
 from routing.load import NO_LOAD, InFlight, pool_summary
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.window import WindowMeasures, WorkloadMeasures
@@ -85,6 +89,23 @@ class FleetGauges(Collector):
             measures = self._state.measures()
             yield from workload_families(measures, self._models)
             yield from pool_load_families(pools, measures)
+
+
+class CircuitGauges(Collector):
+    """``ridge_endpoint_circuit_open`` {pool, endpoint}: 1 while the endpoint's circuit
+    breaker (:mod:`backends.registry`) is open or half-open, 0 when closed."""
+
+    def __init__(self, registry: EndpointRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("ridge_endpoint_circuit_open", "1 while the endpoint's "
+                                   "circuit breaker is open or half-open, else 0", labels=_EP)
+        for url in self._registry.urls:
+            status = self._registry.status(url)
+            family.add_metric([status.pool, url],
+                              0.0 if status.circuit is CircuitState.CLOSED else 1.0)
+        yield family
 
 
 def endpoint_families(pools: Sequence[PoolSnapshot], own: InFlight) -> Iterator[Metric]:
