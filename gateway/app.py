@@ -33,6 +33,7 @@ from backends.httpx_client import HttpxClient
 from backends.probe import HttpProbe, MetricsSource
 from backends.registry import BreakerConfig, EndpointRegistry, Poller
 from gateway.access import Access, Estimate
+from gateway.admission import Admission, AdmissionConfig
 from gateway.dispatch import Dispatcher, EngineHeaders, engine_headers
 from gateway.errors import GatewayError, install_error_handlers
 from gateway.fleet_gauges import CircuitGauges
@@ -42,16 +43,19 @@ from gateway.rate_limits import LocalLimiter, RateLimiter, RedisLimiter
 from gateway.redis_state import RedisState, RedisUnavailable
 from gateway.routes import router
 from gateway.services import Gateway
-from gateway.settings import Settings, StateSettings, UpstreamSettings
+from gateway.settings import AdmissionSettings, Settings, StateSettings, UpstreamSettings
 from gateway.shutdown import Lifecycle
+from gateway.slos import slo_policy
 from gateway.telemetry import Telemetry
 from gateway.worker_metrics import serve_own_page
 from gateway.worker_state import WorkerContext, WorkerState
+from routing.admission import CapacityConfig
 from routing.features import FeatureConfig, FeatureExtractor
 from routing.memory_state import MemoryState, StateLimits
 from routing.policy import LeverPolicy
 from routing.router import Router
 from routing.scheduler.catalog import build_scheduler
+from routing.snapshots import PoolSnapshot
 from routing.state import RouterState
 from routing.token_counters import HFTokenizerCounter, TokenCounter, tokenizers_available
 
@@ -240,7 +244,9 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
         interval_s=settings.registry.poll_interval_s,
     )
     dispatcher = Dispatcher(registry, client, build_router(fleet), state, parts.extractor,
-                            settings.upstream.retries, parts.engine_headers)
+                            settings.upstream.retries, parts.engine_headers,
+                            build_admission(settings.admission, fleet, registry.snapshot,
+                                            telemetry))
     limits = BodyLimits(settings.max_body_bytes, settings.upstream.max_response_bytes,
                         settings.upstream.max_event_bytes)
     access = build_access(settings, fleet, state, parts.worker)
@@ -350,6 +356,18 @@ def load_tokenizer(model: str, path: str) -> TokenCounter:
         return HFTokenizerCounter.from_file(path)
     except Exception as exc:  # noqa: BLE001 - the library raises its own exception types
         raise FleetConfigError(f"{where}: cannot load {path}: {exc}") from exc
+
+
+def build_admission(settings: AdmissionSettings, fleet: Fleet,
+                    snapshot: Callable[[], tuple[PoolSnapshot, ...]],
+                    telemetry: Telemetry | None = None) -> Admission | None:
+    """Admission control against the fleet's SLOs (None when turned off)."""
+    if not settings.enabled:
+        return None
+    capacity = CapacityConfig(settings.allowance, settings.ceiling_ttl_s)
+    config = AdmissionConfig(settings.max_wait_s, settings.max_queue, settings.recheck_s,
+                             capacity)
+    return Admission(config, slo_policy(fleet), snapshot, telemetry)
 
 
 def build_router(fleet: Fleet) -> Router:

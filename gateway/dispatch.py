@@ -12,6 +12,11 @@ times, then 502); one that answers 503 (overloaded) is passed over the same way 
 remain, without being marked failed, and its 503 reaches the client on the last attempt. Error
 messages name no engine address; what went wrong is in ``GatewayError.detail``, for the log.
 No pool serves the model: 404; none can take it: 503; no response headers in time: 504.
+
+With admission control (:mod:`gateway.admission`), placing goes through it: a request no
+endpoint has room for waits at the gateway for a slot, fair across keys (``key``: the API
+key's name, else the request's ``user``), or is refused with a 503 and ``Retry-After``.
+Every release is reported to it, and so is each streamed request's TTFT at ``finish``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Protocol
 from backends.client import BackendClient, UpstreamConnectError, UpstreamResponse, UpstreamTimeout
 from backends.fleet_file import Fleet, FleetConfigError
 from backends.pd_client import PD_PROTOCOLS, Handoff
+from gateway.admission import Admission, Route
 from gateway.errors import GatewayError
 from gateway.openai_request import Endpoint, ParsedRequest
 from routing.features import FeatureExtractor, RequestFeatures, RequestInfo
@@ -78,6 +84,7 @@ class Dispatched:
     reservations: list[Reservation] = field(default_factory=list)
     handoff: Handoff | None = None
     endpoint_index: int = 0
+    waited_s: float = 0.0
 
     @property
     def matched_tokens(self) -> int:
@@ -107,14 +114,19 @@ class Dispatcher:
         extractor: FeatureExtractor,
         retries: int,
         headers: EngineHeaders = MappingProxyType({}),
+        admission: Admission | None = None,
     ) -> None:
         self._book, self._client, self._router = book, client, router
         self._state, self._extractor, self._retries = state, extractor, retries
         self._headers = headers
+        self._admission = admission
 
     async def dispatch(
-        self, parsed: ParsedRequest, session_hint: str | None, attempts: Attempts
+        self, parsed: ParsedRequest, session_hint: str | None, attempts: Attempts, *,
+        key: str | None = None, slo_class: str | None = None,
     ) -> Dispatched:
+        """Route, reserve and send ``parsed``. ``key``: whom admission control's queues are fair
+        between (None: the request's ``user``); ``slo_class``: the class the client named."""
         pools = self._book.snapshot()
         urls = [e.url for p in pools if p.serves(parsed.model) for e in p.endpoints]
         if not urls:
@@ -127,13 +139,16 @@ class Dispatcher:
         features = self._features(parsed, session_hint)
         ask = Ask(parsed.model, features.block_hashes, features.session, urls,
                   request_tokens(features.prompt_tokens, features.expected_output_tokens))
+        who = key if key is not None else parsed.user
         for _ in range(1 + self._retries):
-            placed = await self._place(ask, features, pools, frozenset(attempts.tried))
+            placed, waited_s = await self._place(ask, features, pools,
+                                                 frozenset(attempts.tried), who, slo_class)
             if placed is None:
                 break
             sent = await self._try(parsed, features, placed, attempts)
             if sent is not None:
                 sent.endpoint_index = _index_of(placed.choice.endpoint.url, pools)
+                sent.waited_s = waited_s
                 return sent
             pools = self._book.snapshot()
         if not attempts.tried:
@@ -156,10 +171,16 @@ class Dispatcher:
         return self._extractor.extract(parsed.payload, info)
 
     async def _place(self, ask: Ask, features: RequestFeatures, pools: tuple[PoolSnapshot, ...],
-                     exclude: frozenset[str]) -> Placed[RoutePlan] | None:
-        """The router's plan for the request, reserved by the state."""
+                     exclude: frozenset[str], key: str | None, slo_class: str | None,
+                     ) -> tuple[Placed[RoutePlan] | None, float]:
+        """The router's plan for the request, reserved by the state (through admission control
+        when it is on), and how long it waited for room [s]."""
+        if self._admission is not None:
+            route = Route(self._router, features, pools, exclude, key, slo_class)
+            return await self._admission.place(self._state, ask, route)
         choose = self._router.choose
-        return await self._state.place(ask, lambda view: choose(features, pools, view, exclude))
+        placed = await self._state.place(ask, lambda view: choose(features, pools, view, exclude))
+        return placed, 0.0
 
     async def _try(
         self, parsed: ParsedRequest, features: RequestFeatures, placed: Placed[RoutePlan],
@@ -247,6 +268,8 @@ class Dispatcher:
         )
         for reservation in held:
             await self._state.finish(reservation, outcome)
+            if self._admission is not None:
+                self._admission.released(reservation.endpoint)
 
     async def finish(
         self,
@@ -256,11 +279,14 @@ class Dispatcher:
         succeeded: bool,
         output_tokens: int | None,
         prompt_tokens: int | None,
+        ttft_s: float | None = None,
     ) -> None:
         """Release the request's reservations and teach the state what it learned. A request
         that ``succeeded`` (the engine's whole answer relayed) is a success for its endpoints'
         circuit breakers: counted at the end, not at the response headers, so an engine that
-        answers 200 and then breaks its streams keeps counting as failing."""
+        answers 200 and then breaks its streams keeps counting as failing. ``ttft_s``: the
+        stream's time to first token, measured from the request's arrival [s]; its part after
+        the wait for a slot teaches admission control the pool's TTFT floor."""
         if sent.handoff is not None:
             await sent.handoff.close()
         else:
@@ -277,6 +303,8 @@ class Dispatcher:
         if succeeded:
             for url in sent.plan.urls:
                 self._book.mark_succeeded(url)
+        if self._admission is not None and ttft_s is not None and succeeded:
+            self._admission.observed_ttft(sent.plan.decision.pool, ttft_s - sent.waited_s)
 
 
 def _index_of(url: str, pools: tuple[PoolSnapshot, ...]) -> int:

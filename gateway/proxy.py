@@ -178,7 +178,9 @@ class Proxy:
         assert call.parsed is not None
         attempts = Attempts()
         try:
-            call.sent = await self._dispatcher.dispatch(call.parsed, call.session_hint, attempts)
+            call.sent = await self._dispatcher.dispatch(
+                call.parsed, call.session_hint, attempts, key=call.caller.name,
+                slo_class=call.slo_class)
         finally:
             if attempts.failures:
                 self._telemetry.retries_of(call.pool).inc(attempts.failures)
@@ -249,7 +251,7 @@ class Proxy:
         if call.sent is not None and call.parsed is not None:
             await asyncio.shield(self._dispatcher.finish(
                 call.sent, call.parsed, succeeded=call.status == 200 and call.completed,
-                output_tokens=completion, prompt_tokens=prompt_tokens))
+                output_tokens=completion, prompt_tokens=prompt_tokens, ttft_s=call.ttft_s))
         if call.grant is not None:
             await asyncio.shield(self._access.settle(call.grant, _used(call, prompt_tokens,
                                                                        completion)))

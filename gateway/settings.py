@@ -104,6 +104,30 @@ class StateSettings(BaseModel):
     )
 
 
+class AdmissionSettings(BaseModel):
+    """Admission control (:mod:`gateway.admission`): a request no endpoint has room for waits
+    at the gateway for a slot, fair across keys, for at most its TTFT SLO minus the pool's
+    measured TTFT floor, or is refused at once (503, ``Retry-After``) when it would wait
+    longer. Times in seconds."""
+
+    enabled: bool = Field(default=True, description="off: every request goes to the engines, "
+                          "whose queues then hold what they cannot run")
+    max_wait_s: float = Field(
+        default=10.0, gt=0, description="the wait budget of a model without a TTFT SLO, and "
+        "the longest any request waits for a slot")
+    max_queue: int = Field(default=256, gt=0, description="requests waiting per pool; past "
+                           "it a request is refused at once")
+    recheck_s: float = Field(
+        default=0.025, gt=0, description="how often the first request in a pool's queue looks "
+        "for room freed by other gateways sharing the state (room freed here wakes it at once)")
+    allowance: int = Field(
+        default=0, ge=0, description="requests an endpoint may hold beyond its learned "
+        "capacity before it counts as full")
+    ceiling_ttl_s: float = Field(
+        default=60.0, gt=0, description="a capacity learned from an engine's queue is "
+        "forgotten after this, and learned again")
+
+
 class Settings(BaseSettings):
     """Everything ridge reads from its environment (and the command line)."""
 
@@ -154,3 +178,4 @@ class Settings(BaseSettings):
         "unset: in-memory state, one gateway"
     )
     state: StateSettings = StateSettings()
+    admission: AdmissionSettings = AdmissionSettings()

@@ -26,6 +26,12 @@ Per finished request (:meth:`Telemetry.record`):
 Per route decision (:meth:`Telemetry.route`): ``ridge_route_decisions_total`` {pool, lever,
 reason}, and ``ridge_scheduler_plugin_duration_seconds`` {plugin}: how long each scheduler
 plugin instance that ran took (label: its configured name, a bounded set).
+
+Admission control (:mod:`gateway.admission`): ``ridge_admission_rejected_total`` {pool, reason}
+(``reason`` one of :data:`gateway.admission.REASONS`), ``ridge_admission_queue_depth`` {pool}
+(requests waiting at the gateway for a slot) and ``ridge_admission_wait_seconds`` {pool} (how
+long the requests admitted after waiting waited). Nothing is recorded for a request that had
+room at once.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90
                600)
 # Scheduler plugins: a microsecond to 10 ms, seconds.
 PLUGIN_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
+# Waiting at the gateway for a slot: 5 ms to a minute, seconds.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 # Token counts: powers of two from 1 to 128k tokens.
 TOKEN_BUCKETS = tuple(float(2**i) for i in range(18))
 
@@ -122,6 +130,7 @@ class Telemetry:
         self._request_metrics(registry)
         self._token_metrics(registry)
         self._goodput_metrics(registry)
+        self._admission_metrics(registry)
         self.use_slos(slos or SloPolicy())
 
     def _request_metrics(self, registry: CollectorRegistry) -> None:
@@ -205,6 +214,29 @@ class Telemetry:
             "ridge_slo_objective_seconds", "The configured SLO bounds",
             ("model", "slo_class", "slo"), registry=registry,
         )
+
+    def _admission_metrics(self, registry: CollectorRegistry) -> None:
+        self.admission_rejections = Counter(
+            "ridge_admission_rejected", "Requests refused by admission control (503), by "
+            "reason", ("pool", "reason"), registry=registry,
+        )
+        self.admission_queue_depth = Gauge(
+            "ridge_admission_queue_depth", "Requests waiting at the gateway for a slot in a "
+            "pool", ("pool",), registry=registry,
+        )
+        self.admission_wait = Histogram(
+            "ridge_admission_wait_seconds", "How long requests admitted after waiting for a "
+            "slot waited at the gateway", ("pool",), buckets=WAIT_BUCKETS, registry=registry,
+        )
+
+    def admission_refused(self, pool: str, reason: str) -> None:
+        self.child(self.admission_rejections, pool, reason).inc()
+
+    def admission_queue(self, pool: str, depth: int) -> None:
+        self.child(self.admission_queue_depth, pool).set(depth)
+
+    def admission_waited(self, pool: str, seconds: float) -> None:
+        self.child(self.admission_wait, pool).observe(seconds)
 
     def model_label(self, model: str | None) -> str:
         return model if model in self._models else OTHER_MODEL

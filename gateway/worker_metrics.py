@@ -33,6 +33,7 @@ log = logging.getLogger("ridge.workers")
 
 SUMMED_GAUGES = frozenset({
     "ridge_requests_in_flight", "ridge_endpoint_requests_in_flight",
+    "ridge_admission_queue_depth",
     "ridge_mfu_ratio", "ridge_mbu_ratio", "ridge_pool_mfu_ratio", "ridge_pool_mbu_ratio",
 })
 LOWEST_GAUGES = frozenset({"ridge_state_backend_up"})

@@ -16,8 +16,10 @@ can be scraped from their ``/metrics`` before and after. Definitions: :mod:`ridg
 
 ``ridge bench overhead ...`` runs the gateway overhead benchmark instead
 (:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``), ``ridge bench scaling ...`` the
-worker-scaling benchmark (:mod:`ridge_bench.scaling`) and ``ridge bench routing-cost ...`` the
-cost of the routing work alone (:mod:`ridge_bench.routing_cost`).
+worker-scaling benchmark (:mod:`ridge_bench.scaling`), ``ridge bench routing-cost ...`` the
+cost of the routing work alone (:mod:`ridge_bench.routing_cost`) and ``ridge bench overload
+...`` one pool at a multiple of its capacity, admission control off and on
+(:mod:`ridge_bench.overload`).
 
 Entry point for the ``ridge`` command (entry-point group ``ridge.commands``, name ``bench``):
 :func:`run` (``argv`` without the ``bench`` word).
@@ -165,6 +167,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         from ridge_bench import scaling
 
         return scaling.main(argv[1:])
+    if argv[:1] == ["overload"]:
+        from ridge_bench import overload
+
+        return overload.main(argv[1:])
     if argv[:1] == ["routing-cost"]:
         from ridge_bench import routing_cost
 

@@ -14,7 +14,8 @@ count), ``ignore_eos: true`` (the engine generates exactly ``max_tokens``, so ev
 serves the same token counts) and a ``seed`` fixed by (conversation, turn), so the replies, hence
 the next turns' prompts, are the same whichever replica answers. Measured on the client's
 monotonic clock (:mod:`ridge_bench.goodput`): TTFT at the first chunk with non-empty
-``delta.content``, e2e at ``data: [DONE]``; the ``x-ridge-route`` header names the pool.
+``delta.content``, e2e at ``data: [DONE]`` (a refused request's e2e: until its error answer
+was read); the ``x-ridge-route`` header names the pool.
 
 The driver also tracks f over the prompts it actually sent
 (:class:`ridge_bench.prefix.PrefixTracker`) and its own CPU time, to show whether the client
@@ -161,7 +162,7 @@ async def send_one(session: aiohttp.ClientSession, target: Target, pending: Pend
             if resp.status != 200:
                 await resp.read()
                 return RequestResult(error=f"HTTP {resp.status}", route=reader.route,
-                                     **common), None
+                                     e2e_s=clock() - sent, **common), None
             async for line in resp.content:
                 reader.feed(line)
     except asyncio.CancelledError:

@@ -11,7 +11,8 @@ token × (1 + 0.05 × requests on the endpoint when it started), and finishes wi
 
 The trace of a cell (fleet × workload) is one line per request: pool, decode pool, endpoint,
 prefill endpoint, lever, reason and detail. :func:`trace` returns it; the test compares its
-digest with the one recorded in ``tests/data/decision_trace.json``.
+digest with the one recorded in ``tests/data/decision_trace.json``. ``admission``: route
+through admission control (:mod:`gateway.admission`, default settings, the fleet's SLOs) too.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ import yaml
 
 from backends.fleet_file import Fleet, parse_fleet
 from backends.registry import EndpointRegistry, PollResult
+from gateway.admission import Admission, AdmissionConfig
 from gateway.app import build_router
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.openai_request import Endpoint, ParsedRequest, parse_request
+from gateway.slos import slo_policy
 from ridge_bench.command import DEFAULT_RATES
 from ridge_bench.turns import Dispatcher as Turns
 from ridge_bench.turns import Pending
@@ -122,12 +125,15 @@ class ReplayRouter:
     """The gateway's routing path (features, state, policy, scheduler, reservations) with a
     fake upstream, on ``clock``."""
 
-    def __init__(self, fleet: Fleet, clock: FakeClock) -> None:
+    def __init__(self, fleet: Fleet, clock: FakeClock, admission: bool = False) -> None:
         self._clock = clock
         self._registry = EndpointRegistry(fleet, metrics_ttl_s=None, clock=clock)
         self.poll({})
+        gate = Admission(AdmissionConfig(), slo_policy(fleet), self._registry.snapshot,
+                         clock=clock) if admission else None
         self._dispatcher = Dispatcher(self._registry, _Client(), build_router(fleet),  # type: ignore[arg-type]
-                                      MemoryState(clock=clock), FeatureExtractor(), 1)
+                                      MemoryState(clock=clock), FeatureExtractor(), 1,
+                                      admission=gate)
 
     def poll(self, figures: Mapping[str, tuple[int, int]]) -> None:
         for url in self._registry.urls:
@@ -158,9 +164,9 @@ def _service_s(uncached: int, output: int, load: int) -> float:
     return 0.05 + 1e-4 * uncached + 0.02 * output * (1.0 + 0.05 * load)
 
 
-async def _replay(fleet: Fleet, workload: str) -> list[str]:
+async def _replay(fleet: Fleet, workload: str, admission: bool) -> list[str]:
     clock = FakeClock()
-    router = ReplayRouter(fleet, clock)
+    router = ReplayRouter(fleet, clock, admission)
     work = build(workload, seed=0, rate=DEFAULT_RATES[workload], duration_s=DURATION_S)
     turns = Turns(work.sources)
     events: list[_Event] = []
@@ -206,9 +212,9 @@ def _body(pending: Pending) -> bytes:
                        "max_tokens": pending.max_tokens, "stream": True}).encode()
 
 
-def trace(fleet_name: str, workload: str) -> list[str]:
+def trace(fleet_name: str, workload: str, admission: bool = False) -> list[str]:
     """The decision trace of one cell (see the module docstring)."""
-    return asyncio.run(_replay(load_fleet_for(fleet_name), workload))
+    return asyncio.run(_replay(load_fleet_for(fleet_name), workload, admission))
 
 
 def digest(lines: list[str]) -> str:

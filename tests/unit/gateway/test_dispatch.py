@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
 from backends.client import UpstreamConnectError, UpstreamTimeout
 from backends.registry import CircuitState, EndpointRegistry, PollResult
+from gateway.admission import Admission, AdmissionConfig, Route
 from gateway.app import build_router
 from gateway.dispatch import Attempts, Dispatcher
 from gateway.errors import GatewayError
 from gateway.openai_request import Endpoint, parse_request
+from gateway.slos import ModelSlo, SloPolicy
 from routing.features import FeatureExtractor, RequestFeatures, RequestInfo
+from routing.fleet_math import Bounds
 from routing.memory_state import MemoryState
-from routing.state import Outcome, Reservation
+from routing.router import RoutePlan
+from routing.snapshots import EngineMetrics
+from routing.state import Ask, Outcome, Placed, Reservation
 from tests.fakes.harness import fleet_of
 
 A, B = "http://a:1", "http://b:1"
@@ -178,3 +185,94 @@ async def test_an_engine_answering_200_then_breaking_its_streams_opens_its_break
     with pytest.raises(GatewayError) as info:
         await dispatcher.dispatch(parsed, None, Attempts())
     assert info.value.code == "no_healthy_endpoint"
+
+
+def admitted_setup(slo_ttft_s: float = 1.0) -> tuple[Dispatcher, MemoryState, Admission]:
+    """One endpoint A whose engine figures give it a capacity of one request (0.9 × 1 ÷ 0.9),
+    and admission control with a TTFT SLO of ``slo_ttft_s``."""
+    fleet = fleet_of({"p": [A]})
+    registry = EndpointRegistry(fleet)
+    registry.record_poll(A, PollResult(registry.now(), True,
+                                       EngineMetrics(running=1.0, waiting=0.0,
+                                                     kv_cache_usage=0.9)))
+    slos = SloPolicy({"m": ModelSlo(Bounds(ttft_s=slo_ttft_s))})
+    admission = Admission(AdmissionConfig(recheck_s=30.0), slos, registry.snapshot)
+    state = MemoryState()
+    dispatcher = Dispatcher(registry, Client(), build_router(fleet), state, FeatureExtractor(),
+                            retries=1, admission=admission)
+    return dispatcher, state, admission
+
+
+async def test_admission_holds_a_request_until_a_finished_one_frees_its_slot() -> None:
+    dispatcher, state, admission = admitted_setup()
+    parsed = parse_request(Endpoint.CHAT, BODY)
+    earlier = await dispatcher.dispatch(parsed, None, Attempts())
+    await dispatcher.finish(earlier, parsed, succeeded=True, output_tokens=5,
+                            prompt_tokens=None)  # a slot freed once: the release rate is known
+    first = await dispatcher.dispatch(parsed, None, Attempts())
+    second = asyncio.create_task(dispatcher.dispatch(parsed, None, Attempts()))
+    for _ in range(1000):
+        if admission.waiting("p"):
+            break
+        await asyncio.sleep(0)
+    assert admission.waiting("p") == 1 and state.in_flight()[A].requests == 1
+    await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None,
+                            ttft_s=0.2)
+    sent = await asyncio.wait_for(second, 10)
+    assert sent.plan.endpoint.url == A and sent.waited_s > 0
+    assert state.in_flight()[A].requests == 1
+
+
+async def test_admission_refuses_with_a_503_and_retry_after_when_no_wait_can_meet_the_slo(
+) -> None:
+    dispatcher, state, admission = admitted_setup(slo_ttft_s=0.5)
+    parsed = parse_request(Endpoint.CHAT, BODY)
+    first = await dispatcher.dispatch(parsed, None, Attempts())
+    await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None,
+                            ttft_s=0.4)  # the engine alone takes 0.4 s: floor 0.4 + 2 × 0.2
+    await dispatcher.dispatch(parsed, None, Attempts())
+    with pytest.raises(GatewayError) as info:
+        await dispatcher.dispatch(parsed, None, Attempts())
+    assert (info.value.status, info.value.code) == (503, "overloaded")
+    assert dict(info.value.headers)[b"retry-after"] == b"1"
+    assert state.in_flight()[A].requests == 1 and admission.waiting("p") == 0
+
+
+@dataclass
+class RecordingAdmission:
+    """Stands in for :class:`Admission`: places at once, as if after a 0.25 s wait."""
+
+    keys: list[str | None] = field(default_factory=list)
+    releases: list[str] = field(default_factory=list)
+    ttfts: list[tuple[str, float]] = field(default_factory=list)
+
+    async def place(self, state: MemoryState, ask: Ask, route: Route
+                    ) -> tuple[Placed[RoutePlan] | None, float]:
+        self.keys.append(route.key)
+        placed = await state.place(ask, lambda view: route.router.choose(
+            route.features, route.pools, view, route.exclude))
+        return placed, 0.25
+
+    def released(self, url: str) -> None:
+        self.releases.append(url)
+
+    def observed_ttft(self, pool: str, engine_ttft_s: float) -> None:
+        self.ttfts.append((pool, engine_ttft_s))
+
+
+async def test_dispatch_tells_admission_the_key_releases_and_the_ttft_after_the_wait() -> None:
+    fleet = fleet_of({"p": [A]})
+    registry = EndpointRegistry(fleet)
+    registry.record_poll(A, PollResult(registry.now(), healthy=True))
+    fake = RecordingAdmission()
+    dispatcher = Dispatcher(registry, Client(), build_router(fleet), MemoryState(),
+                            FeatureExtractor(), retries=1, admission=cast(Admission, fake))
+    body = b'{"model": "m", "user": "u1", "messages": [{"role": "user", "content": "hi"}]}'
+    parsed = parse_request(Endpoint.CHAT, body)
+    sent = await dispatcher.dispatch(parsed, None, Attempts())
+    await dispatcher.dispatch(parsed, None, Attempts(), key="team-a")
+    assert fake.keys == ["u1", "team-a"]  # no API key: the request's `user`
+    assert sent.waited_s == 0.25
+    await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=5, prompt_tokens=None,
+                            ttft_s=1.0)
+    assert fake.releases == [A] and fake.ttfts == [("p", 0.75)]

@@ -70,7 +70,8 @@ class FakeDispatcher:
     sent_bodies: list[bytes] = field(default_factory=list)
 
     async def dispatch(self, parsed: ParsedRequest, session_hint: str | None,
-                       attempts: Attempts) -> Dispatched:
+                       attempts: Attempts, *, key: str | None = None,
+                       slo_class: str | None = None) -> Dispatched:
         self.sent_bodies.append(parsed.body)
         features = RequestFeatures("m", (), 16, 3, 10, None, None, parsed.stream)
         plan = RoutePlan(RouteDecision("p", None, "none", "only_pool", ""),
@@ -79,7 +80,8 @@ class FakeDispatcher:
                           self.upstream)  # type: ignore[arg-type]
 
     async def finish(self, sent: Dispatched, parsed: ParsedRequest, *, succeeded: bool,
-                     output_tokens: int | None, prompt_tokens: int | None) -> None:
+                     output_tokens: int | None, prompt_tokens: int | None,
+                     ttft_s: float | None = None) -> None:
         self.finished.append(succeeded)
 
     def engine_failed(self, sent: Dispatched, why: str) -> None:

@@ -137,6 +137,7 @@ async def test_http_errors_are_counted_and_end_the_conversation(
     fake.status = 503
     data = await run_workload(_workload(), Target(url, "m"), Bounds(4, 5.0, 5.0))
     assert [r.error for r in data.results] == ["HTTP 503"] * 4
+    assert all(r.e2e_s is not None and r.e2e_s >= 0 for r in data.results)  # refusal latency
     assert all(len(b["messages"]) == 2 for b in fake.bodies)  # no second turn ever
 
 
