@@ -4,6 +4,11 @@ One YAML file declares the whole fleet. The gateway routes over it, the simulato
 and the deploy renderer turns each pool's levers into engine launch flags. Loading a bad file
 raises :class:`FleetConfigError`, whose message names the file, the field and the problem.
 
+Launching: a pool's ``checkpoint`` (what its engines load; default its first model name) and
+``engine_args`` (more engine flags, appended verbatim) feed the rendered launch commands
+(:mod:`backends.engine_launch`, ``ridge render``); the renderer refuses engine arguments that
+would contradict the pool's levers.
+
 Routing settings: ``routing.policy`` holds the lever policy's thresholds and rule order
 (:class:`routing.policy.PolicyConfig`); ``routing.scheduler`` the replica scheduler every pool
 uses unless the pool has its own ``scheduler`` (:class:`routing.scheduler.SchedulerConfig`).
@@ -299,6 +304,16 @@ class Pool(_Strict):
         default=None, description="the environment variable holding the API key the pool's "
         "engines were started with (vLLM/SGLang --api-key); ridge sends it upstream as "
         "Authorization: Bearer. The key itself never goes in this file."
+    )
+    checkpoint: str | None = Field(
+        default=None, description="what the engines load (a Hugging Face repo id, or a path "
+        "inside the engine's container), for rendered launch commands; None = the first of "
+        "models"
+    )
+    engine_args: list[str] = Field(
+        default_factory=list, description="more engine flags, appended verbatim to the "
+        "rendered launch command (e.g. --enable-auto-tool-choice --tool-call-parser hermes); "
+        "flags that set a lever or a launch setting are refused there"
     )
 
     @field_validator("endpoints")

@@ -17,33 +17,51 @@ Rules:
   ``prompt_lookup_max`` / ``prompt_lookup_min`` (n-gram lengths, in tokens, matched against the
   prompt and the output so far);
 - ``--served-model-name`` lists every name of the pool's ``models``; vLLM answers to each and
-  reports the first one in responses and metric labels.
+  reports the first one in responses and metric labels;
+- a prefill or decode pool (P/D disaggregation) gets ``--kv-transfer-config`` with the NIXL
+  connector in role ``kv_both`` (:data:`KV_TRANSFER`): the connector whose
+  ``kv_transfer_params`` hand-off ridge drives (:mod:`backends.pd_client`);
+- the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch_args`),
+  and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
 
 Launch settings that are not levers (:class:`LaunchSettings`): ``dtype`` (``float32``: on CPU
 bf16 was slower and gave worse text), ``enforce_eager`` (no graph capture: start-up in under a
-minute), ``max_model_len`` (tokens of prompt + output). The environment (:func:`vllm_env`) sets
-``HF_HUB_OFFLINE=1`` (no model hub), ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on a CPU
-build) and optionally ``VLLM_CPU_OMP_THREADS_BIND`` (which CPU cores the engine's compute
-threads are pinned to; without it every engine on the machine pins to the same core).
+minute), ``max_model_len`` (tokens of prompt + output); None leaves a setting to vLLM, as a
+GPU deployment does (:data:`DEPLOY_SETTINGS`, :data:`LAUNCHER`). The environment
+(:func:`vllm_env`) sets ``HF_HUB_OFFLINE=1`` (no model hub), ``VLLM_CPU_KVCACHE_SPACE`` (GiB
+of KV cache on a CPU build) and optionally ``VLLM_CPU_OMP_THREADS_BIND`` (which CPU cores the
+engine's compute threads are pinned to; without it every engine on the machine pins to the
+same core).
 
 Run ``python -m backends.vllm_launch FLEET.yaml POOL --port P --model-dir DIR`` to print the
-command for one pool.
+command for one pool. The flags this module can emit are checked against the real ``--help=all``
+of the CPU build: a capture in ``tests/data`` (unit tier) and the live one (real-engine tier).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
+import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from backends.fleet_file import Pool, Speculative, load_fleet
+from backends.fleet_file import Pool, Role, Speculative, load_fleet
+from backends.launch_args import (
+    Arg,
+    Launcher,
+    LaunchError,
+    api_key_args,
+    extra_args,
+    resolve,
+    shell_join,
+)
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+DEFAULT_PORT = 8000  # vLLM's own --port default
 
 FLAGS: Mapping[str, str] = MappingProxyType(
     {
@@ -60,9 +78,14 @@ FLAGS: Mapping[str, str] = MappingProxyType(
         "chunked_prefill_off": "--no-enable-chunked-prefill",
         "chunk_tokens": "--max-num-batched-tokens",
         "speculative": "--speculative-config",
+        "kv_transfer": "--kv-transfer-config",
+        "api_key": "--api-key",
     }
 )
 """Lever or setting → vLLM flag (vLLM 0.32 ``python -m vllm.entrypoints.openai.api_server``)."""
+
+ALIASES: frozenset[str] = frozenset({"-sc"})
+"""Short spellings of flags in :data:`FLAGS` (``-sc`` = ``--speculative-config``)."""
 
 NGRAM_LOOKUP: Mapping[str, int] = MappingProxyType({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
 """n-gram proposer window, in tokens: the longest and shortest suffix matched in the context."""
@@ -72,6 +95,25 @@ SPECULATIVE_EXTRAS: Mapping[str, Mapping[str, int]] = MappingProxyType({"ngram":
 
 NEEDS_DRAFT_MODEL: frozenset[str] = frozenset({"eagle", "eagle3", "medusa", "draft_model"})
 """Methods whose ``--speculative-config`` must name a draft checkpoint (``model``)."""
+
+KV_TRANSFER: Mapping[str, str] = MappingProxyType(
+    {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+)
+"""``--kv-transfer-config`` of a prefill or decode pool (vLLM docs, NixlConnector usage guide:
+both sides run the NIXL connector as ``kv_both``)."""
+
+PARALLEL_FLAGS: tuple[frozenset[str], ...] = (
+    frozenset({"--tensor-parallel-size", "-tp"}),
+    frozenset({"--pipeline-parallel-size", "-pp"}),
+    frozenset({"--data-parallel-size", "-dp"}),
+)
+"""Flags of ``engine_args`` whose values multiply into the GPUs one engine needs."""
+
+SIDE_PORTS: Mapping[Role, Mapping[str, int]] = MappingProxyType({
+    Role.PREFILL: {"nixl": 5600},  # VLLM_NIXL_SIDE_CHANNEL_PORT's default
+    Role.DECODE: {"nixl": 5600},
+})  # fmt: skip
+"""Ports an engine listens on besides its HTTP port, by pool role."""
 
 ENV_KEYS: Mapping[str, str] = MappingProxyType(
     {
@@ -85,35 +127,46 @@ ENV_KEYS: Mapping[str, str] = MappingProxyType(
 
 @dataclass(frozen=True, slots=True)
 class LaunchSettings:
-    """Settings that are not levers. ``max_model_len`` is in tokens (prompt + output)."""
+    """Settings that are not levers. ``max_model_len`` is in tokens (prompt + output); a None
+    setting is left to vLLM (no flag)."""
 
     host: str = "127.0.0.1"
-    dtype: str = "float32"
+    dtype: str | None = "float32"
     enforce_eager: bool = True
-    max_model_len: int = 2048
+    max_model_len: int | None = 2048
+
+
+DEPLOY_SETTINGS = LaunchSettings(host="0.0.0.0", dtype=None, enforce_eager=False,
+                                 max_model_len=None)
+"""A GPU deployment: every address, and vLLM's own choice of dtype, graphs and context."""
 
 
 def vllm_args(
     pool: Pool, port: int, model_dir: str, settings: LaunchSettings = LaunchSettings()
-) -> list[str]:
+) -> list[Arg]:
     """The flags (after ``python -m vllm.entrypoints.openai.api_server``) for one pool engine."""
-    args = [
+    args: list[Arg] = [
         FLAGS["host"], settings.host,
         FLAGS["port"], str(port),
         FLAGS["model"], model_dir,
         FLAGS["served_model_name"], *pool.models,
-        FLAGS["dtype"], settings.dtype,
-        FLAGS["max_model_len"], str(settings.max_model_len),
     ]  # fmt: skip
+    if settings.dtype is not None:
+        args += [FLAGS["dtype"], settings.dtype]
+    if settings.max_model_len is not None:
+        args += [FLAGS["max_model_len"], str(settings.max_model_len)]
     if settings.enforce_eager:
         args.append(FLAGS["enforce_eager"])
-    return args + lever_args(pool)
+    args += lever_args(pool) + pd_args(pool) + api_key_args(pool, FLAGS["api_key"])
+    return args + extra_args(pool, set(FLAGS.values()) | ALIASES)
 
 
-def lever_args(pool: Pool) -> list[str]:
+def lever_args(pool: Pool) -> list[Arg]:
     """The flags that set the pool's levers, each lever explicitly on or off."""
     levers = pool.levers
-    args = [FLAGS["prefix_caching_on" if levers.prefix_caching else "prefix_caching_off"]]
+    args: list[Arg] = [
+        FLAGS["prefix_caching_on" if levers.prefix_caching else "prefix_caching_off"]
+    ]
     if levers.chunked_prefill is not None and levers.chunked_prefill.enabled:
         budget = str(levers.chunked_prefill.token_budget)
         args += [FLAGS["chunked_prefill_on"], FLAGS["chunk_tokens"], budget]
@@ -124,6 +177,13 @@ def lever_args(pool: Pool) -> list[str]:
     return args
 
 
+def pd_args(pool: Pool) -> list[Arg]:
+    """``--kv-transfer-config`` for a prefill or decode pool; nothing for a mixed one."""
+    if pool.role is Role.MIXED:
+        return []
+    return [FLAGS["kv_transfer"], json.dumps(dict(KV_TRANSFER))]
+
+
 def speculative_config(spec: Speculative) -> dict[str, Any]:
     """The ``--speculative-config`` object for a pool's speculative lever."""
     config: dict[str, Any] = {
@@ -132,15 +192,28 @@ def speculative_config(spec: Speculative) -> dict[str, Any]:
     }
     if spec.method in NEEDS_DRAFT_MODEL:
         if spec.draft_model is None:
-            raise ValueError(f"speculative method {spec.method!r} needs a draft_model")
+            raise LaunchError(f"speculative method {spec.method!r} needs a draft_model")
         config["model"] = spec.draft_model
     config.update(SPECULATIVE_EXTRAS.get(spec.method, {}))
     return config
 
 
-def vllm_command(python: str, pool: Pool, port: int, model_dir: str) -> list[str]:
-    """The whole argv: ``python -m vllm.entrypoints.openai.api_server`` and :func:`vllm_args`."""
-    return [python, "-m", SERVER_MODULE, *vllm_args(pool, port, model_dir)]
+def vllm_command(python: str, pool: Pool, port: int, model_dir: str,
+                 env: Mapping[str, str] | None = None) -> list[str]:
+    """The whole argv of a local process: ``python -m vllm.entrypoints.openai.api_server`` and
+    :func:`vllm_args`, references (the API key) read from ``env`` (default: this process's)."""
+    argv = [python, "-m", SERVER_MODULE, *vllm_args(pool, port, model_dir)]
+    return resolve(argv, os.environ if env is None else env)
+
+
+def deploy_args(pool: Pool, host: str, port: int, checkpoint: str) -> list[Arg]:
+    """The flags of one engine of a deployment (:data:`DEPLOY_SETTINGS` on ``host``)."""
+    return vllm_args(pool, port, checkpoint, replace(DEPLOY_SETTINGS, host=host))
+
+
+LAUNCHER = Launcher(module=SERVER_MODULE, port=DEFAULT_PORT, args=deploy_args,
+                    parallel=PARALLEL_FLAGS, side_ports=SIDE_PORTS)
+"""vLLM's launch recipe for deployments (``ridge render``)."""
 
 
 def vllm_env(
@@ -156,7 +229,7 @@ def vllm_env(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the launch command of one pool of a fleet file."""
+    """Print the launch command of one pool of a fleet file (the API key as ``"$VAR"``)."""
     parser = argparse.ArgumentParser(description="Print the vLLM command for a fleet pool.")
     parser.add_argument("fleet", help="fleet YAML file")
     parser.add_argument("pool", help="pool name")
@@ -168,7 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool = load_fleet(ns.fleet).pool(ns.pool)
     except KeyError:
         parser.error(f"{ns.fleet}: no pool named {ns.pool!r}")
-    print(shlex.join(vllm_command(ns.python, pool, ns.port, ns.model_dir)))
+    try:
+        args = vllm_args(pool, ns.port, ns.model_dir)
+    except LaunchError as exc:
+        parser.error(str(exc))
+    print(shell_join([ns.python, "-m", SERVER_MODULE, *args]))
     return 0
 
 

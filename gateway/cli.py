@@ -5,6 +5,8 @@
   fleet (``gateway/demo/demo-fleet.yaml``, package data), all in one process; ``--real``: real
   vLLM engines.
 - ``ridge keys add|list|revoke``: API keys (:mod:`gateway.keys_cli`).
+- ``ridge render compose|k8s FLEET [-o DIR]``: a deployment of a fleet file
+  (:mod:`gateway.render.cli`).
 - ``ridge NAME ...``: a command another installed distribution adds through the entry-point
   group ``ridge.commands`` (a function ``run(argv) -> exit status``), such as ``ridge bench``
   from ridge-bench (``bench/`` in the repository). ridge never imports them itself.
@@ -38,6 +40,7 @@ from gateway import keys_cli
 from gateway.app import RidgeApp, create_app
 from gateway.http_protocol import HttpLimits, with_limits
 from gateway.redis_state import RedisUnavailable, check_url
+from gateway.render import cli as render_cli
 from gateway.settings import Settings
 from gateway.shutdown import DrainingServer, Lifecycle
 from gateway.worker_state import WorkerContext
@@ -46,7 +49,7 @@ from gateway.workers import serve_workers
 DEMO_FLEET = "demo-fleet.yaml"
 REAL_DEMO_FLEET = "demo-real-fleet.yaml"
 COMMANDS_GROUP = "ridge.commands"
-BUILTIN = ("serve", "demo", "keys")
+BUILTIN = ("serve", "demo", "keys", "render")
 KNOWN_PLUGINS = {"bench": "ridge-bench (from a ridge checkout: pip install -e ./bench)"}
 """Plugin commands ridge can name when they are missing: command → how to install it."""
 
@@ -65,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = _settings(args)
     if args.command == "keys":
         return keys_cli.run(args, settings)
+    if args.command == "render":
+        return render_cli.run(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -138,6 +143,7 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
                         help=f"real vLLM engines instead of simulated ones "
                              f"(default fleet {REAL_DEMO_FLEET}; needs `make engines`)")
     keys_cli.add_parser(sub)
+    render_cli.add_parser(sub)
     for p in (serve_p, demo_p):
         p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
         p.add_argument("--port", type=int, help="port to listen on (default 8080)")

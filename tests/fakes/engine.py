@@ -19,7 +19,9 @@ With ``api_key`` set, a generation request without ``Authorization: Bearer <api_
 vLLM's 401 (``{"error": "Unauthorized"}``), as an engine started with ``--api-key`` answers.
 
 ``running`` counts requests being generated now; a request whose client goes away is aborted
-(the handler is cancelled, as vLLM aborts it), which tests observe through ``running``.
+(the handler is cancelled, as vLLM aborts it), which tests observe through ``running``. With
+``kv_per_request`` set, ``/metrics`` also says the KV cache is ``running × kv_per_request`` used
+(``vllm:kv_cache_usage_perc``, at most 1).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class FakeEngine:
     delay_s: float = 0.0
     huge_bytes: int = 0
     api_key: str | None = None
+    kv_per_request: float | None = None
     running: int = 0
     served: int = 0
     bodies: list[bytes] = field(default_factory=list)
@@ -88,6 +91,10 @@ class FakeEngine:
             "# TYPE vllm:num_requests_waiting gauge\n"
             f'vllm:num_requests_waiting{{engine="0",model_name="{self.model}"}} 0\n'
         )
+        if self.kv_per_request is not None:
+            usage = min(1.0, self.running * self.kv_per_request)
+            text += ("# TYPE vllm:kv_cache_usage_perc gauge\n"
+                     f'vllm:kv_cache_usage_perc{{engine="0",model_name="{self.model}"}} {usage}\n')
         return web.Response(text=text, content_type="text/plain")
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:

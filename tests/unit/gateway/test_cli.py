@@ -49,7 +49,7 @@ def test_help_lists_installed_plugins(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(SystemExit):
         main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "{bench,serve,demo,keys}" in out and "(ridge bench --help)" in out
+    assert "{bench,serve,demo,keys,render}" in out and "(ridge bench --help)" in out
 
 
 def test_a_plugin_cannot_replace_a_builtin(monkeypatch: pytest.MonkeyPatch,

@@ -1,0 +1,227 @@
+"""Render a pool's levers into an SGLang server command line (``python -m sglang.launch_server``).
+
+The SGLang counterpart of :mod:`backends.vllm_launch`: the fleet file says which levers a pool's
+engines run with, and this module writes the flags that launch such an engine. SGLang cannot
+run on the machines this project is tested on (it needs CUDA), so every flag this module can
+emit is looked up in :data:`DOCUMENTED`, the table of SGLang's documented server arguments it
+relies on (a unit test checks every rendered command against it).
+
+Source of :data:`DOCUMENTED` and of every choice list below: SGLang's
+``docs/advanced_features/server_arguments.md`` (sgl-project/sglang, commit 004813e1dd46), and
+for the meaning of the speculative settings ``docs/advanced_features/speculative_decoding.md``
+(commit 067ad4d335bb).
+
+Rules:
+- every lever is rendered both ways, as for vLLM: prefix caching off is
+  ``--disable-radix-cache`` (RadixAttention is on by default); chunked prefill on is
+  ``--chunked-prefill-size TOKEN_BUDGET``, off is ``--chunked-prefill-size -1`` (the documented
+  way to disable it: SGLang chunks by default);
+- speculative decoding: the method is a documented ``--speculative-algorithm``
+  (:data:`ALGORITHMS`: ngram → NGRAM, eagle → EAGLE, eagle3 → EAGLE3, mtp → EAGLE as the docs'
+  MTP example runs it, draft_model → STANDALONE; SGLang has no Medusa). The pool's K drafted
+  tokens per verify step are a chain, as in ridge's arithmetic: for the EAGLE family
+  ``--speculative-num-steps K --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1``
+  (the docs: with top-k 1, draft tokens = steps + 1; all three are set, as the docs ask when
+  tuning); for NGRAM ``--speculative-num-draft-tokens K+1`` and
+  ``--speculative-ngram-max-bfs-breadth 1`` (a chain, not SGLang's default tree of breadth 10).
+  Methods of :data:`NEEDS_DRAFT_MODEL` also get ``--speculative-draft-model-path``; for MTP a
+  draft_model is passed when given (some MTP models need none);
+- P/D disaggregation: a prefill or decode pool gets ``--disaggregation-mode prefill|decode``,
+  ``--disaggregation-transfer-backend`` (:class:`SGLangSettings`, SGLang's default ``mooncake``)
+  and ``--disaggregation-bootstrap-port``: the port ridge names as ``bootstrap_port`` in the
+  hand-off (:data:`backends.pd_client.SGLANG_BOOTSTRAP_PORT`), so the two cannot disagree;
+- ``--served-model-name`` takes ONE name in SGLang: the pool's first model. SGLang's OpenAI
+  routes do not check a request's ``model`` (sgl-project/sglang issue 31404), so the pool's other
+  names still reach it; ``--enable-metrics`` is always on (ridge polls ``/metrics``);
+- the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch_args`),
+  and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from backends.fleet_file import Pool, Role, Speculative
+from backends.launch_args import Arg, Launcher, LaunchError, api_key_args, extra_args
+from backends.pd_client import SGLANG_BOOTSTRAP_PORT
+
+SERVER_MODULE = "sglang.launch_server"
+DEFAULT_PORT = 30000  # SGLang's own --port default
+
+DOCUMENTED: Mapping[str, str] = MappingProxyType({
+    "--model-path": "Model and tokenizer: the model weights, a local folder or a Hugging Face id",
+    "--context-length": "Model and tokenizer: the model's maximum context length",
+    "--host": "HTTP server: the host of the HTTP server",
+    "--port": "HTTP server: the port of the HTTP server",
+    "--dtype": "Quantization and data type: weights and activations",
+    "--chunked-prefill-size": "Memory and scheduling: tokens per prefill chunk; -1 disables",
+    "--tensor-parallel-size": "Runtime options: tensor parallelism size (alias --tp-size)",
+    "--tp-size": "Runtime options: alias of --tensor-parallel-size",
+    "--pipeline-parallel-size": "Runtime options: pipeline parallelism size (alias --pp-size)",
+    "--pp-size": "Runtime options: alias of --pipeline-parallel-size",
+    "--data-parallel-size": "Data parallelism: data parallelism size (alias --dp-size)",
+    "--dp-size": "Data parallelism: alias of --data-parallel-size",
+    "--enable-metrics": "Logging: enable Prometheus metrics",
+    "--api-key": "API related: the server's API key, also for the OpenAI-compatible API",
+    "--served-model-name": "API related: the model name /v1/models returns (one string)",
+    "--speculative-algorithm": "Speculative decoding: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM",
+    "--speculative-draft-model-path": "Speculative decoding: the draft model weights",
+    "--speculative-num-steps": "Speculative decoding: draft steps (depth)",
+    "--speculative-eagle-topk": "Speculative decoding: tokens sampled per draft step (breadth)",
+    "--speculative-num-draft-tokens": "Speculative decoding: draft tokens verified per step",
+    "--speculative-ngram-max-bfs-breadth": "Ngram speculative decoding: maximum BFS breadth",
+    "--disable-radix-cache": "Optimization/debug options: disable RadixAttention prefix caching",
+    "--disaggregation-mode": "PD disaggregation: prefill or decode (unset: not disaggregated)",
+    "--disaggregation-transfer-backend": "PD disaggregation: mooncake, nixl, ascend or fake",
+    "--disaggregation-bootstrap-port": "PD disaggregation: bootstrap server port (prefill)",
+})  # fmt: skip
+"""SGLang's documented server arguments this module relies on → where the docs describe them."""
+
+FLAGS: Mapping[str, str] = MappingProxyType({
+    "model": "--model-path",
+    "context_length": "--context-length",
+    "host": "--host",
+    "port": "--port",
+    "dtype": "--dtype",
+    "served_model_name": "--served-model-name",
+    "metrics": "--enable-metrics",
+    "api_key": "--api-key",
+    "radix_off": "--disable-radix-cache",
+    "chunk_tokens": "--chunked-prefill-size",
+    "spec_algorithm": "--speculative-algorithm",
+    "spec_draft_model": "--speculative-draft-model-path",
+    "spec_steps": "--speculative-num-steps",
+    "spec_topk": "--speculative-eagle-topk",
+    "spec_draft_tokens": "--speculative-num-draft-tokens",
+    "ngram_breadth": "--speculative-ngram-max-bfs-breadth",
+    "pd_mode": "--disaggregation-mode",
+    "pd_backend": "--disaggregation-transfer-backend",
+    "pd_bootstrap_port": "--disaggregation-bootstrap-port",
+})  # fmt: skip
+"""Lever or setting → SGLang flag; every value is in :data:`DOCUMENTED`."""
+
+ALIASES: frozenset[str] = frozenset({"--model", "--speculative-draft-model",
+                                     "--speculative-algo", "--disable-radix"})
+"""Other spellings of flags in :data:`FLAGS` (documented aliases and argparse prefixes seen in
+use), refused in ``engine_args`` like the flags themselves."""
+
+CHUNKED_PREFILL_OFF = -1
+"""``--chunked-prefill-size`` that disables chunked prefill (documented)."""
+
+ALGORITHMS: Mapping[str, str] = MappingProxyType({
+    "ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE",
+    "draft_model": "STANDALONE",
+})  # fmt: skip
+"""Fleet-file speculative method → ``--speculative-algorithm``; a method absent here (medusa)
+has no SGLang counterpart."""
+
+DOCUMENTED_ALGORITHMS: frozenset[str] = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE",
+                                                   "NGRAM"})
+"""The documented choices of ``--speculative-algorithm``."""
+
+NEEDS_DRAFT_MODEL: frozenset[str] = frozenset({"eagle", "eagle3", "draft_model"})
+"""Methods that must name a draft checkpoint (``--speculative-draft-model-path``)."""
+
+TRANSFER_BACKENDS: frozenset[str] = frozenset({"mooncake", "nixl", "ascend", "fake"})
+"""The documented choices of ``--disaggregation-transfer-backend``."""
+
+PD_MODES: Mapping[Role, str] = MappingProxyType({Role.PREFILL: "prefill", Role.DECODE: "decode"})
+"""Pool role → ``--disaggregation-mode`` (a mixed pool gets none)."""
+
+PARALLEL_FLAGS: tuple[frozenset[str], ...] = (
+    frozenset({"--tensor-parallel-size", "--tp-size", "--tp"}),
+    frozenset({"--pipeline-parallel-size", "--pp-size"}),
+    frozenset({"--data-parallel-size", "--dp-size"}),
+)
+"""Flags of ``engine_args`` whose values multiply into the GPUs one engine needs (``--tp`` is
+the docs' own shorthand of ``--tp-size``)."""
+
+SIDE_PORTS: Mapping[Role, Mapping[str, int]] = MappingProxyType(
+    {Role.PREFILL: {"bootstrap": SGLANG_BOOTSTRAP_PORT}}
+)
+"""Ports an engine listens on besides its HTTP port, by pool role: a prefill engine's
+bootstrap server, which decode engines reach."""
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangSettings:
+    """Settings that are not levers; None leaves a setting to SGLang. ``context_length`` in
+    tokens; ``transfer_backend`` carries a P/D pool's KV (one of :data:`TRANSFER_BACKENDS`)."""
+
+    host: str = "127.0.0.1"
+    dtype: str | None = None
+    context_length: int | None = None
+    transfer_backend: str = "mooncake"
+
+
+def sglang_args(pool: Pool, port: int, model_path: str,
+                settings: SGLangSettings = SGLangSettings()) -> list[Arg]:
+    """The flags (after ``python -m sglang.launch_server``) for one engine of ``pool``."""
+    args: list[Arg] = [
+        FLAGS["host"], settings.host,
+        FLAGS["port"], str(port),
+        FLAGS["model"], model_path,
+        FLAGS["served_model_name"], pool.models[0],
+        FLAGS["metrics"],
+    ]  # fmt: skip
+    if settings.dtype is not None:
+        args += [FLAGS["dtype"], settings.dtype]
+    if settings.context_length is not None:
+        args += [FLAGS["context_length"], str(settings.context_length)]
+    args += lever_args(pool) + pd_args(pool, settings.transfer_backend)
+    args += api_key_args(pool, FLAGS["api_key"])
+    return args + extra_args(pool, set(FLAGS.values()) | ALIASES)
+
+
+def lever_args(pool: Pool) -> list[Arg]:
+    """The flags that set the pool's levers, each lever explicitly on or off."""
+    levers = pool.levers
+    args: list[Arg] = [] if levers.prefix_caching else [FLAGS["radix_off"]]
+    chunked = levers.chunked_prefill
+    budget = chunked.token_budget if chunked is not None and chunked.enabled else None
+    args += [FLAGS["chunk_tokens"], str(CHUNKED_PREFILL_OFF if budget is None else budget)]
+    if levers.speculative is not None:
+        args += speculative_args(levers.speculative)
+    return args
+
+
+def speculative_args(spec: Speculative) -> list[Arg]:
+    """The speculative-decoding flags of a pool's speculative lever (a chain of K drafts)."""
+    algorithm = ALGORITHMS.get(spec.method)
+    if algorithm is None:
+        raise LaunchError(f"speculative method {spec.method!r} has no SGLang algorithm; "
+                          f"SGLang runs {', '.join(sorted(ALGORITHMS))}")
+    k = spec.num_draft_tokens
+    args: list[Arg] = [FLAGS["spec_algorithm"], algorithm]
+    if algorithm == "NGRAM":
+        return args + [FLAGS["spec_draft_tokens"], str(k + 1), FLAGS["ngram_breadth"], "1"]
+    if spec.method in NEEDS_DRAFT_MODEL and spec.draft_model is None:
+        raise LaunchError(f"speculative method {spec.method!r} needs a draft_model")
+    if spec.draft_model is not None:
+        args += [FLAGS["spec_draft_model"], spec.draft_model]
+    return args + [FLAGS["spec_steps"], str(k), FLAGS["spec_topk"], "1",
+                   FLAGS["spec_draft_tokens"], str(k + 1)]
+
+
+def pd_args(pool: Pool, transfer_backend: str) -> list[Arg]:
+    """The disaggregation flags of a prefill or decode pool; nothing for a mixed one."""
+    mode = PD_MODES.get(pool.role)
+    if mode is None:
+        return []
+    if transfer_backend not in TRANSFER_BACKENDS:
+        raise LaunchError(f"unknown SGLang transfer backend {transfer_backend!r}; documented: "
+                          f"{', '.join(sorted(TRANSFER_BACKENDS))}")
+    return [FLAGS["pd_mode"], mode, FLAGS["pd_backend"], transfer_backend,
+            FLAGS["pd_bootstrap_port"], str(SGLANG_BOOTSTRAP_PORT)]
+
+
+def deploy_args(pool: Pool, host: str, port: int, checkpoint: str) -> list[Arg]:
+    """The flags of one engine of a deployment, listening on ``host``."""
+    return sglang_args(pool, port, checkpoint, replace(SGLangSettings(), host=host))
+
+
+LAUNCHER = Launcher(module=SERVER_MODULE, port=DEFAULT_PORT, args=deploy_args,
+                    parallel=PARALLEL_FLAGS, side_ports=SIDE_PORTS)
+"""SGLang's launch recipe for deployments (``ridge render``)."""

