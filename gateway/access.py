@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.keys import ANONYMOUS, Caller, KeyRing, model_refused
+from gateway.keys import Caller, KeyRing, model_refused
 from gateway.openai_request import ParsedRequest
 from gateway.rate_limits import Grant, RateLimiter
 
@@ -46,8 +46,6 @@ class Access:
     def authenticate(self, authorization: bytes | None) -> Caller:
         """The caller (ANONYMOUS when no key is required); 401 otherwise when the key is
         missing or unknown."""
-        if not self.keys.required:
-            return ANONYMOUS
         return self.keys.authenticate(authorization)
 
     async def admit(self, caller: Caller, parsed: ParsedRequest) -> Grant | None:

@@ -132,7 +132,8 @@ class Proxy:
             body = await read_body(receive, self._limits.request,
                                    headers.get(b"content-length"))
             call.parsed = _ask_for_usage(parse_request(endpoint, body))
-            call.grant = await self._access.admit(call.caller, call.parsed)
+            if call.caller.record is not None:  # anonymous callers have nothing to admit
+                call.grant = await self._access.admit(call.caller, call.parsed)
             stop_watching = watch_disconnect(scope, receive, call)
             await self._serve_within(call, send, self._access.deadline_s(call.caller))
         except GatewayError as exc:
