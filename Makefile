@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PORT   ?= 8080
-APT_PACKAGES ?= prometheus redis-server
+PORT   ?=
+APT_PACKAGES ?= prometheus redis-server curl
 
 .PHONY: demo test test-fast lint typecheck engines deps bench-overhead clean
 
@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml bench/pyproject.toml
 deps: $(STAMP)
 	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
 
-## The gateway in front of the simulated demo fleet, on http://127.0.0.1:$(PORT)
+## The gateway in front of the simulated demo fleet, on http://127.0.0.1:8080 (a free port
+## near it when 8080 is taken; `make demo PORT=9000` for that port and no other)
 demo: $(STAMP)
-	$(BIN)/ridge demo --port $(PORT)
+	$(BIN)/ridge demo $(if $(PORT),--port $(PORT))
 
 ## The real engine environment and model (cached in .engines/; seconds when cached)
 engines:

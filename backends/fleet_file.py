@@ -9,6 +9,11 @@ Launching: a pool's ``checkpoint`` (what its engines load; default its first mod
 (:mod:`backends.engine_launch`, ``ridge render``); the renderer refuses engine arguments that
 would contradict the pool's levers.
 
+LoRA adapters: a pool's ``adapters`` (:class:`Adapter`: a name, optionally the path its engines
+load it from and its rank) are served names on top of the pool's base model; they render into
+the engines' LoRA flags, and the router sends a request naming one only to endpoints that have
+it (:mod:`routing.scheduler.plugins.adapter_affinity`). An adapter's name is no base model's.
+
 Routing settings: ``routing.policy`` holds the lever policy's thresholds and rule order
 (:class:`routing.policy.PolicyConfig`); ``routing.scheduler`` the replica scheduler every pool
 uses unless the pool has its own ``scheduler`` (:class:`routing.scheduler.SchedulerConfig`).
@@ -16,17 +21,39 @@ Plugin and rule names are checked against routing's tables here, at load, so a t
 start-up instead of a request. The routing types stay plain dataclasses; ``to_config``
 converts at this boundary.
 
+Endpoints that change at runtime: a pool with ``resolve: dns`` is, for the registry, one
+endpoint per address its endpoints' host names resolve to, looked up again at every poll
+(:mod:`backends.resolver`); only ``http`` endpoints may take it (a certificate issued for the
+name does not cover the addresses).
+
 Service-level objectives: ``slos`` maps a model name (or ``*``, every other model) to its
 bounds ``ttft_s`` / ``tpot_s`` / ``e2e_s`` [s] and optional request ``classes`` (chosen by the
 client's ``x-ridge-slo-class`` header or by ``max_tokens`` band); the rules, and the
 conversion of this section into them, are in :mod:`gateway.slos`.
 
-Model and hardware facts become the fleet arithmetic's plain dataclasses at this boundary:
+Model and hardware facts: a pool's ``model:`` and ``hardware:`` each take one of three forms.
+(a) A name from the built-in catalogue (:mod:`backends.catalog`, case-insensitive, with aliases):
+``model: llama-3-8b``, ``hardware: nvidia-h100-sxm``; a mapping with a ``name`` that lacks
+some required fields takes the catalogue's facts with the fields it gives overridden
+(``hardware: {name: nvidia-l4, kv_cache_bytes: 6e9}``). (b) Full facts (:class:`ModelFacts`,
+:class:`HardwareFacts`): a mapping with every required field is taken as written, whatever its
+``name`` says, as before. (c) Absent: the pool routes as any other, but its MFU/MBU is off (the
+telemetry says so once at start-up, :mod:`gateway.efficiency`), its ridge point is unknown (the
+lever policy's speculative rule admits no pool without one), and the simulator refuses it.
+Names are resolved here, at load: past this module a pool's facts are :class:`ModelFacts` /
+:class:`HardwareFacts` or None. A model named from the catalogue claims nothing about how its
+engines were launched: only its ``name`` and the fields the file writes count as set
+(``model_fields_set``; the lever check compares ``max_context`` only when the file sets it),
+so a dump of the set fields names it again.
+Facts become the fleet arithmetic's plain dataclasses at this boundary:
 :meth:`ModelFacts.to_shape` and :meth:`HardwareFacts.to_rates` (:mod:`routing.fleet_math`).
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -38,10 +65,18 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
 
+from backends.catalog import (
+    UnknownName,
+    accelerator_name,
+    find_accelerator,
+    find_model,
+    model_name,
+)
 from routing.features import DEFAULT_BLOCK_TOKENS, DEFAULT_OUTPUT_TOKENS
 from routing.fleet_math import HardwareRates, ModelShape
 from routing.policy import DEFAULT_RULES, PolicyConfig
@@ -101,6 +136,8 @@ class Levers(_Strict):
 class ModelFacts(_Strict):
     """The served model's shape. Units: counts, and bytes per element for ``dtype_bytes``."""
 
+    name: str | None = Field(default=None, description="a label; the catalogue's name when the "
+                             "facts come from backends.catalog")
     params: PositiveFloat = Field(description="parameter count N")
     layers: PositiveInt
     hidden_size: PositiveInt
@@ -195,17 +232,41 @@ class PluginSettings(_Strict):
         return PluginSpec(self.name, self.type, dict(self.parameters))
 
 
+class TokenizerSettings(_Strict):
+    """One model's files for exact prompt tokens (:mod:`routing.prompt_tokens`): ``path``, its
+    Hugging Face ``tokenizer.json`` or the model folder holding it (its
+    ``tokenizer_config.json`` and chat template are read from the same folder);
+    ``chat_template``, a Jinja file used instead of the folder's (as vLLM's
+    ``--chat-template``); ``content_format`` as vLLM's ``--chat-template-content-format``;
+    ``required``: false lets a model whose files cannot be loaded fall back to the estimate
+    (logged at start-up) instead of stopping it. A plain string stands for ``path``. Paths may
+    name environment variables (``$NAME``, ``${NAME}``, ``${NAME:-default}``); a relative path
+    (after them) is relative to the fleet file."""
+
+    path: str
+    chat_template: str | None = None
+    content_format: Literal["auto", "string", "openai"] = "auto"
+    required: bool = True
+
+
 class FeatureSettings(_Strict):
     """How the router measures a request (:mod:`routing.features`): ``block_tokens`` per
     hashed prompt block, ``chars_per_token`` of the estimate, ``default_output_tokens`` when
-    neither ``max_tokens`` nor a learned mean is known, and ``tokenizers``: model name → a
-    Hugging Face ``tokenizer.json`` for exact prompt token counts (needs the ``tokenizers``
-    package; a relative path is relative to the fleet file)."""
+    neither ``max_tokens`` nor a learned mean is known, and ``tokenizers``: model name → its
+    tokenizer and chat template (:class:`TokenizerSettings`) for exact prompt token counts
+    (needs ``pip install 'ridge[tokenizers]'``)."""
 
     block_tokens: PositiveInt = DEFAULT_BLOCK_TOKENS
     chars_per_token: PositiveFloat = CHARS_PER_TOKEN
     default_output_tokens: PositiveInt = DEFAULT_OUTPUT_TOKENS
-    tokenizers: dict[str, str] = Field(default_factory=dict)
+    tokenizers: dict[str, TokenizerSettings] = Field(default_factory=dict)
+
+    @field_validator("tokenizers", mode="before")
+    @classmethod
+    def _paths_alone(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {m: {"path": v} if isinstance(v, str) else v for m, v in value.items()}
+        return value
 
 
 class PolicySettings(_Strict):
@@ -282,6 +343,25 @@ class ModelSloSettings(SloBoundsSettings):
         return value
 
 
+LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The LoRA ranks an engine can be sized for (vLLM 0.32 ``--max-lora-rank`` choices,
+``vllm/config/lora.py`` ``MaxLoRARanks``); a declared ``rank`` is rounded up to one of them."""
+
+
+class Adapter(_Strict):
+    """A LoRA adapter a pool's engines serve as one more model name, on top of the pool's base
+    model (its first ``models`` name, the adapter's ``parent`` in ``/v1/models``). ``path``:
+    where the engine loads it from (a folder inside the engine's container, or a Hugging Face
+    id), rendered into the launch flags; None = loaded another way (at runtime through the
+    engine's load-adapter API, or by an engine-side resolver), so ridge only routes to it.
+    ``rank``: the adapter's LoRA rank r, if known; the pool's engines are sized for the largest.
+    A plain string stands for ``name``."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:/-]+$", max_length=128)]
+    path: str | None = None
+    rank: Annotated[int, Field(gt=0, le=LORA_RANKS[-1])] | None = None
+
+
 class Pool(_Strict):
     """A set of identical engine replicas sharing one configuration (its levers)."""
 
@@ -291,8 +371,14 @@ class Pool(_Strict):
     models: Annotated[list[str], Field(min_length=1)]
     endpoints: Annotated[list[AnyHttpUrl], Field(min_length=1)]
     levers: Levers = Levers()
-    model: ModelFacts
-    hardware: HardwareFacts
+    model: ModelFacts | None = Field(
+        default=None, description="the served model's facts: a catalogue name, full facts, or "
+        "{name, overrides}; None = no MFU/MBU for this pool (module docstring)"
+    )
+    hardware: HardwareFacts | None = Field(
+        default=None, description="one accelerator's facts: a catalogue name, full facts, or "
+        "{name, overrides}; None = no MFU/MBU for this pool (module docstring)"
+    )
     pair: str | None = Field(
         default=None, description="for role prefill: the decode pool it hands KV to"
     )
@@ -315,6 +401,34 @@ class Pool(_Strict):
         "rendered launch command (e.g. --enable-auto-tool-choice --tool-call-parser hermes); "
         "flags that set a lever or a launch setting are refused there"
     )
+    resolve: Literal["none", "dns"] = Field(
+        default="none", description="dns: each endpoint's host name is looked up at every poll "
+        "and the pool is one endpoint per address found (same scheme, port and path), so "
+        "scaling the engines behind the name (a Kubernetes headless Service) needs no change "
+        "to this file (backends.resolver); none: the endpoints as written"
+    )
+    adapters: list[Adapter] = Field(
+        default_factory=list, description="LoRA adapters the pool's engines serve besides "
+        "its models (Adapter); requests naming one go only to endpoints that have it"
+    )
+
+    @field_validator("adapters", mode="before")
+    @classmethod
+    def _names_alone(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _adapters_distinct(self) -> Pool:
+        names = [a.name for a in self.adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"adapter listed twice: {twice}")
+        clash = sorted(set(names) & set(self.models))
+        if clash:
+            raise ValueError(f"an adapter takes a name of its own, not one of models: {clash}")
+        return self
 
     @field_validator("endpoints")
     @classmethod
@@ -324,9 +438,87 @@ class Pool(_Strict):
             raise ValueError("endpoint listed twice")
         return value
 
+    @model_validator(mode="after")
+    def _resolvable(self) -> Pool:
+        if self.resolve == "dns" and any(u.scheme == "https" for u in self.endpoints):
+            raise ValueError("resolve: dns connects to each address the name resolves to, "
+                             "which a TLS certificate issued for the name does not cover: "
+                             "use http endpoints with it")
+        return self
+
+    @field_validator("model", mode="wrap")
+    @classmethod
+    def _model_by_name(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        raw, given = _model_input(value)
+        facts = handler(raw)
+        if given is None or facts is None:
+            return facts
+        # set = the name and what the file wrote: the catalogue's values claim nothing about the
+        # engines, and a dump of the set fields (``ridge render``) names the model again
+        return ModelFacts.model_construct(_fields_set=given, **facts.model_dump())
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _hardware_by_name(cls, value: Any) -> Any:
+        return _hardware_input(value)
+
     def endpoint_urls(self) -> list[str]:
         """Base URLs without a trailing slash."""
         return [str(u).rstrip("/") for u in self.endpoints]
+
+    def adapter_names(self) -> tuple[str, ...]:
+        """The names of the pool's declared LoRA adapters, in file order."""
+        return tuple(a.name for a in self.adapters)
+
+    def max_lora_rank(self) -> int | None:
+        """The engine's LoRA rank bound: the smallest of :data:`LORA_RANKS` at least the
+        largest declared adapter ``rank``; None when no adapter declares one."""
+        ranks = [a.rank for a in self.adapters if a.rank is not None]
+        if not ranks:
+            return None
+        return next(r for r in LORA_RANKS if r >= max(ranks))
+
+    def missing_facts(self) -> tuple[str, ...]:
+        """Which of ``model`` and ``hardware`` this pool has no facts for (in that order)."""
+        return tuple(key for key, facts in (("model", self.model), ("hardware", self.hardware))
+                     if facts is None)
+
+
+_MODEL_FIELDS = frozenset({"params", "layers", "hidden_size", "kv_heads", "head_dim",
+                           "dtype_bytes"})
+_RATES = frozenset({"peak_flops", "mem_bandwidth"})
+
+
+def _model_input(value: Any) -> tuple[Any, set[str] | None]:
+    """``model:`` as ModelFacts validates it, and the keys the file set when it named a
+    catalogue model (None when it did not): a name alone, or a mapping with a ``name`` that
+    lacks some of the shape's fields, takes the rest from the catalogue."""
+    if isinstance(value, str):
+        value = {"name": value}
+    if isinstance(value, dict) and "name" in value and not value.keys() >= _MODEL_FIELDS:
+        name = _catalogue_name(model_name, value["name"], "the full facts")
+        given = {k: v for k, v in value.items() if k != "name"}
+        return {**find_model(name).facts(), **given, "name": name}, {"name", *given}
+    return value, None
+
+
+def _hardware_input(value: Any) -> Any:
+    """``hardware:`` as HardwareFacts validates it: a name alone, or a mapping with a ``name``
+    and without both rates, takes the rest from the catalogue."""
+    if isinstance(value, str):
+        value = {"name": value}
+    if isinstance(value, dict) and "name" in value and not value.keys() >= _RATES:
+        name = _catalogue_name(accelerator_name, value["name"],
+                               "both peak_flops and mem_bandwidth")
+        return {**find_accelerator(name).facts(), **value, "name": name}
+    return value
+
+
+def _catalogue_name(lookup: Callable[[str], str], name: Any, instead: str) -> str:
+    try:
+        return lookup(str(name))
+    except UnknownName as exc:
+        raise ValueError(f"{exc}; or give {instead}") from None
 
 
 class Fleet(_Strict):
@@ -352,7 +544,9 @@ class Fleet(_Strict):
             _check_pair(pool, {p.name: p for p in self.pools})
             _check_scheduler(self, pool.name)
         _check_tokenizer_models(self.routing.features, {m for p in self.pools for m in p.models})
-        _check_slo_models(self.slos, {m for p in self.pools for m in p.models})
+        _check_adapter_names(self.pools)
+        served = {m for p in self.pools for m in (*p.models, *p.adapter_names())}
+        _check_slo_models(self.slos, served)
         return self
 
     def pool(self, name: str) -> Pool:
@@ -371,6 +565,17 @@ class Fleet(_Strict):
         own = self.pool(pool).scheduler
         specs = tuple(p.to_spec() for p in self.routing.plugins)
         return (own or self.routing.scheduler).to_config(specs)
+
+
+def _check_adapter_names(pools: list[Pool]) -> None:
+    """An adapter's name is no pool's base model name (a request names one or the other)."""
+    bases = {m for p in pools for m in p.models}
+    for index, pool in enumerate(pools):
+        clash = sorted(set(pool.adapter_names()) & bases)
+        if clash:
+            raise FieldError(f"pools.{index}.adapters",
+                             f"{clash} also name a base model of the fleet; an adapter needs a "
+                             "name of its own")
 
 
 def _check_slo_models(slos: dict[str, ModelSloSettings], served: set[str]) -> None:
@@ -445,15 +650,37 @@ def load_fleet(path: str | Path) -> Fleet:
     return _relative_to(parse_fleet(raw, source=str(path)), path.parent)
 
 
+_VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
+
+
+def expand_variables(path: str, environ: Mapping[str, str]) -> str:
+    """``path`` with ``$NAME`` / ``${NAME}`` replaced by the variable (left as written when
+    unset) and ``${NAME:-default}`` by the variable, or ``default`` when unset or empty."""
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(3)
+        if match.group(2) is not None:
+            return environ.get(name) or match.group(2)
+        return environ.get(name, match.group(0))
+    return _VARIABLE.sub(one, path)
+
+
+def _resolve(path: str, base: Path) -> str:
+    expanded = Path(expand_variables(path, os.environ))
+    return str(expanded if expanded.is_absolute() else base / expanded)
+
+
 def _relative_to(fleet: Fleet, base: Path) -> Fleet:
-    """``fleet`` with its relative tokenizer paths resolved against ``base``."""
+    """``fleet`` with its tokenizer and chat template paths' variables expanded and relative
+    paths resolved against ``base``."""
     features = fleet.routing.features
     if not features.tokenizers:
         return fleet
-    paths = {m: str(base / p) if not Path(p).is_absolute() else p
-             for m, p in features.tokenizers.items()}
+    files = {m: t.model_copy(update={
+        "path": _resolve(t.path, base),
+        "chat_template": _resolve(t.chat_template, base) if t.chat_template else None})
+        for m, t in features.tokenizers.items()}
     routing = fleet.routing.model_copy(
-        update={"features": features.model_copy(update={"tokenizers": paths})})
+        update={"features": features.model_copy(update={"tokenizers": files})})
     return fleet.model_copy(update={"routing": routing})
 
 

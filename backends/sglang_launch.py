@@ -9,7 +9,8 @@ relies on (a unit test checks every rendered command against it).
 Source of :data:`DOCUMENTED` and of every choice list below: SGLang's
 ``docs/advanced_features/server_arguments.md`` (sgl-project/sglang, commit 004813e1dd46), and
 for the meaning of the speculative settings ``docs/advanced_features/speculative_decoding.md``
-(commit 067ad4d335bb).
+(commit 067ad4d335bb); for LoRA, ``docs/advanced_features/lora`` (LoRA serving: its server
+arguments).
 
 Rules:
 - every lever is rendered both ways, as for vLLM: prefix caching off is
@@ -33,6 +34,12 @@ Rules:
 - ``--served-model-name`` takes ONE name in SGLang: the pool's first model. SGLang's OpenAI
   routes do not check a request's ``model`` (sgl-project/sglang issue 31404), so the pool's other
   names still reach it; ``--enable-metrics`` is always on (ridge polls ``/metrics``);
+- LoRA adapters (:data:`LORA_FLAGS`): a pool with ``adapters`` gets ``--enable-lora``,
+  ``--lora-paths NAME=PATH ...`` for each adapter with a ``path`` (the documented
+  ``<NAME>=<PATH>`` form) and ``--max-lora-rank R`` when an adapter declares its rank (R the
+  largest; the documented bound for adapters loaded later), each refused in ``engine_args``
+  only when rendered. SGLang's OpenAI routes apply an adapter named in ``model`` as
+  ``BASE:ADAPTER`` (or through the ``lora_path`` field), not by its name alone;
 - the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch_args`),
   and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
 """
@@ -76,6 +83,9 @@ DOCUMENTED: Mapping[str, str] = MappingProxyType({
     "--disaggregation-mode": "PD disaggregation: prefill or decode (unset: not disaggregated)",
     "--disaggregation-transfer-backend": "PD disaggregation: mooncake, nixl, ascend or fake",
     "--disaggregation-bootstrap-port": "PD disaggregation: bootstrap server port (prefill)",
+    "--enable-lora": "LoRA: enable LoRA support (implied by --lora-paths)",
+    "--lora-paths": "LoRA: adapters to load, each PATH, NAME=PATH or a JSON object",
+    "--max-lora-rank": "LoRA: the largest LoRA rank supported (else inferred from --lora-paths)",
 })  # fmt: skip
 """SGLang's documented server arguments this module relies on → where the docs describe them."""
 
@@ -101,6 +111,14 @@ FLAGS: Mapping[str, str] = MappingProxyType({
     "pd_bootstrap_port": "--disaggregation-bootstrap-port",
 })  # fmt: skip
 """Lever or setting → SGLang flag; every value is in :data:`DOCUMENTED`."""
+
+LORA_FLAGS: Mapping[str, str] = MappingProxyType({
+    "lora_on": "--enable-lora",
+    "lora_paths": "--lora-paths",
+    "lora_rank": "--max-lora-rank",
+})  # fmt: skip
+"""The pool's LoRA adapters → SGLang flags (rendered only for a pool with adapters); every
+value is in :data:`DOCUMENTED`."""
 
 ALIASES: frozenset[str] = frozenset({"--model", "--speculative-draft-model",
                                      "--speculative-algo", "--disable-radix"})
@@ -170,9 +188,25 @@ def sglang_args(pool: Pool, port: int, model_path: str,
         args += [FLAGS["dtype"], settings.dtype]
     if settings.context_length is not None:
         args += [FLAGS["context_length"], str(settings.context_length)]
-    args += lever_args(pool) + pd_args(pool, settings.transfer_backend)
+    lora = lora_args(pool)
+    args += lever_args(pool) + pd_args(pool, settings.transfer_backend) + lora
     args += api_key_args(pool, FLAGS["api_key"])
-    return args + extra_args(pool, set(FLAGS.values()) | ALIASES)
+    rendered = {a for a in lora if isinstance(a, str) and a in LORA_FLAGS.values()}
+    return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
+
+
+def lora_args(pool: Pool) -> list[Arg]:
+    """The LoRA flags of a pool with adapters (module docstring); nothing without."""
+    if not pool.adapters:
+        return []
+    args: list[Arg] = [LORA_FLAGS["lora_on"]]
+    paths = [f"{a.name}={a.path}" for a in pool.adapters if a.path is not None]
+    if paths:
+        args += [LORA_FLAGS["lora_paths"], *paths]
+    ranks = [a.rank for a in pool.adapters if a.rank is not None]
+    if ranks:
+        args += [LORA_FLAGS["lora_rank"], str(max(ranks))]
+    return args
 
 
 def lever_args(pool: Pool) -> list[Arg]:

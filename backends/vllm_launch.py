@@ -21,6 +21,14 @@ Rules:
 - a prefill or decode pool (P/D disaggregation) gets ``--kv-transfer-config`` with the NIXL
   connector in role ``kv_both`` (:data:`KV_TRANSFER`): the connector whose
   ``kv_transfer_params`` hand-off ridge drives (:mod:`backends.pd_client`);
+- LoRA adapters (:data:`LORA_FLAGS`; vLLM docs ``features/lora``, engine arguments): a pool
+  with ``adapters`` gets ``--enable-lora``, ``--lora-modules NAME=PATH ...`` for each adapter
+  with a ``path`` (vLLM's JSON form ``{"name": ..., "path": ...}`` when the path holds a comma,
+  which the ``NAME=PATH`` form cannot carry), and ``--max-lora-rank R`` when an adapter declares
+  its rank (R rounded up to a rank vLLM accepts, :data:`backends.fleet_file.LORA_RANKS`); vLLM
+  lists each adapter in ``/v1/models`` with the pool's first model as its ``parent``. These
+  flags are refused in ``engine_args`` only when rendered, so a pool that loads adapters at
+  runtime may pass ``--enable-lora`` itself (with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``);
 - the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch_args`),
   and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
 
@@ -83,6 +91,15 @@ FLAGS: Mapping[str, str] = MappingProxyType(
     }
 )
 """Lever or setting → vLLM flag (vLLM 0.32 ``python -m vllm.entrypoints.openai.api_server``)."""
+
+LORA_FLAGS: Mapping[str, str] = MappingProxyType(
+    {
+        "lora_on": "--enable-lora",
+        "lora_modules": "--lora-modules",
+        "lora_rank": "--max-lora-rank",
+    }
+)
+"""The pool's LoRA adapters → vLLM flags (rendered only for a pool with adapters)."""
 
 ALIASES: frozenset[str] = frozenset({"-sc"})
 """Short spellings of flags in :data:`FLAGS` (``-sc`` = ``--speculative-config``)."""
@@ -157,8 +174,32 @@ def vllm_args(
         args += [FLAGS["max_model_len"], str(settings.max_model_len)]
     if settings.enforce_eager:
         args.append(FLAGS["enforce_eager"])
-    args += lever_args(pool) + pd_args(pool) + api_key_args(pool, FLAGS["api_key"])
-    return args + extra_args(pool, set(FLAGS.values()) | ALIASES)
+    lora = lora_args(pool)
+    args += lever_args(pool) + pd_args(pool) + lora + api_key_args(pool, FLAGS["api_key"])
+    rendered = {a for a in lora if isinstance(a, str) and a in LORA_FLAGS.values()}
+    return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
+
+
+def lora_args(pool: Pool) -> list[Arg]:
+    """The LoRA flags of a pool with adapters (module docstring); nothing without."""
+    if not pool.adapters:
+        return []
+    args: list[Arg] = [LORA_FLAGS["lora_on"]]
+    modules = [lora_module(a.name, a.path) for a in pool.adapters if a.path is not None]
+    if modules:
+        args += [LORA_FLAGS["lora_modules"], *modules]
+    rank = pool.max_lora_rank()
+    if rank is not None:
+        args += [LORA_FLAGS["lora_rank"], str(rank)]
+    return args
+
+
+def lora_module(name: str, path: str) -> str:
+    """One ``--lora-modules`` value: ``NAME=PATH``, or vLLM's JSON form when ``path`` holds a
+    comma (vLLM reads an item with a comma as JSON)."""
+    if "," in path:
+        return json.dumps({"name": name, "path": path})
+    return f"{name}={path}"
 
 
 def lever_args(pool: Pool) -> list[Arg]:

@@ -11,32 +11,40 @@ One request (:meth:`Admission.place`, which the dispatcher calls instead of the 
 
 1. The endpoints' limits for the registry's snapshot (:class:`routing.admission.CapacityBook`:
    learned once per new metrics reading). The router state places the request with the full
-   endpoints — and those of pools where requests are waiting, so that a newcomer does not
-   overtake them — left out of the router's choice (:class:`Gate`). No limit known and nobody
-   waiting: that is the plain routing path, nothing left out. Placed: done.
+   endpoints — those of pools where requests are waiting, so that a newcomer does not
+   overtake them, and those prefill pacing holds (:mod:`routing.prefill_pace`: the endpoint
+   has more prompt outstanding before its first tokens than it clears within
+   ``prefill_target`` of the request's TTFT SLO) — left out of the router's choice
+   (:class:`Gate`). No limit known and nobody waiting: that is the plain routing path,
+   nothing left out. Placed: done.
 2. Only full endpoints could have taken it (without them the router would have chosen pool P):
    it joins P's queue, unless the queue holds ``max_queue`` requests (``queue_full``), or its
-   expected wait exceeds its budget, its budget is 0, or no slot has been released in P yet
-   (the wait cannot be known) (``would_miss_slo``): then it is refused at once.
+   expected wait (for a slot, or for prefill room when that is longer) exceeds its budget,
+   its budget is 0, or no slot has been released in P yet (the wait cannot be known)
+   (``would_miss_slo``): then it is refused at once.
 3. Waiting, only the head of P's queue tries again: as soon as a reservation is released in
-   this gateway, and every ``recheck_s`` (for releases by other gateways sharing the router
-   state). It may take P's endpoints (not those of other pools with requests waiting). Placed:
-   it leaves the queue, its key's turn ends, and the next head tries at once. Its budget runs
-   out first: refused (``wait_expired``). Its client goes away: it leaves the queue.
+   this gateway or a stream sent from it has its first token, and every ``recheck_s`` (for
+   releases by other gateways sharing the router state). It may take P's endpoints (not those
+   of other pools with requests waiting). Placed: it leaves the queue, its key's turn ends,
+   and the next head tries at once. Its budget runs out first: refused (``wait_expired``).
+   Its client goes away: it leaves the queue.
 
 Refusal: HTTP 503, OpenAI-shaped, type ``service_unavailable``, code ``overloaded``, and
 ``Retry-After`` [whole seconds ≥ 1]: how much longer than its budget it would have waited
 (:func:`routing.admission.retry_after_s`). 429 stays for a key's own rate limit.
 
-Measured per pool as requests go: the slot-release rate (every reservation released here) and
-the TTFT floor (each streamed request's TTFT minus its wait here). Metrics
+Measured per pool as requests go: the slot-release rate (every reservation released here), the
+TTFT floor (each streamed request's TTFT minus its wait here) and the prefill rate (the
+prompt tokens outstanding on its endpoint when it was sent ÷ that engine-side TTFT); per
+endpoint, the prompt tokens of the streams sent here still before their first token. Metrics
 (:mod:`gateway.telemetry`): ``ridge_admission_rejected_total{pool,reason}``,
 ``ridge_admission_queue_depth{pool}``, ``ridge_admission_wait_seconds{pool}`` (requests
 admitted after waiting).
 
 Parameters (:class:`AdmissionConfig`; settings ``RIDGE_ADMISSION__*``): ``max_wait_s``,
-``max_queue``, ``recheck_s``, and the capacity's ``allowance`` and ``ceiling_ttl_s``. One
-instance per gateway process: queues, learned capacities and estimates are this process's own.
+``max_queue``, ``recheck_s``, ``prefill_target``, ``wait_deviations``, and the capacity's
+``allowance`` and ``ceiling_ttl_s``. One instance per gateway process: queues, learned
+capacities, outstanding prefill and estimates are this process's own.
 """
 
 from __future__ import annotations
@@ -58,11 +66,13 @@ from routing.admission import (
     TtftFloor,
     expected_wait_s,
     full_endpoints,
+    likely_wait_s,
     retry_after_s,
     wait_budget_s,
 )
 from routing.fair_queue import FairQueue
 from routing.features import RequestFeatures
+from routing.prefill_pace import PrefillRate, paced_endpoints, prefill_cap, prefill_wait_s
 from routing.router import RoutePlan, Router
 from routing.snapshots import PoolSnapshot
 from routing.state import Ask, Placed, RouterState, StateView
@@ -81,12 +91,17 @@ class AdmissionConfig:
     """``max_wait_s`` [s]: the wait budget of a model without a TTFT SLO, and the most any
     request waits; ``max_queue`` [requests]: per pool, past it refused at once; ``recheck_s``
     [s]: how often the head of a queue looks for room released by other gateways;
-    ``capacity``: how endpoint capacity is learned (:class:`routing.admission.CapacityConfig`)."""
+    ``capacity``: how endpoint capacity is learned (:class:`routing.admission.CapacityConfig`);
+    ``prefill_target`` [fraction of the TTFT SLO]: prefill pacing's (:mod:`routing.prefill_pace`;
+    0: off); ``wait_deviations``: a request joins a queue when the expected wait plus this many
+    standard deviations is within its budget (:func:`routing.admission.likely_wait_s`)."""
 
     max_wait_s: float = 10.0
     max_queue: int = 256
     recheck_s: float = 0.025
     capacity: CapacityConfig = CapacityConfig()
+    prefill_target: float = 0.5
+    wait_deviations: float = 2.0
 
 
 @dataclass(slots=True)
@@ -173,6 +188,8 @@ class Admission:
         self._queues: dict[str, FairQueue[Ticket]] = {}
         self._rates: dict[str, ReleaseRate] = {}
         self._floors: dict[str, TtftFloor] = {}
+        self._prefill: dict[str, int] = {}
+        self._prefill_rates: dict[str, PrefillRate] = {}
         self._waiting = 0
 
     def waiting(self, pool: str) -> int:
@@ -195,10 +212,42 @@ class Admission:
         if pool is None:
             return
         self._rate(pool).release(self._clock())
+        self._wake_heads()
+
+    def _wake_heads(self) -> None:
         if self._waiting:
             for queue in self._queues.values():
                 if (head := queue.head()) is not None:
                     head.wake()
+
+    def prefill_started(self, url: str, tokens: int) -> int:
+        """A streamed request of ``tokens`` prompt tokens was sent to ``url``: its prefill is
+        outstanding until :meth:`prefill_done`. Returns the outstanding prefill on ``url`` with
+        it [tokens] (0: not counted, pacing off)."""
+        if not self._config.prefill_target or tokens <= 0:
+            return 0
+        ahead = self._prefill.get(url, 0) + tokens
+        self._prefill[url] = ahead
+        return ahead
+
+    def prefill_done(self, url: str, tokens: int, ahead: int,
+                     engine_ttft_s: float | None) -> None:
+        """The request :meth:`prefill_started` counted (``ahead`` its return) had its first
+        token ``engine_ttft_s`` after it was sent, or ended without one (None)."""
+        if not ahead:
+            return
+        left = self._prefill.get(url, 0) - tokens
+        if left > 0:
+            self._prefill[url] = left
+        else:
+            self._prefill.pop(url, None)
+        pool = self._book.pool_of(url)
+        if engine_ttft_s is not None and pool is not None:
+            rate = self._prefill_rates.get(pool)
+            if rate is None:
+                rate = self._prefill_rates[pool] = PrefillRate()
+            rate.observe(ahead, engine_ttft_s)
+        self._wake_heads()
 
     def _rate(self, pool: str) -> ReleaseRate:
         rate = self._rates.get(pool)
@@ -223,7 +272,26 @@ class Admission:
     def _gate(self, route: Route, pools: tuple[PoolSnapshot, ...], own: str | None) -> Gate:
         limits = self._book.limits(pools)
         blocked = self._blocked(pools, own) if self._waiting else NOTHING
+        if self._prefill:
+            blocked = blocked | self._paced(route)
         return Gate(route, pools, limits, blocked)
+
+    def _paced(self, route: Route) -> frozenset[str]:
+        """The endpoints prefill pacing keeps this request from (:mod:`routing.prefill_pace`)."""
+        features = route.features
+        _, bounds = self._slos.bounds_for(features.model, features.max_tokens, route.slo_class)
+        ttft = bounds.ttft_s
+        if ttft is None:
+            return NOTHING
+        target, rates = self._config.prefill_target, self._prefill_rates
+        pool_of = self._book.pool_of
+
+        def cap_of(url: str) -> float | None:
+            rate = rates.get(pool_of(url) or "")
+            per_s = rate.tokens_per_s if rate is not None else None
+            return prefill_cap(per_s, ttft, target) if per_s is not None else None
+
+        return paced_endpoints(self._prefill, features.prompt_tokens, cap_of)
 
     def _blocked(self, pools: tuple[PoolSnapshot, ...], own: str | None) -> frozenset[str]:
         """The endpoints of the pools where requests wait, but ``own``'s."""
@@ -236,7 +304,7 @@ class Admission:
             queue = self._queues[pool] = FairQueue()
         joined = self._clock()
         budget = self.budget_s(pool, route.features, route.slo_class)
-        self._check_join(pool, queue, route.key, budget, joined)
+        self._check_join(pool, queue, route, budget, joined)
         ticket = Ticket()
         queue.join(route.key, ticket)
         self._depth(pool, queue, +1)
@@ -277,14 +345,37 @@ class Admission:
             if placed is not None or gate.held is None:
                 return placed
 
-    def _check_join(self, pool: str, queue: FairQueue[Ticket], key: str | None,
+    def _check_join(self, pool: str, queue: FairQueue[Ticket], route: Route,
                     budget: float, now: float) -> None:
-        """Raise the 503 when the request may not join ``pool``'s queue."""
-        expected = self._expected(pool, queue.served_before(key), now)
+        """Raise the 503 when the request may not join ``pool``'s queue: a wait it will seldom
+        exceed (:func:`routing.admission.likely_wait_s`), or for prefill room
+        (:func:`routing.prefill_pace.prefill_wait_s`) when that is longer, is past its budget."""
+        ahead = max(0, queue.served_before(route.key))
+        rate = self._rates.get(pool)
+        per_s = rate.per_s(now) if rate else None
+        expected = None
+        if per_s:
+            expected = likely_wait_s(ahead, per_s, self._config.wait_deviations)
+            if self._prefill:
+                expected = max(expected, self._prefill_expected(pool, route, ahead))
         if len(queue) >= self._config.max_queue:
             raise self._refusal(pool, QUEUE_FULL, expected, budget)
         if budget <= 0 or expected is None or expected > budget:
             raise self._refusal(pool, WOULD_MISS_SLO, expected, budget)
+
+    def _prefill_expected(self, pool: str, route: Route, ahead: int) -> float:
+        """[s] until ``pool`` has prefill room for the request with ``ahead`` before it; 0
+        while its prefill rate or the request's TTFT SLO is unknown."""
+        rate = self._prefill_rates.get(pool)
+        features = route.features
+        _, bounds = self._slos.bounds_for(features.model, features.max_tokens, route.slo_class)
+        if rate is None or rate.tokens_per_s is None or bounds.ttft_s is None:
+            return 0.0
+        urls = [ep.url for p in route.pools if p.name == pool for ep in p.endpoints]
+        cap = prefill_cap(rate.tokens_per_s, bounds.ttft_s, self._config.prefill_target)
+        outstanding = sum(self._prefill.get(url, 0) for url in urls)
+        return prefill_wait_s(outstanding, features.prompt_tokens, max(0, ahead),
+                              max(1, len(urls)), cap, rate.tokens_per_s)
 
     def _expected(self, pool: str, ahead: int, now: float | None = None) -> float | None:
         rate = self._rates.get(pool)
@@ -306,7 +397,7 @@ class Admission:
             self._telemetry.admission_refused(pool, reason)
         after = retry_after_s(expected, 0.0 if reason == WAIT_EXPIRED else budget)
         return GatewayError(503, refusal_message(pool, reason, expected, budget, after),
-                            code="overloaded",
+                            code="overloaded", pool=pool,
                             headers=((b"retry-after", str(after).encode()),))
 
 

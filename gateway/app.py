@@ -2,10 +2,12 @@
 client, telemetry and routes. Everything lives on the app (``app.state.gateway``) and is
 created in the lifespan, inside the running event loop; nothing is module-level.
 
-The app served is a :class:`RidgeApp`: the generation routes go straight to the
-:class:`~gateway.proxy.Proxy` (the hot path: no FastAPI routing, dependency injection or
-middleware), every other request to the FastAPI application (models, health, readiness,
-metrics, documentation, and the OpenAI-shaped 404s and 405s).
+The app served is a :class:`RidgeApp`: the routes an engine answers (generation, and the other
+APIs of :data:`~gateway.proxy.PROXIED_PATHS`) go straight to the :class:`~gateway.proxy.Proxy`
+(the hot path: one dictionary look-up of the path, no FastAPI routing, dependency injection or
+middleware), every other request to the FastAPI application (models, version, health,
+readiness, metrics, documentation, and the OpenAI-shaped 404s — naming the method and path —
+and 405s, with ``Allow``).
 """
 
 from __future__ import annotations
@@ -19,34 +21,48 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import aiohttp
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.datastructures import State
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.aiohttp_client import AiohttpClient
 from backends.client import BackendClient, Timeouts
-from backends.fleet_file import Fleet, FleetConfigError
+from backends.fleet_file import Fleet
 from backends.http1_client import Http1Client
 from backends.httpx_client import HttpxClient
-from backends.probe import HttpProbe, MetricsSource
+from backends.probe import HeadersFor, HttpProbe, MetricsSource
+from backends.prompt_tokenizers import fleet_tokenizers
 from backends.registry import BreakerConfig, EndpointRegistry, Poller
+from backends.resolver import DnsResolver
 from gateway.access import Access, Estimate
-from gateway.admission import Admission, AdmissionConfig
-from gateway.dispatch import Dispatcher, EngineHeaders, engine_headers
-from gateway.errors import GatewayError, install_error_handlers
+from gateway.admission import REASONS, Admission, AdmissionConfig
+from gateway.dispatch import (
+    Dispatcher,
+    EngineHeaders,
+    ProbeAuth,
+    engine_headers,
+    engine_model_names,
+)
+from gateway.errors import GatewayError, error_body, install_error_handlers
 from gateway.fleet_gauges import CircuitGauges
+from gateway.fleet_views import FleetBook
 from gateway.keys import KeyRing, KeysFile, KeySource, RedisKeys
-from gateway.proxy import GENERATION_PATHS, BodyLimits, Proxy, send_error
+from gateway.proxy import PROXIED_PATHS, BodyLimits, Proxy, send_error
 from gateway.rate_limits import LocalLimiter, RateLimiter, RedisLimiter
 from gateway.redis_state import RedisState, RedisUnavailable
-from gateway.routes import router
+from gateway.reload import Reloader
+from gateway.reload import router as reload_router
+from gateway.routes import ridge_version, router
 from gateway.services import Gateway
 from gateway.settings import AdmissionSettings, Settings, StateSettings, UpstreamSettings
 from gateway.shutdown import Lifecycle
 from gateway.slos import slo_policy
 from gateway.telemetry import Telemetry
+from gateway.trace import build_recorder
 from gateway.worker_metrics import serve_own_page
 from gateway.worker_state import WorkerContext, WorkerState
 from routing.admission import CapacityConfig
@@ -57,12 +73,18 @@ from routing.router import Router
 from routing.scheduler.catalog import build_scheduler
 from routing.snapshots import PoolSnapshot
 from routing.state import RouterState
-from routing.token_counters import HFTokenizerCounter, TokenCounter, tokenizers_available
 
 log = logging.getLogger("ridge")
 
 ClientFactory = Callable[[UpstreamSettings], BackendClient]
-ProbeFactory = Callable[[aiohttp.ClientSession, float], MetricsSource]
+ProbeFactory = Callable[[aiohttp.ClientSession, float, HeadersFor], MetricsSource]
+"""Makes the registry's probe: the session, the probe timeout [s], the headers per endpoint."""
+
+
+def http_probe(session: aiohttp.ClientSession, timeout_s: float,
+               headers: HeadersFor) -> MetricsSource:
+    """The registry's probe over HTTP (:class:`backends.probe.HttpProbe`)."""
+    return HttpProbe(session, timeout_s, headers=headers)
 
 TRANSPORTS: Mapping[str, Callable[[Timeouts, int], BackendClient]] = MappingProxyType({
     "http1": Http1Client,
@@ -86,7 +108,7 @@ def create_app(
     *,
     metrics_registry: CollectorRegistry | None = None,
     client_factory: ClientFactory = default_client,
-    probe_factory: ProbeFactory = HttpProbe,
+    probe_factory: ProbeFactory = http_probe,
     worker: WorkerContext | None = None,
     lifecycle: Lifecycle | None = None,
 ) -> RidgeApp:
@@ -104,14 +126,17 @@ def create_app(
         async with _running(api, settings, fleet, parts):
             yield
 
-    api = FastAPI(title="ridge", version="0.1.0", lifespan=lifespan)
+    api = FastAPI(title="ridge", version=ridge_version(), lifespan=lifespan)
     install_error_handlers(api)
+    api.add_exception_handler(404, _no_route)
+    api.add_exception_handler(405, _wrong_method)
     api.include_router(router)
+    api.include_router(reload_router)
     return RidgeApp(api, settings.admin_port, settings.cors_origins)
 
 
 ADMIN_PATHS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc",
-                         "/openapi.json"})
+                         "/openapi.json", "/admin/reload"})
 """The operator's routes: on the admin port when there is one, else behind an admin key
 whenever keys are required."""
 PROBE_PATHS = frozenset({"/health", "/ready"})
@@ -119,9 +144,10 @@ PROBE_PATHS = frozenset({"/health", "/ready"})
 
 
 class RidgeApp:
-    """The ASGI application ridge serves: ``POST`` to a generation route goes to the running
-    gateway's :class:`~gateway.proxy.Proxy`, anything else (other methods there included) to
-    the FastAPI application ``api``, whose lifespan builds the gateway. ``admin_port``: the
+    """The ASGI application ridge serves: ``POST`` to a path of
+    :data:`~gateway.proxy.PROXIED_PATHS` goes to the running gateway's
+    :class:`~gateway.proxy.Proxy` (another method there: a 405), anything else to the FastAPI
+    application ``api``, whose lifespan builds the gateway. ``admin_port``: the
     port of the admin listener (:data:`ADMIN_PATHS` there and nowhere else), or None;
     ``cors_origins``: the origins browsers may call from (:func:`cors`; none: CORS off)."""
 
@@ -144,13 +170,14 @@ class RidgeApp:
             await self.api(scope, receive, send)
             return
         path = scope["path"]
-        endpoint = GENERATION_PATHS.get(path)
+        endpoint = PROXIED_PATHS.get(path)
         if endpoint is not None and (self.admin_port is None or not self._on_admin_port(scope)):
             if scope["method"] == "POST":
                 await self.api.state.gateway.proxy(scope, receive, send, endpoint)
             else:
-                await send_error(send, GatewayError(405, "Method Not Allowed",
-                                                    code="method_not_allowed"))
+                await send_error(send, GatewayError(
+                    405, f"Method Not Allowed ({scope['method']} {path})",
+                    code="method_not_allowed"))
             return
         refused = self._refusal(scope, path)
         if refused is not None:
@@ -168,11 +195,12 @@ class RidgeApp:
         the admin and probe routes exist; an admin route elsewhere exists only without an
         admin listener, and then needs an admin key when keys are required."""
         if self._on_admin_port(scope):
-            return None if path in ADMIN_PATHS or path in PROBE_PATHS else _not_found()
+            return None if path in ADMIN_PATHS or path in PROBE_PATHS else \
+                _not_found(scope["method"], path)
         if path not in ADMIN_PATHS:
             return None
         if self.admin_port is not None:
-            return _not_found()
+            return _not_found(scope["method"], path)
         access = self.api.state.gateway.access
         if access is None or not access.keys.required:
             return None
@@ -202,8 +230,22 @@ def cors(app: ASGIApp, origins: Sequence[str]) -> ASGIApp:
                           expose_headers=list(EXPOSED_HEADERS), max_age=600)
 
 
-def _not_found() -> GatewayError:
-    return GatewayError(404, "Not Found", code="not_found")
+def _not_found(method: str, path: str) -> GatewayError:
+    """OpenAI's answer to a path it does not serve, naming the method and the path."""
+    return GatewayError(404, f"Invalid URL ({method} {path})", code="not_found")
+
+
+async def _no_route(request: Request, exc: Exception) -> JSONResponse:
+    """A path no route of ridge's serves (:func:`_not_found`)."""
+    return JSONResponse(_not_found(request.method, request.url.path).body(), status_code=404)
+
+
+async def _wrong_method(request: Request, exc: Exception) -> JSONResponse:
+    """A route of ridge's called with another method: a 405 saying which are allowed."""
+    headers = exc.headers if isinstance(exc, StarletteHTTPException) else None
+    body = error_body(405, f"Method Not Allowed ({request.method} {request.url.path})",
+                      code="method_not_allowed")
+    return JSONResponse(body, status_code=405, headers=headers)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -231,8 +273,9 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
                    parts: _Parts) -> AsyncIterator[None]:
     registry = EndpointRegistry(fleet, breaker=BreakerConfig(
         settings.registry.breaker_failures, settings.registry.breaker_open_s,
-        settings.registry.breaker_max_open_s))
-    telemetry = Telemetry(parts.metrics, frozenset(m for p in fleet.pools for m in p.models))
+        settings.registry.breaker_max_open_s), drain_timeout_s=settings.registry.drain_timeout_s)
+    telemetry = Telemetry(parts.metrics, frozenset(
+        m for p in fleet.pools for m in (*p.models, *p.adapter_names())))
     state = await build_state(settings, telemetry, parts.worker)
     telemetry.bind_fleet(fleet, registry.snapshot, state)
     telemetry.registry.register(CircuitGauges(registry))
@@ -240,24 +283,39 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     probe_session = aiohttp.ClientSession()
     poller = Poller(
         registry,
-        parts.probe_factory(probe_session, settings.registry.probe_timeout_s),
+        parts.probe_factory(probe_session, settings.registry.probe_timeout_s,
+                            ProbeAuth(lambda: gateway.fleet, registry.pool_of, os.environ)),
         interval_s=settings.registry.poll_interval_s,
+        resolver=DnsResolver(timeout_s=settings.registry.probe_timeout_s),
+        in_flight=state.in_flight,
+        on_gone=state.forget_endpoint,
     )
-    dispatcher = Dispatcher(registry, client, build_router(fleet), state, parts.extractor,
-                            settings.upstream.retries, parts.engine_headers,
-                            build_admission(settings.admission, fleet, registry.snapshot,
-                                            telemetry))
     limits = BodyLimits(settings.max_body_bytes, settings.upstream.max_response_bytes,
                         settings.upstream.max_event_bytes)
     access = build_access(settings, fleet, state, parts.worker)
-    proxy = Proxy(dispatcher, telemetry, access, limits)
-    gateway = Gateway(settings, fleet, registry, telemetry, proxy, state, parts.worker,
-                      parts.lifecycle, access)
+    trace = build_recorder(settings.trace, parts.extractor.config.block_tokens,
+                           telemetry.registry, parts.worker.index if parts.worker else None)
+
+    def serving(new: Fleet, headers: EngineHeaders) -> Proxy:
+        """The request path for the fleet ``new`` (at start-up, and at each reload)."""
+        book = FleetBook(registry, new)
+        dispatcher = Dispatcher(book, client, build_router(new), state, parts.extractor,
+                                settings.upstream.retries, headers,
+                                build_admission(settings.admission, new, book.snapshot,
+                                                telemetry), engine_model_names(new))
+        return Proxy(dispatcher, telemetry, access, limits, trace=trace)
+
+    gateway = Gateway(settings, fleet, registry, telemetry, serving(fleet, parts.engine_headers),
+                      state, parts.worker, parts.lifecycle, access)
     app.state.gateway = gateway
+    app.state.reloader = reloader = Reloader(gateway, poller, serving, settings.config)
     pages = await _worker_pages(gateway)
     try:
         await access.keys.start()
+        if trace is not None:
+            trace.start()
         poller.start()
+        reloader.listen()
         if not await poller.wait_until_polled(settings.registry.startup_wait_s):
             log.warning("endpoints not all probed within %.1f s of start-up; serving anyway",
                         settings.registry.startup_wait_s)
@@ -265,8 +323,11 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     finally:
         if pages is not None:
             pages.close()
+        await reloader.close()
         await access.keys.stop()
         await poller.stop()
+        if trace is not None:
+            await trace.stop()
         await client.aclose()
         await probe_session.close()
         await state.aclose()
@@ -340,22 +401,12 @@ async def build_state(settings: Settings, telemetry: Telemetry,
 
 
 def build_extractor(fleet: Fleet) -> FeatureExtractor:
-    """The fleet's feature extraction: block size, estimate and a tokenizer per model."""
+    """The fleet's feature extraction: block size, estimate, and the exact prompt tokens
+    (tokenizer and chat template) of each model that has them, logged once per model."""
     f = fleet.routing.features
     config = FeatureConfig(f.block_tokens, f.chars_per_token, f.default_output_tokens)
-    return FeatureExtractor(config, {m: load_tokenizer(m, p) for m, p in f.tokenizers.items()})
-
-
-def load_tokenizer(model: str, path: str) -> TokenCounter:
-    """The exact token counter of ``model`` from ``tokenizer.json`` at ``path``."""
-    where = f"routing.features.tokenizers.{model}"
-    if not tokenizers_available():
-        raise FleetConfigError(f"{where}: the 'tokenizers' package is not installed "
-                               "(pip install 'ridge[tokenizers]')")
-    try:
-        return HFTokenizerCounter.from_file(path)
-    except Exception as exc:  # noqa: BLE001 - the library raises its own exception types
-        raise FleetConfigError(f"{where}: cannot load {path}: {exc}") from exc
+    tokenizers = fleet_tokenizers(fleet)
+    return FeatureExtractor(config, tokenizers, exact=tokenizers)
 
 
 def build_admission(settings: AdmissionSettings, fleet: Fleet,
@@ -366,7 +417,9 @@ def build_admission(settings: AdmissionSettings, fleet: Fleet,
         return None
     capacity = CapacityConfig(settings.allowance, settings.ceiling_ttl_s)
     config = AdmissionConfig(settings.max_wait_s, settings.max_queue, settings.recheck_s,
-                             capacity)
+                             capacity, settings.prefill_target, settings.wait_deviations)
+    if telemetry is not None:
+        telemetry.admission_pools((p.name for p in fleet.pools), REASONS)
     return Admission(config, slo_policy(fleet), snapshot, telemetry)
 
 

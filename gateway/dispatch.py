@@ -16,34 +16,63 @@ No pool serves the model: 404; none can take it: 503; no response headers in tim
 With admission control (:mod:`gateway.admission`), placing goes through it: a request no
 endpoint has room for waits at the gateway for a slot, fair across keys (``key``: the API
 key's name, else the request's ``user``), or is refused with a 503 and ``Retry-After``.
-Every release is reported to it, and so is each streamed request's TTFT at ``finish``.
+Every release is reported to it, and so is each streamed request's first token
+(:meth:`Dispatcher.first_token`: its TTFT and the end of its prefill).
+
+The APIs that generate nothing (embeddings, score, rerank, tokenize, detokenize:
+:data:`~gateway.openai_request.GENERATION` lists those that do) are routed by load alone: no
+lever policy (:func:`load_router`: the pools' own schedulers behind a policy without rules,
+which gives a model's only pool, else the least-loaded unsaturated one), every pool serving the
+model a candidate as a whole pool (a prefill or decode pool's engines answer them directly, no
+P/D hand-off), and features of the request's size alone (no block hashes, no session, no
+output). Those that run no model (:data:`~gateway.openai_request.NO_INFERENCE`) teach the
+router state nothing when they finish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol
 
 from backends.client import BackendClient, UpstreamConnectError, UpstreamResponse, UpstreamTimeout
-from backends.fleet_file import Fleet, FleetConfigError
+from backends.fleet_file import Engine, Fleet, FleetConfigError
 from backends.pd_client import PD_PROTOCOLS, Handoff
 from gateway.admission import Admission, Route
 from gateway.errors import GatewayError
-from gateway.openai_request import Endpoint, ParsedRequest
+from gateway.openai_request import NO_INFERENCE, Endpoint, ParsedRequest
 from routing.features import FeatureExtractor, RequestFeatures, RequestInfo
 from routing.load import request_tokens
+from routing.policy import LeverPolicy, PolicyConfig
 from routing.router import RoutePlan, Router
-from routing.snapshots import PoolSnapshot
+from routing.snapshots import MIXED, PoolSnapshot
 from routing.state import Ask, Outcome, Placed, Reservation, RouterState, StateView
 
 FORWARD_HEADERS: Mapping[str, str] = MappingProxyType(
     {"content-type": "application/json", "accept": "*/*"}
 )
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 SESSION_HEADER = "x-session-id"
+FEATURE_KINDS: Mapping[Endpoint, str] = MappingProxyType({
+    Endpoint.CHAT: "chat", Endpoint.COMPLETIONS: "completions", Endpoint.RESPONSES: "responses"})
+"""The request kind :mod:`routing.features` reads each generation API's prompt as; an API
+missing here is routed by load alone (module docstring)."""
 EngineHeaders = Mapping[str, Mapping[str, str]]
 """The headers sent to each pool's engines, by pool name (missing: :data:`FORWARD_HEADERS`)."""
+
+
+ModelNames = Mapping[str, Mapping[str, str]]
+"""Per pool, a served name → the ``model`` its engines take for it (missing: as sent)."""
+
+
+def engine_model_names(fleet: Fleet) -> ModelNames:
+    """Per SGLang pool with LoRA adapters: adapter → ``BASE:ADAPTER``, the ``model`` SGLang
+    applies an adapter for (it does not look adapters up by their own names; vLLM does)."""
+    return MappingProxyType({
+        pool.name: MappingProxyType({a: f"{pool.models[0]}:{a}" for a in pool.adapter_names()})
+        for pool in fleet.pools if pool.engine is Engine.SGLANG and pool.adapters})
 
 
 def engine_headers(fleet: Fleet, environ: Mapping[str, str]) -> EngineHeaders:
@@ -61,6 +90,29 @@ def engine_headers(fleet: Fleet, environ: Mapping[str, str]) -> EngineHeaders:
         headers[pool.name] = MappingProxyType({**FORWARD_HEADERS,
                                                "authorization": f"Bearer {key}"})
     return MappingProxyType(headers)
+
+
+class ProbeAuth:
+    """Per endpoint URL, its pool's engine API key as the ``Authorization`` header of the
+    registry's probes (:class:`backends.probe.HttpProbe`: an engine started with an API key may
+    guard its metrics and server-info pages). ``fleet_of``: the fleet in use now (its keys are
+    read from ``environ`` again only when it changes, at a reload); ``pool_of``: an endpoint's
+    pool (None: not in the fleet)."""
+
+    def __init__(self, fleet_of: Callable[[], Fleet], pool_of: Callable[[str], str | None],
+                 environ: Mapping[str, str]) -> None:
+        self._fleet_of, self._pool_of, self._environ = fleet_of, pool_of, environ
+        self._fleet: Fleet | None = None
+        self._by_pool: Mapping[str, Mapping[str, str]] = {}
+
+    def __call__(self, url: str) -> Mapping[str, str]:
+        fleet = self._fleet_of()
+        if fleet is not self._fleet:
+            self._fleet = fleet
+            self._by_pool = {pool: MappingProxyType({"authorization": h["authorization"]})
+                             for pool, h in engine_headers(fleet, self._environ).items()}
+        pool = self._pool_of(url) if self._by_pool else None
+        return self._by_pool.get(pool, NO_HEADERS) if pool is not None else NO_HEADERS
 
 
 class EndpointBook(Protocol):
@@ -85,6 +137,9 @@ class Dispatched:
     handoff: Handoff | None = None
     endpoint_index: int = 0
     waited_s: float = 0.0
+    prefill_ahead: int = 0
+    """Admission control's outstanding prefill on the endpoint when sent, this request's
+    included [tokens]; 0: not counted, or its first token has come."""
 
     @property
     def matched_tokens(self) -> int:
@@ -100,6 +155,9 @@ class Attempts:
     tried: set[str] = field(default_factory=set)
     last_error: str | None = None
     failures: int = 0
+    plan: RoutePlan | None = None
+    """The last route placed (None: the request was never placed): its pool is the one a
+    request that failed before any engine's headers is counted under."""
 
 
 class Dispatcher:
@@ -115,11 +173,14 @@ class Dispatcher:
         retries: int,
         headers: EngineHeaders = MappingProxyType({}),
         admission: Admission | None = None,
+        model_names: ModelNames = MappingProxyType({}),
     ) -> None:
         self._book, self._client, self._router = book, client, router
         self._state, self._extractor, self._retries = state, extractor, retries
         self._headers = headers
         self._admission = admission
+        self._model_names = model_names
+        self._by_load = load_router(router)
 
     async def dispatch(
         self, parsed: ParsedRequest, session_hint: str | None, attempts: Attempts, *,
@@ -136,21 +197,30 @@ class Dispatcher:
                 param="model",
                 code="model_not_found",
             )
-        features = self._features(parsed, session_hint)
+        kind = FEATURE_KINDS.get(parsed.endpoint)
+        if kind is None:
+            router, pools, features = self._by_load, as_whole_pools(pools), self._sized(parsed)
+        else:
+            router, features = self._router, self._features(kind, parsed, session_hint)
         ask = Ask(parsed.model, features.block_hashes, features.session, urls,
                   request_tokens(features.prompt_tokens, features.expected_output_tokens))
         who = key if key is not None else parsed.user
         for _ in range(1 + self._retries):
-            placed, waited_s = await self._place(ask, features, pools,
+            placed, waited_s = await self._place(router, ask, features, pools,
                                                  frozenset(attempts.tried), who, slo_class)
             if placed is None:
                 break
+            attempts.plan = placed.choice
             sent = await self._try(parsed, features, placed, attempts)
             if sent is not None:
                 sent.endpoint_index = _index_of(placed.choice.endpoint.url, pools)
                 sent.waited_s = waited_s
+                if self._admission is not None and parsed.stream:
+                    sent.prefill_ahead = self._admission.prefill_started(
+                        sent.plan.first.url, features.prompt_tokens)
                 return sent
-            pools = self._book.snapshot()
+            pools = self._book.snapshot() if kind is not None else \
+                as_whole_pools(self._book.snapshot())
         if not attempts.tried:
             raise GatewayError(
                 503,
@@ -164,21 +234,30 @@ class Dispatcher:
             detail=attempts.last_error,
         )
 
-    def _features(self, parsed: ParsedRequest, session_hint: str | None) -> RequestFeatures:
-        kind = "chat" if parsed.endpoint is Endpoint.CHAT else "completions"
+    def _features(self, kind: str, parsed: ParsedRequest,
+                  session_hint: str | None) -> RequestFeatures:
         info = RequestInfo(kind, parsed.model, parsed.max_tokens, parsed.stream, session_hint,
                            self._state.learned_output(parsed.model))
         return self._extractor.extract(parsed.payload, info)
 
-    async def _place(self, ask: Ask, features: RequestFeatures, pools: tuple[PoolSnapshot, ...],
-                     exclude: frozenset[str], key: str | None, slo_class: str | None,
-                     ) -> tuple[Placed[RoutePlan] | None, float]:
-        """The router's plan for the request, reserved by the state (through admission control
+    def _sized(self, parsed: ParsedRequest) -> RequestFeatures:
+        """An API that generates nothing, as the router sees it: its size alone — prompt
+        tokens estimated from the body's length (as a key's charge is), no output."""
+        config = self._extractor.config
+        return RequestFeatures(
+            model=parsed.model, block_hashes=(), block_tokens=config.block_tokens,
+            prompt_tokens=max(1, int(len(parsed.body) / config.chars_per_token)),
+            expected_output_tokens=0, max_tokens=None, session=None, stream=False)
+
+    async def _place(self, router: Router, ask: Ask, features: RequestFeatures,
+                     pools: tuple[PoolSnapshot, ...], exclude: frozenset[str], key: str | None,
+                     slo_class: str | None) -> tuple[Placed[RoutePlan] | None, float]:
+        """``router``'s plan for the request, reserved by the state (through admission control
         when it is on), and how long it waited for room [s]."""
         if self._admission is not None:
-            route = Route(self._router, features, pools, exclude, key, slo_class)
+            route = Route(router, features, pools, exclude, key, slo_class)
             return await self._admission.place(self._state, ask, route)
-        choose = self._router.choose
+        choose = router.choose
         placed = await self._state.place(ask, lambda view: choose(features, pools, view, exclude))
         return placed, 0.0
 
@@ -233,6 +312,8 @@ class Dispatcher:
     ) -> tuple[UpstreamResponse, Handoff | None]:
         path = parsed.endpoint.value
         headers = self._headers.get(plan.endpoint.pool, FORWARD_HEADERS)
+        if self._model_names:
+            parsed = _engine_model(parsed, self._model_names.get(plan.endpoint.pool))
         if plan.prefill is None:
             return await self._client.send(plan.endpoint.url + path, parsed.body, headers), None
         engine = _engine_of(plan.prefill.pool, self._book.snapshot())
@@ -279,14 +360,13 @@ class Dispatcher:
         succeeded: bool,
         output_tokens: int | None,
         prompt_tokens: int | None,
-        ttft_s: float | None = None,
     ) -> None:
-        """Release the request's reservations and teach the state what it learned. A request
-        that ``succeeded`` (the engine's whole answer relayed) is a success for its endpoints'
-        circuit breakers: counted at the end, not at the response headers, so an engine that
-        answers 200 and then breaks its streams keeps counting as failing. ``ttft_s``: the
-        stream's time to first token, measured from the request's arrival [s]; its part after
-        the wait for a slot teaches admission control the pool's TTFT floor."""
+        """Release the request's reservations and teach the state what it learned (nothing, for
+        an API that runs no model). A request that ``succeeded`` (the engine's whole answer
+        relayed) is a success for its endpoints' circuit breakers: counted at the end, not at
+        the response headers, so an engine that answers 200 and then breaks its streams keeps
+        counting as failing. A stream that ended before its first token ends its outstanding
+        prefill (admission control)."""
         if sent.handoff is not None:
             await sent.handoff.close()
         else:
@@ -295,7 +375,7 @@ class Dispatcher:
             sent.reservations,
             sent.features,
             parsed,
-            succeeded=succeeded,
+            succeeded=succeeded and parsed.endpoint not in NO_INFERENCE,
             output_tokens=output_tokens,
             matched_tokens=sent.matched_tokens,
             prompt_tokens=prompt_tokens,
@@ -303,8 +383,35 @@ class Dispatcher:
         if succeeded:
             for url in sent.plan.urls:
                 self._book.mark_succeeded(url)
-        if self._admission is not None and ttft_s is not None and succeeded:
-            self._admission.observed_ttft(sent.plan.decision.pool, ttft_s - sent.waited_s)
+        if sent.prefill_ahead:
+            self._prefill_done(sent, None)
+
+    def first_token(self, sent: Dispatched, ttft_s: float) -> None:
+        """A streamed request's first token came ``ttft_s`` after the request arrived: its
+        part after the wait for a slot (the engine's) teaches admission control the pool's TTFT
+        floor and prefill rate, and ends its outstanding prefill."""
+        if self._admission is None:
+            return
+        engine_ttft_s = ttft_s - sent.waited_s
+        self._admission.observed_ttft(sent.plan.decision.pool, engine_ttft_s)
+        if sent.prefill_ahead:
+            self._prefill_done(sent, engine_ttft_s)
+
+    def _prefill_done(self, sent: Dispatched, engine_ttft_s: float | None) -> None:
+        assert self._admission is not None
+        self._admission.prefill_done(sent.plan.first.url, sent.features.prompt_tokens,
+                                     sent.prefill_ahead, engine_ttft_s)
+        sent.prefill_ahead = 0
+
+
+def _engine_model(parsed: ParsedRequest, names: Mapping[str, str] | None) -> ParsedRequest:
+    """``parsed`` with the ``model`` its engine takes for the name the client sent
+    (:func:`engine_model_names`), or as it is."""
+    name = names.get(parsed.model) if names else None
+    if name is None:
+        return parsed
+    payload = {**parsed.payload, "model": name}
+    return replace(parsed, payload=payload, body=json.dumps(payload).encode())
 
 
 def _index_of(url: str, pools: tuple[PoolSnapshot, ...]) -> int:
@@ -321,3 +428,18 @@ def _engine_of(pool: str, pools: tuple[PoolSnapshot, ...]) -> str:
         if p.name == pool:
             return p.engine
     raise KeyError(pool)
+
+
+def load_router(router: Router) -> Router:
+    """``router``'s replica schedulers behind a lever policy without rules: a model's only
+    pool, else the least-loaded unsaturated pool serving it (:class:`routing.policy.LeverPolicy`
+    with no rule falls through to its last resort), then that pool's scheduler."""
+    return Router(LeverPolicy(PolicyConfig(rules=())), router.schedulers)
+
+
+def as_whole_pools(pools: tuple[PoolSnapshot, ...]) -> tuple[PoolSnapshot, ...]:
+    """``pools`` with every prefill and decode pool seen as a mixed one (its engines answer
+    what generates nothing directly, without the P/D hand-off)."""
+    if all(p.role == MIXED for p in pools):
+        return pools
+    return tuple(p if p.role == MIXED else replace(p, role=MIXED, pair=None) for p in pools)

@@ -7,8 +7,11 @@ written, and the weights read once per engine step (steps counted by
 :class:`gateway.engine_steps.StepCounter` from the streams' token timings). The prefill's work is
 placed at the first token, the decodes' FLOPs and KV traffic spread evenly over [first token,
 end], and each new step's weight read at the time of that step. Achieved rates are the work
-inside the last ``window_s`` seconds ÷ the window (only the time since the first scrape while
-that is shorter).
+inside the last ``window_s`` seconds (:data:`WINDOW_S`) ÷ the window. Until a window has
+passed, the span starts at the first scrape — or at the arrival of the first request priced,
+when that came earlier: the first scrape after a burst of traffic reads the burst, not 0 over a
+span of no length. A scrape between two requests reads the work still in the window; an idle
+endpoint falls to 0 one window after its last work.
 
 ``source="engine"``: the engine's own estimates, where it exports them (vLLM
 ``vllm:estimated_flops_per_gpu_total`` / ``vllm:estimated_{read,write}_bytes_per_gpu_total``
@@ -18,7 +21,9 @@ with ``--enable-mfu-metrics``), read from the endpoint registry's
 cumulative totals; the achieved rate is (newest − oldest sample within the window) ÷ the time
 between them. A FLOP total still at 0 means the engine does not estimate (vLLM without the flag
 exports 0): no engine gauge then. A total that went down (engine restart) restarts the history.
-Until a window has passed since the first scrape, both sources cover the time since it.
+The engine's samples exist only from the first scrape on, so until a window has passed since
+it, its figure covers the time since it (as ridge's does when the first scrape came before
+any request).
 
 Gauges: ``ridge_mfu_ratio`` / ``ridge_mbu_ratio`` {pool, endpoint, source} = achieved FLOP/s ÷
 ``hardware.peak_flops`` and achieved (read + written) B/s ÷ ``hardware.mem_bandwidth``;
@@ -31,12 +36,19 @@ source} (so PromQL can take its own ``rate()``), and the facts
 work it did, rejected speculative drafts and recomputation after preemption included, so on
 speculative pools the engine's figure is the higher one.
 
-Parameters: ``window_s`` (default 60 s), ``max_items`` (work spans kept per endpoint, default
-20 000: older ones are dropped first), ``clock`` (monotonic seconds, injected by tests).
+A pool without model or hardware facts in the fleet file (:mod:`backends.fleet_file`) has no
+MFU/MBU from either source, nor fact gauges: :func:`endpoint_facts` leaves its endpoints out and
+logs one line per such pool, naming it and what it lacks.
+
+Parameters: ``window_s`` (default :data:`WINDOW_S`, 30 s: two scrapes at Prometheus' usual
+15 s interval, so no work falls between two scrapes' windows), ``max_items`` (work spans kept
+per endpoint, default 20 000: older ones are dropped first), ``clock`` (monotonic seconds,
+injected by tests).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -52,8 +64,12 @@ from routing import fleet_math
 from routing.fleet_math import HardwareRates, ModelShape, RequestTokens, request_cost, utilisation
 from routing.snapshots import EngineMetrics, PoolSnapshot
 
+logger = logging.getLogger(__name__)
+
 RIDGE = "ridge"
 ENGINE = "engine"
+WINDOW_S = 30.0
+"""The MFU/MBU gauges' window [s] (module docstring)."""
 
 PREFILL_SHARES_DECODE_STEPS: Mapping[str, bool] = MappingProxyType({
     "vllm": True,     # prefill chunks ride in the same steps as running decodes
@@ -77,9 +93,14 @@ class EndpointFacts:
 
 
 def endpoint_facts(fleet: Fleet) -> dict[str, EndpointFacts]:
-    """Facts of every endpoint of ``fleet``, by URL."""
+    """Facts of every endpoint of ``fleet``, by URL; a pool without model or hardware facts is
+    left out, with one log line saying so."""
     out: dict[str, EndpointFacts] = {}
     for pool in fleet.pools:
+        if pool.model is None or pool.hardware is None:
+            logger.info("pool %r: MFU/MBU off, the fleet file gives no %s facts", pool.name,
+                        " and no ".join(pool.missing_facts()))
+            continue
         chunked = pool.levers.chunked_prefill
         chunk = chunked.token_budget if chunked and chunked.enabled else None
         for url in pool.endpoint_urls():
@@ -132,12 +153,14 @@ class _EndpointBook:
 class TokenLedger:
     """ridge's per-endpoint work accounting (see the module docstring)."""
 
-    def __init__(self, facts: Mapping[str, EndpointFacts], *, window_s: float = 60.0,
+    def __init__(self, facts: Mapping[str, EndpointFacts], *, window_s: float = WINDOW_S,
                  max_items: int = 20_000, clock: Callable[[], float] = time.monotonic) -> None:
         self.facts = MappingProxyType(dict(facts))
         self.window_s = window_s
         self._clock = clock
         self._since = clock()
+        self.began: float | None = None
+        """When the first request priced arrived (None: none yet)."""
         self._books = {
             url: _EndpointBook(deque(maxlen=max_items), StepCounter(
                 PREFILL_SHARES_DECODE_STEPS.get(f.engine, False), horizon_s=10 * window_s))
@@ -154,6 +177,8 @@ class TokenLedger:
         decode_url = decode_url or url
         if url not in self._books or decode_url not in self._books:
             return
+        if self.began is None or end - e2e_s < self.began:
+            self.began = end - e2e_s
         first = end - e2e_s + (ttft_s if ttft_s is not None else 0.0)
         self._price(url, decode_url, tokens, (min(first, end), end), gaps)
 
@@ -268,10 +293,13 @@ class EfficiencyCollector(Collector):
 
     def readings(self) -> list[Reading]:
         """Both sources' readings for every endpoint that has them, now. Both cover the
-        window, or the time since the first scrape while that is shorter."""
+        window, or while that is longer the time since the first scrape — ridge's from the
+        first request's arrival when that came earlier (module docstring)."""
         now = self._ledger.now()
         first = self._first = now if self._first is None else self._first
-        out = [Reading(f, RIDGE, self._ledger.rates(url, now, first), self._ledger.totals(url))
+        began = self._ledger.began
+        since = first if began is None else min(first, began)
+        out = [Reading(f, RIDGE, self._ledger.rates(url, now, since), self._ledger.totals(url))
                for url, f in self._ledger.facts.items()]
         for pool in self._snapshot():
             for ep in pool.endpoints:

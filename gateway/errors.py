@@ -38,12 +38,13 @@ class GatewayError(Exception):
     """An error ridge answers itself, with the HTTP status and OpenAI fields. ``detail``: what
     only the log may say (an engine's address, a library's exception text); never sent.
     ``headers``: extra response headers (lower-case names), e.g. ``retry-after``;
-    ``kind``: the OpenAI error ``type`` when not the status's usual one."""
+    ``kind``: the OpenAI error ``type`` when not the status's usual one; ``pool``: the pool
+    the refusal is about (admission control), for the request's metrics."""
 
     def __init__(
         self, status: int, message: str, *, param: str | None = None, code: str | None = None,
         detail: str | None = None, headers: tuple[tuple[bytes, bytes], ...] = (),
-        kind: str | None = None,
+        kind: str | None = None, pool: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -53,6 +54,7 @@ class GatewayError(Exception):
         self.detail = detail
         self.headers = headers
         self.kind = kind
+        self.pool = pool
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, param=self.param, code=self.code,

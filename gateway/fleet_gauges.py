@@ -13,7 +13,9 @@ From the endpoint registry's snapshot (engine figures normalised across engines,
   engine's cache hit rate). A figure the engine does not export is left out.
 
 From the registry itself: ``ridge_endpoint_circuit_open`` {pool, endpoint} (1 while the
-endpoint's circuit breaker is open or half-open).
+endpoint's circuit breaker is open or half-open) and ``ridge_lever_mismatch`` {pool, endpoint,
+lever} (1 when the endpoint's engine contradicts what its pool declares for that lever, 0 when
+it agrees; only the levers the registry could check, :mod:`backends.lever_check`).
 
 From the router's workload measures (:class:`routing.window.WorkloadMeasures`, the same
 windows the lever policy reads), per ``model`` (a configured model, or ``*`` for all):
@@ -92,8 +94,11 @@ class FleetGauges(Collector):
 
 
 class CircuitGauges(Collector):
-    """``ridge_endpoint_circuit_open`` {pool, endpoint}: 1 while the endpoint's circuit
-    breaker (:mod:`backends.registry`) is open or half-open, 0 when closed."""
+    """The gauges read from the registry's endpoint statuses (:mod:`backends.registry`):
+    ``ridge_endpoint_circuit_open`` {pool, endpoint}, 1 while the endpoint's circuit breaker is
+    open or half-open, 0 when closed; ``ridge_lever_mismatch`` {pool, endpoint, lever}, 1 when
+    its engine contradicts the pool's declared lever, 0 when it agrees, no series for a lever
+    that could not be checked."""
 
     def __init__(self, registry: EndpointRegistry) -> None:
         self._registry = registry
@@ -101,11 +106,19 @@ class CircuitGauges(Collector):
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily("ridge_endpoint_circuit_open", "1 while the endpoint's "
                                    "circuit breaker is open or half-open, else 0", labels=_EP)
+        levers = GaugeMetricFamily("ridge_lever_mismatch", "1 when the endpoint's engine "
+                                   "contradicts the lever its pool declares, 0 when it agrees",
+                                   labels=(*_EP, "lever"))
         for url in self._registry.urls:
             status = self._registry.status(url)
             family.add_metric([status.pool, url],
                               0.0 if status.circuit is CircuitState.CLOSED else 1.0)
+            check = status.lever_check
+            for lever in check.checked:
+                levers.add_metric([status.pool, url, lever],
+                                  1.0 if check.mismatched(lever) else 0.0)
         yield family
+        yield levers
 
 
 def endpoint_families(pools: Sequence[PoolSnapshot], own: InFlight) -> Iterator[Metric]:

@@ -24,12 +24,16 @@ from gateway.settings import Settings
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``keys`` subcommand and its own subcommands."""
-    keys = sub.add_parser("keys", help="manage API keys (add, list, revoke)",
-                          description=__doc__.splitlines()[0] if __doc__ else None)
+    keys = sub.add_parser("keys", help="manage API keys (add, list, revoke)", description=(
+        "Manage the API keys clients send as `Authorization: Bearer KEY`: in the keys file "
+        "and, with a Redis URL, in Redis, where every gateway sharing it reads them. Running "
+        "gateways pick changes up within RIDGE_KEYS_REFRESH_S. ridge keeps only digests."))
     keys.add_argument("--file", help="keys file (default RIDGE_KEYS_FILE)")
     keys.add_argument("--redis-url", help="also in this Redis (default RIDGE_REDIS_URL)")
     actions = keys.add_subparsers(dest="action", required=True)
-    add = actions.add_parser("add", help="create a key; prints it once")
+    add = actions.add_parser("add", help="create a key; prints it once",
+                             description="Create a key with its limits and print it, once: "
+                             "only its digest is stored.")
     add.add_argument("name", help="the key's name (in logs and metrics; 1-64 characters)")
     add.add_argument("--models", default="", help="comma-separated models it may use "
                      "(default: every model)")
@@ -38,9 +42,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add.add_argument("--max-concurrent", type=int, help="requests in flight at once")
     add.add_argument("--timeout", type=float, help="deadline of each request [s]")
     add.add_argument("--admin", action="store_true", help="may read /metrics and /docs")
-    actions.add_parser("list", help="the keys (names, first characters, limits)")
-    revoke = actions.add_parser("revoke", help="delete a key by name")
-    revoke.add_argument("name")
+    actions.add_parser("list", help="the keys (names, first characters, limits)",
+                       description="List the keys: names, first characters, limits.")
+    revoke = actions.add_parser("revoke", help="delete a key by name",
+                                description="Delete every key of that name; requests with it "
+                                "are refused once the gateways reload the keys.")
+    revoke.add_argument("name", help="the name given to `ridge keys add`")
 
 
 @dataclass

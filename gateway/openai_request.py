@@ -4,13 +4,33 @@ ridge parses ``model``, ``messages`` (chat) or ``prompt`` (completions), ``strea
 ``stream_options``, ``max_tokens`` / ``max_completion_tokens`` and ``user``, and checks their
 types. Every other field (tools, response_format, logprobs, seed, ...) is neither read nor
 rewritten: the engine receives the client's bytes as sent.
+
+The other APIs the engines serve are read the same way (``model`` is required by each: ridge
+routes on it), with only their input checked for presence and shape — the engine validates
+the rest and answers its own 400:
+
+- ``/v1/responses`` (generation): ``input`` (a string or a non-empty array of items),
+  ``instructions``, ``stream``, ``max_output_tokens``, ``user``. Its stream always ends with
+  the response and its usage (``response.completed``), so ridge never asks for usage
+  (``include_usage`` is set for every stream) and forwards the body as sent;
+- ``/v1/embeddings``: ``input`` (a string or a non-empty array), or vLLM's chat form
+  ``messages``; ``user``;
+- ``/tokenize``: ``prompt`` (a string) or ``messages``; ``/detokenize``: ``tokens`` (token
+  ids);
+- ``/score`` and ``/v1/score``: one pair of vLLM's score inputs (``queries`` with
+  ``documents`` or ``items``, ``data_1`` / ``data_2``, ``text_1`` / ``text_2``);
+- ``/rerank``, ``/v1/rerank``, ``/v2/rerank``: ``query`` and ``documents``.
+
+None of those but Responses streams: ``stream`` is not read, and the answer is relayed whole.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from gateway.errors import GatewayError
@@ -23,10 +43,33 @@ MAX_TOKENS = 2**31 - 1
 
 
 class Endpoint(StrEnum):
-    """The two generation APIs, by the engine path they are forwarded to."""
+    """The APIs ridge routes to engines, by the path a client calls and the engine is sent
+    (vLLM's aliases each keep their own path: an engine answers them as it would directly).
+    Paths as vLLM 0.32 serves them (``vllm/entrypoints/openai/responses/api_router.py``,
+    ``pooling/embed/api_router.py``, ``pooling/scoring/api_router.py``,
+    ``serve/tokenize/api_router.py``); SGLang serves ``/v1/embeddings``, ``/v1/score``,
+    ``/v1/rerank``, ``/tokenize`` and ``/detokenize`` among them."""
 
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"
+    RESPONSES = "/v1/responses"
+    EMBEDDINGS = "/v1/embeddings"
+    TOKENIZE = "/tokenize"
+    DETOKENIZE = "/detokenize"
+    SCORE = "/score"
+    SCORE_V1 = "/v1/score"
+    RERANK = "/rerank"
+    RERANK_V1 = "/v1/rerank"
+    RERANK_V2 = "/v2/rerank"
+
+
+GENERATION: frozenset[Endpoint] = frozenset(
+    {Endpoint.CHAT, Endpoint.COMPLETIONS, Endpoint.RESPONSES})
+"""The APIs that generate text: routed by the lever policy, streamed when asked. The others
+are routed by load alone and answered whole."""
+NO_INFERENCE: frozenset[Endpoint] = frozenset({Endpoint.TOKENIZE, Endpoint.DETOKENIZE})
+"""The APIs that run no model on the engine: they teach the router state nothing, are held
+to no SLO and use no tokens of a key's limits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +90,10 @@ def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
     """Validate ``body``; raises a 400 GatewayError naming the offending field."""
     payload = _json_object(body)
     model = _required_str(payload, "model")
-    if endpoint is Endpoint.CHAT:
-        _check_messages(payload)
-    else:
-        _check_prompt(payload)
+    check = _CHAT_OR_COMPLETIONS.get(endpoint)
+    if check is None:
+        return _OTHER_PARSERS[endpoint](endpoint, model, payload, body)
+    check(payload)
     stream = _optional(payload, "stream", bool) or False
     return ParsedRequest(
         endpoint=endpoint,
@@ -191,3 +234,122 @@ def _max_tokens(payload: dict[str, Any]) -> int | None:
                 raise _bad(f"'{name}' must be between 1 and {MAX_TOKENS}", name)
             return int(value)
     return None
+
+
+def _check_input(payload: dict[str, Any], name: str = "input") -> None:
+    """``name`` is required: a non-empty string or a non-empty array."""
+    if name not in payload:
+        raise _bad(f"'{name}' is required", name, "missing_required_parameter")
+    value = payload[name]
+    if not isinstance(value, str | list) or not value:
+        raise _bad(f"'{name}' must be a non-empty string or a non-empty array", name,
+                   "invalid_type")
+
+
+def _check_array(payload: dict[str, Any], name: str) -> None:
+    """``name`` is required: a non-empty array."""
+    if name not in payload:
+        raise _bad(f"'{name}' is required", name, "missing_required_parameter")
+    if not isinstance(payload[name], list) or not payload[name]:
+        raise _bad(f"'{name}' must be a non-empty array", name, "invalid_type")
+
+
+def _check_responses_input(payload: dict[str, Any]) -> None:
+    _check_input(payload)
+    items = payload["input"]
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise _bad(f"'input[{i}]' must be an object", f"input[{i}]", "invalid_type")
+    _optional(payload, "instructions", str)
+
+
+def _check_embeddings(payload: dict[str, Any]) -> None:
+    if "input" not in payload and "messages" in payload:
+        _check_array(payload, "messages")
+    else:
+        _check_input(payload)
+
+
+def _check_tokenize(payload: dict[str, Any]) -> None:
+    if "prompt" not in payload and "messages" in payload:
+        _check_array(payload, "messages")
+        return
+    if "prompt" not in payload:
+        raise _bad("'prompt' or 'messages' is required", "prompt", "missing_required_parameter")
+    _optional(payload, "prompt", str)
+
+
+def _check_detokenize(payload: dict[str, Any]) -> None:
+    if "tokens" not in payload:
+        raise _bad("'tokens' is required", "tokens", "missing_required_parameter")
+    tokens = payload["tokens"]
+    ok = isinstance(tokens, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
+    if not ok:
+        raise _bad("'tokens' must be an array of token ids", "tokens", "invalid_type")
+
+
+SCORE_PAIRS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"),
+               ("text_1", "text_2"))
+"""The pairs of inputs vLLM's score API takes (``ScoreRequest``), the first one present used."""
+
+
+def _check_score(payload: dict[str, Any]) -> None:
+    for first, second in SCORE_PAIRS:
+        if first in payload and second in payload:
+            _check_input(payload, first)
+            _check_input(payload, second)
+            return
+    names = ", ".join(f"'{a}' and '{b}'" for a, b in SCORE_PAIRS)
+    raise _bad(f"one of the pairs {names} is required", SCORE_PAIRS[0][0],
+               "missing_required_parameter")
+
+
+def _check_rerank(payload: dict[str, Any]) -> None:
+    _check_input(payload, "query")
+    _check_input(payload, "documents")
+
+
+def _parse_responses(endpoint: Endpoint, model: str, payload: dict[str, Any],
+                     body: bytes) -> ParsedRequest:
+    """A Responses API request: its stream always carries its usage (``include_usage``)."""
+    _check_responses_input(payload)
+    stream = _optional(payload, "stream", bool) or False
+    max_tokens = _optional(payload, "max_output_tokens", int)
+    if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKENS:
+        raise _bad(f"'max_output_tokens' must be between 1 and {MAX_TOKENS}",
+                   "max_output_tokens")
+    return ParsedRequest(endpoint=endpoint, model=model, stream=stream, include_usage=stream,
+                         max_tokens=max_tokens, user=_optional(payload, "user", str),
+                         payload=payload, body=body)
+
+
+_Parser = Callable[[Endpoint, str, dict[str, Any], bytes], ParsedRequest]
+
+
+def _parse_whole(check: Callable[[dict[str, Any]], None]) -> _Parser:
+    """The parser of an API answered whole, whose input ``check`` validates."""
+
+    def parse(endpoint: Endpoint, model: str, payload: dict[str, Any],
+              body: bytes) -> ParsedRequest:
+        check(payload)
+        return ParsedRequest(endpoint=endpoint, model=model, stream=False, include_usage=False,
+                             max_tokens=None, user=_optional(payload, "user", str),
+                             payload=payload, body=body)
+    return parse
+
+
+_CHAT_OR_COMPLETIONS: Mapping[Endpoint, Callable[[dict[str, Any]], None]] = MappingProxyType({
+    Endpoint.CHAT: _check_messages, Endpoint.COMPLETIONS: _check_prompt})
+_OTHER_PARSERS: Mapping[Endpoint, _Parser] = MappingProxyType({
+    Endpoint.RESPONSES: _parse_responses,
+    Endpoint.EMBEDDINGS: _parse_whole(_check_embeddings),
+    Endpoint.TOKENIZE: _parse_whole(_check_tokenize),
+    Endpoint.DETOKENIZE: _parse_whole(_check_detokenize),
+    Endpoint.SCORE: _parse_whole(_check_score),
+    Endpoint.SCORE_V1: _parse_whole(_check_score),
+    Endpoint.RERANK: _parse_whole(_check_rerank),
+    Endpoint.RERANK_V1: _parse_whole(_check_rerank),
+    Endpoint.RERANK_V2: _parse_whole(_check_rerank),
+})

@@ -1,14 +1,24 @@
-"""Serve one generation request on a lean ASGI path: read, parse, dispatch, relay, record.
+"""Serve one request for an engine on a lean ASGI path: read, parse, dispatch, relay, record.
 
 ``POST /v1/chat/completions`` and ``/v1/completions`` are the hot path, so they skip FastAPI's
 routing, dependency injection and middleware: :class:`gateway.app.RidgeApp` hands them to
-:class:`Proxy`, an ASGI handler. It reads the body (413 past the limit), parses the few fields
-ridge needs (:mod:`gateway.openai_request`), dispatches (:mod:`gateway.dispatch`: features,
-routing, reservation, the upstream request) and relays the engine's answer: a whole body as the
-engine wrote it, or a stream passed through as it arrives (:class:`gateway.sse.StreamScanner`;
-a stream that breaks off ends with an OpenAI-shaped error event). ridge always asks a streaming
-engine for its usage chunk, to count tokens, and cuts that chunk from the relay when the client
-did not ask for it. Errors ridge answers itself are OpenAI-shaped JSON.
+:class:`Proxy`, an ASGI handler — and with them every other API an engine serves
+(:data:`PROXIED_PATHS`: Responses, embeddings, score, rerank, tokenize, detokenize), which go
+the same way with the same keys, limits, errors, metrics and request ids. It reads the body
+(413 past the limit), parses the few fields ridge needs (:mod:`gateway.openai_request`),
+dispatches (:mod:`gateway.dispatch`: features, routing, reservation, the upstream request) and
+relays the engine's answer: a whole body as the engine wrote it, or a stream passed through as
+it arrives (:class:`gateway.sse.StreamScanner`; a stream that breaks off ends with an
+OpenAI-shaped error event). ridge always asks a streaming chat or completions engine for its
+usage chunk, to count tokens, and cuts that chunk from the relay when the client did not ask
+for it. A Responses API stream (:mod:`gateway.responses_sse`) is relayed untouched:
+its deltas time the first token and its closing event carries the usage. Errors ridge answers
+itself are OpenAI-shaped JSON.
+
+A request that runs no model on the engine (tokenize, detokenize:
+:data:`~gateway.openai_request.NO_INFERENCE`) is counted in ``ridge_requests_total`` and
+nothing else (no latency, token or SLO figures of the model), and uses no tokens of its key's
+limits.
 
 Limits (:class:`BodyLimits`): a request body past its cap is a 413, read no further; an
 engine's whole answer past its cap, or one event of its stream, is a 502 (an error event once
@@ -45,16 +55,21 @@ from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
 from gateway.http_protocol import WATCH, DisconnectWatch
 from gateway.keys import ANONYMOUS, Caller
-from gateway.openai_request import Endpoint, ParsedRequest, parse_request
+from gateway.openai_request import NO_INFERENCE, Endpoint, ParsedRequest, parse_request
 from gateway.rate_limits import Grant
+from gateway.responses_sse import ResponsesScanner, chat_usage
 from gateway.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.telemetry import NO_POOL, RequestRecord, Telemetry
+from gateway.trace import TraceRecorder
+from routing.router import RoutePlan
 
 log = logging.getLogger("ridge")
 
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
-GENERATION_PATHS: Mapping[str, Endpoint] = MappingProxyType(
+PROXIED_PATHS: Mapping[str, Endpoint] = MappingProxyType(
     {endpoint.value: endpoint for endpoint in Endpoint})
+"""Every path the proxy serves (``POST`` only), by the API it is."""
+_RESPONSES = Endpoint.RESPONSES
 SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
 REQUEST_ID_HEADER = b"x-request-id"
@@ -79,10 +94,12 @@ class Call:
     session_hint: str | None = None
     slo_class: str | None = None
     sent: Dispatched | None = None
+    plan: RoutePlan | None = None
     status: int = 0
     response_started: bool = False
     completed: bool = False
     ttft_s: float | None = None
+    ttfb_s: float | None = None
     usage: dict[str, Any] | None = None
     completion_tokens: int | None = None
     itl_s: tuple[float, ...] = ()
@@ -90,10 +107,16 @@ class Call:
     request_id: bytes = b""
     caller: Caller = ANONYMOUS
     grant: Grant | None = None
+    refused_by: str | None = None
 
     @property
     def pool(self) -> str:
-        return self.sent.plan.decision.pool if self.sent else NO_POOL
+        """The pool the request was routed to (the last one tried, when it failed before any
+        engine's headers), else the pool whose admission control refused it; ``none`` when
+        neither."""
+        if self.plan is not None:
+            return self.plan.decision.pool
+        return self.refused_by if self.refused_by is not None else NO_POOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +134,9 @@ class Proxy:
 
     def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, access: Access,
                  limits: BodyLimits = BodyLimits(),
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 trace: TraceRecorder | None = None) -> None:
+        self._trace = trace  # traffic recording (gateway.trace); None: off
         self._dispatcher = dispatcher
         self._telemetry = telemetry
         self._access = access
@@ -137,7 +162,7 @@ class Proxy:
             stop_watching = watch_disconnect(scope, receive, call)
             await self._serve_within(call, send, self._access.deadline_s(call.caller))
         except GatewayError as exc:
-            call.status = exc.status
+            call.status, call.refused_by = exc.status, exc.pool
             if exc.detail is not None:
                 log.warning("request %s: %s (%s)", call.request_id.decode(), exc.message,
                             exc.detail)
@@ -183,13 +208,18 @@ class Proxy:
                 call.parsed, call.session_hint, attempts, key=call.caller.name,
                 slo_class=call.slo_class)
         finally:
+            call.plan = call.sent.plan if call.sent is not None else attempts.plan
+            if call.plan is not None:
+                self._telemetry.route(call.plan)
             if attempts.failures:
                 self._telemetry.retries_of(call.pool).inc(attempts.failures)
         call.status = call.sent.response.status
-        self._telemetry.route(call.sent.plan)
-        if call.status == 200 and call.parsed.stream:
+        if call.status != 200:
+            await self._whole(call, send)
+        elif call.parsed.stream:
             await self._stream(call, send)
-        else:
+        else:  # the engine's headers are in: its first byte (its whole answer follows)
+            call.ttfb_s = self._clock() - call.started
             await self._whole(call, send)
 
     async def _whole(self, call: Call, send: Send) -> None:
@@ -214,17 +244,23 @@ class Proxy:
 
     async def _stream(self, call: Call, send: Send) -> None:
         assert call.sent is not None and call.parsed is not None
-        scanner = StreamScanner(not call.parsed.include_usage, self._clock, self._limits.event)
+        kind = ResponsesScanner if call.parsed.endpoint is _RESPONSES else StreamScanner
+        scanner = kind(not call.parsed.include_usage, self._clock, self._limits.event)
         call.response_started = True
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"),
                                 (b"cache-control", b"no-cache"),
                                 (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
                                 *_limit_headers(call)]})
+        first = True
         try:
             async for chunk in call.sent.response.chunks():
                 if out := scanner.feed(chunk):
                     await send({"type": "http.response.body", "body": out, "more_body": True})
+                    if first and scanner.first_token_at is not None:
+                        first = False
+                        self._dispatcher.first_token(call.sent,
+                                                     scanner.first_token_at - call.started)
             end, call.completed = scanner.rest(), True
         except UpstreamStreamError as exc:
             call.status = 502
@@ -252,15 +288,20 @@ class Proxy:
         if call.sent is not None and call.parsed is not None:
             await asyncio.shield(self._dispatcher.finish(
                 call.sent, call.parsed, succeeded=call.status == 200 and call.completed,
-                output_tokens=completion, prompt_tokens=prompt_tokens, ttft_s=call.ttft_s))
+                output_tokens=completion, prompt_tokens=prompt_tokens))
         if call.grant is not None:
             await asyncio.shield(self._access.settle(call.grant, _used(call, prompt_tokens,
                                                                        completion)))
-        self._telemetry.record(self._record(call, prompt_tokens, completion))
+        if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE:
+            self._telemetry.count(self._record(call, prompt_tokens, completion))
+        else:
+            self._telemetry.record(self._record(call, prompt_tokens, completion))
+            if self._trace is not None and call.sent is not None:
+                self._trace.offer(call.parsed, call.sent.features, call.started, completion)
 
     def _record(self, call: Call, prompt_tokens: int | None,
                 completion: int | None) -> RequestRecord:
-        sent, parsed = call.sent, call.parsed
+        sent, parsed, plan = call.sent, call.parsed, call.plan
         details = (call.usage or {}).get("prompt_tokens_details") or {}
         return RequestRecord(
             model=parsed.model if parsed else "",
@@ -269,7 +310,7 @@ class Proxy:
             e2e_s=self._clock() - call.started,
             ttft_s=call.ttft_s,
             completion_tokens=completion,
-            lever=sent.plan.decision.lever if sent else None,
+            lever=plan.decision.lever if plan is not None else None,
             endpoint=sent.plan.first.url if sent else None,
             decode_endpoint=sent.plan.endpoint.url if sent and sent.plan.prefill else None,
             prompt_tokens=prompt_tokens,
@@ -277,6 +318,7 @@ class Proxy:
             itl_s=call.itl_s,
             max_tokens=parsed.max_tokens if parsed else None,
             slo_class=call.slo_class,
+            ttfb_s=call.ttfb_s,
         )
 
 
@@ -396,12 +438,13 @@ def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
 
 
 def _used(call: Call, prompt_tokens: int | None, completion: int | None) -> int | None:
-    """Tokens a request used for its key's limits: none if it never reached an engine; the
-    engine's usage; None (the charge stands) when the engine's usage is unknown."""
+    """Tokens a request used for its key's limits: none if it never reached an engine or runs
+    no model there; the engine's usage; None (the charge stands) when the engine's usage is
+    unknown."""
     if call.sent is None:
         return 0
     if prompt_tokens is None and completion is None:
-        return None
+        return 0 if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE else None
     return (prompt_tokens or 0) + (completion or 0)
 
 
@@ -423,7 +466,8 @@ _DECODER = json.JSONDecoder()
 def _usage_dict(body: bytes) -> dict[str, Any] | None:
     """The ``usage`` object of a whole JSON answer, parsed alone: the value after the last
     ``"usage":`` key (engines write the top-level one after the choices; generated text
-    cannot hold those bytes, a JSON string escapes its quotes)."""
+    cannot hold those bytes, a JSON string escapes its quotes). A Responses API usage
+    (``input_tokens``, ``output_tokens``) is given in the chat API's names."""
     at = body.rfind(b'"usage":')
     if at < 0:
         return None
@@ -431,7 +475,9 @@ def _usage_dict(body: bytes) -> dict[str, Any] | None:
         usage, _ = _DECODER.raw_decode(body[at + 8:].decode("utf-8").lstrip())
     except (ValueError, UnicodeDecodeError):
         return None
-    return usage if isinstance(usage, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    return usage if "prompt_tokens" in usage else chat_usage(usage)
 
 
 def _int(value: Any) -> int | None:

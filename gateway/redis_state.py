@@ -409,6 +409,9 @@ class RedisState:
         if await self._call(args) is None and shared:
             self._unreleased.append(reservation.id)
 
+    def forget_endpoint(self, url: str) -> None:
+        self._local.forget_endpoint(url)
+
     async def aclose(self) -> None:
         if self._probe is not None:
             self._probe.cancel()

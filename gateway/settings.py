@@ -74,6 +74,12 @@ class RegistrySettings(BaseModel):
     breaker_max_open_s: float = Field(
         default=60.0, gt=0, description="the open time doubles at each reopening up to this"
     )
+    drain_timeout_s: float = Field(
+        default=300.0, ge=0, description="an endpoint that left its pool (a fleet reload, or a "
+        "`resolve: dns` name that no longer resolves to it) gets no new request and leaves the "
+        "registry and the metrics once none of this gateway's requests is in flight there, or "
+        "after this long whatever is still in flight (those requests go on)"
+    )
 
 
 class StateSettings(BaseModel):
@@ -126,7 +132,34 @@ class AdmissionSettings(BaseModel):
     ceiling_ttl_s: float = Field(
         default=60.0, gt=0, description="a capacity learned from an engine's queue is "
         "forgotten after this, and learned again")
+    prefill_target: float = Field(
+        default=0.5, ge=0, le=1, description="prefill pacing: an endpoint is given no more "
+        "prompt than it clears, at its measured prefill rate, within this fraction of the TTFT "
+        "SLO before its earlier prompts' first tokens (0: off)")
+    wait_deviations: float = Field(
+        default=2.0, ge=0, description="a request waits for a slot only when its expected wait "
+        "plus this many standard deviations (slots freeing at random) is within its budget")
 
+
+
+class TraceSettings(BaseModel):
+    """Traffic recording (:mod:`gateway.trace`): every request served, as a line of a
+    Mooncake-format trace (arrival, prompt and output tokens, prompt block hash ids; no text).
+    Off unless ``path`` is set. Sizes in bytes, times in seconds."""
+
+    path: str | None = Field(default=None, description="the trace file (JSONL); with "
+                             "`workers` > 1, one per worker (`trace.w1.jsonl`); unset: off")
+    max_bytes: int = Field(default=64 * 1024 * 1024, gt=0,
+                           description="past it the file is rotated (`.1`, `.2` …)")
+    max_files: int = Field(default=5, ge=1, description="files kept, the current one included")
+    block_tokens: int = Field(default=512, gt=0, description="prompt tokens per hash id "
+                              "(Mooncake's traces: 512); rounded to whole router blocks")
+    queue_size: int = Field(default=10_000, gt=0, description="finished requests waiting to "
+                            "be written; past it they are dropped (ridge_trace_dropped_total)")
+    flush_interval_s: float = Field(default=1.0, gt=0, description="how often the queue is "
+                                    "written out")
+    max_ids: int = Field(default=1_000_000, gt=0, description="distinct hash ids in one file "
+                         "(the id map's memory bound); past it the file is rotated")
 
 class Settings(BaseSettings):
     """Everything ridge reads from its environment (and the command line)."""
@@ -179,3 +212,4 @@ class Settings(BaseSettings):
     )
     state: StateSettings = StateSettings()
     admission: AdmissionSettings = AdmissionSettings()
+    trace: TraceSettings = TraceSettings()

@@ -12,6 +12,13 @@ are arithmetic, in :mod:`routing.fleet_math`; this module only chooses the bound
    end than a 64-token one); otherwise the entry's own bounds (class ``default``);
 3. a class's unset bounds are inherited from its model entry.
 
+A class the model does not define is not an error: the request is served and held against the
+class it would have had unnamed (step 2), and telemetry counts and logs it
+(:class:`gateway.telemetry.UnknownClasses`). The header chooses how a request is judged (and
+admission control's wait budget), not whether it is served: refusing it would turn a fleet-file
+edit that renames or drops a class, or a class defined for one model and not another, into
+client errors that OpenAI SDK clients cannot act on.
+
 :func:`slo_policy` converts the fleet file's validated settings (:class:`backends.fleet_file.Fleet`)
 into the policy. Bounds are seconds. Pure: no I/O and no clock.
 """
@@ -73,6 +80,11 @@ class SloPolicy:
         if slo is None:
             return DEFAULT_CLASS, Bounds()
         return slo.resolve(max_tokens, requested_class)
+
+    def classes_of(self, model: str) -> tuple[str, ...]:
+        """The classes a client may name for ``model`` (its entry's, else ``*``'s)."""
+        slo = self.models.get(model) or self.models.get(ANY_MODEL)
+        return tuple(c.name for c in slo.classes) if slo is not None else ()
 
     def class_names(self) -> frozenset[str]:
         """Every class label value this policy can produce."""

@@ -87,6 +87,18 @@ class StreamScanner:
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes of ``chunk`` (after what was held back) to relay now."""
+        buffer = self._whole_events(chunk)
+        if not buffer:
+            return b""
+        if n := token_events(buffer):
+            self._tokens(n)
+        if b'"usage"' in buffer and _USAGE.search(buffer):
+            buffer = self._usage(buffer)
+        return buffer
+
+    def _whole_events(self, chunk: bytes) -> bytes:
+        """What was held back and ``chunk``, up to the end of its last whole event; the rest
+        is held back (an event past ``max_event_bytes`` raises UpstreamStreamError)."""
         buffer = self._held + chunk if self._held else chunk
         cut = _boundary(buffer)
         if cut < len(buffer):
@@ -95,12 +107,6 @@ class StreamScanner:
                 raise UpstreamStreamError(f"an event exceeds {self._max_event} bytes")
         else:
             self._held = b""
-        if not buffer:
-            return b""
-        if n := token_events(buffer):
-            self._tokens(n)
-        if b'"usage"' in buffer and _USAGE.search(buffer):
-            buffer = self._usage(buffer)
         return buffer
 
     def rest(self) -> bytes:

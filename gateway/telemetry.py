@@ -3,16 +3,20 @@
 Names follow Prometheus conventions: ``ridge_`` prefix, base units (seconds), ``_total`` only on
 counters, histograms rather than averaged gauges. Label values are bounded: ``model`` is one of
 the fleet's configured model names (anything else is reported as ``other``), ``pool`` one of
-its pools (``none`` before a pool was chosen), ``status`` an HTTP status code, ``lever`` a lever
+its pools (``none`` when no pool was chosen: a request refused before routing, or by admission
+control), ``status`` an HTTP status code, ``lever`` a lever
 name of the route decision (``none`` when the request carried none), ``reason`` a route
 reason of the policy's rule table, ``slo_class`` a class of the fleet's SLOs (or ``default``),
 ``slo`` one of ``ttft``, ``tpot``, ``e2e``, ``error``.
 
-Per finished request (:meth:`Telemetry.record`):
+Per finished request (:meth:`Telemetry.record`; a request that ran no model, such as
+``/tokenize``, only in ``ridge_requests_total``: :meth:`Telemetry.count`):
 
 - ``ridge_requests_total`` {model, pool, status};
-- latency histograms {model, pool, lever}: end to end, time to first token (streams), time per
-  output token after the first, and every inter-token gap (streams);
+- latency histograms {model, pool, lever}: end to end, time to first token (streams), time to
+  first byte (non-streamed answers: until the engine's response began; a non-streamed engine
+  writes nothing before its whole answer, so it is not a TTFT and is kept apart from it), time
+  per output token after the first, and every inter-token gap (streams);
 - tokens from the engine's usage: ``ridge_prompt_tokens_total``,
   ``ridge_completion_tokens_total``, ``ridge_cached_prompt_tokens_total`` {model, pool, lever}
   and the length histograms ``ridge_request_prompt_tokens`` / ``ridge_request_completion_tokens``
@@ -20,6 +24,9 @@ Per finished request (:meth:`Telemetry.record`):
 - goodput (:mod:`gateway.slos`, :mod:`routing.fleet_math`): ``ridge_slo_evaluated_requests_total``,
   ``ridge_goodput_requests_total`` and ``ridge_slo_violations_total{slo}`` {model, pool, lever,
   slo_class}; the bounds themselves as ``ridge_slo_objective_seconds`` {model, slo_class, slo};
+  a request naming a class its model does not define is held against the class it would have
+  had unnamed, counted in ``ridge_slo_class_unknown_requests_total`` {model} and logged once
+  per (model, class) (:class:`UnknownClasses`);
 - its work priced for MFU/MBU by the :class:`~gateway.efficiency.TokenLedger` (once bound to a
   fleet, see :meth:`Telemetry.bind_fleet`).
 
@@ -36,8 +43,9 @@ room at once.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +62,8 @@ from routing.router import RoutePlan
 # Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
 # prefills (a minute); TPOT a fast GPU decode step (~5 ms) to a saturated CPU (~1 s).
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30, 60)
+# Time to first byte of a non-streamed answer: the TTFT range, then on to a whole long answer.
+TTFB_BUCKETS = (*TTFT_BUCKETS, 90, 120, 180, 300, 600)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                 0.5, 0.75, 1.0, 2.0)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300,
@@ -68,6 +78,30 @@ TOKEN_BUCKETS = tuple(float(2**i) for i in range(18))
 OTHER_MODEL = "other"
 NO_POOL = "none"
 NO_LEVER = "none"
+
+log = logging.getLogger("ridge")
+
+
+class UnknownClasses:
+    """Logs each (model, SLO class) pair a client named that the model does not define, once
+    — at most ``limit`` pairs (both names come from clients), then one line saying that more
+    go unlogged (``ridge_slo_class_unknown_requests_total`` still counts them)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._logged: set[tuple[str, str]] = set()
+        self._limit = limit
+
+    def seen(self, model: str, requested: str, slos: SloPolicy, used: str) -> None:
+        key = (model[:64], requested[:64])
+        if key in self._logged or len(self._logged) > self._limit:
+            return
+        self._logged.add(key)
+        if len(self._logged) > self._limit:
+            log.warning("more unknown x-ridge-slo-class values were named; not logging them")
+            return
+        log.warning("x-ridge-slo-class %r is not an SLO class of model %r (its classes: %s); "
+                    "its requests are held against class %r (logged once)", key[1], key[0],
+                    ", ".join(slos.classes_of(model)) or "none", used)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +130,8 @@ class RequestRecord:
     itl_s: tuple[float, ...] = ()
     max_tokens: int | None = None
     slo_class: str | None = None
+    ttfb_s: float | None = None
+    """Non-streamed answers: from arrival until the engine's response headers, seconds."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -127,6 +163,7 @@ class Telemetry:
         self.ledger: TokenLedger | None = None
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
         self._collectors: tuple[EfficiencyCollector, FleetGauges] | None = None
+        self._unknown_classes = UnknownClasses()
         self._request_metrics(registry)
         self._token_metrics(registry)
         self._goodput_metrics(registry)
@@ -146,6 +183,10 @@ class Telemetry:
         self.ttft = Histogram(
             "ridge_time_to_first_token_seconds", "Time to the first generated token",
             labels, buckets=TTFT_BUCKETS, registry=registry,
+        )
+        self.ttfb = Histogram(
+            "ridge_time_to_first_byte_seconds", "Time to the first byte of the engine's answer "
+            "(non-streamed answers)", labels, buckets=TTFB_BUCKETS, registry=registry,
         )
         self.tpot = Histogram(
             "ridge_time_per_output_token_seconds", "Mean time per output token after the first",
@@ -214,6 +255,11 @@ class Telemetry:
             "ridge_slo_objective_seconds", "The configured SLO bounds",
             ("model", "slo_class", "slo"), registry=registry,
         )
+        self.slo_class_unknown = Counter(
+            "ridge_slo_class_unknown_requests", "Finished requests whose x-ridge-slo-class "
+            "names no class of their model (held against the default choice)", ("model",),
+            registry=registry,
+        )
 
     def _admission_metrics(self, registry: CollectorRegistry) -> None:
         self.admission_rejections = Counter(
@@ -228,6 +274,15 @@ class Telemetry:
             "ridge_admission_wait_seconds", "How long requests admitted after waiting for a "
             "slot waited at the gateway", ("pool",), buckets=WAIT_BUCKETS, registry=registry,
         )
+
+    def admission_pools(self, pools: Iterable[str], reasons: Iterable[str]) -> None:
+        """Start every pool's admission series at 0 (refusals by reason, queue depth), so that
+        a dashboard shows 0 rather than nothing before the first refusal."""
+        reasons = tuple(reasons)
+        for pool in pools:
+            for reason in reasons:
+                self.child(self.admission_rejections, pool, reason)
+            self.child(self.admission_queue_depth, pool).set(0)
 
     def admission_refused(self, pool: str, reason: str) -> None:
         self.child(self.admission_rejections, pool, reason).inc()
@@ -287,6 +342,12 @@ class Telemetry:
         for timing in plan.timings:
             self.child(self.plugin_duration, timing.name).observe(timing.ns * 1e-9)
 
+    def count(self, rec: RequestRecord) -> None:
+        """Count a request that ran no model on the engine (tokenize, detokenize) in
+        ``ridge_requests_total`` only: its model's latencies, tokens and goodput are those of
+        inference."""
+        self.child(self.requests, self.model_label(rec.model), rec.pool, str(rec.status)).inc()
+
     def record(self, rec: RequestRecord) -> None:
         model = self.model_label(rec.model)
         self.child(self.requests, model, rec.pool, str(rec.status)).inc()
@@ -305,6 +366,8 @@ class Telemetry:
         self.child(self.e2e, *labels).observe(rec.e2e_s)
         if rec.ttft_s is not None:
             self.child(self.ttft, *labels).observe(rec.ttft_s)
+        elif rec.ttfb_s is not None:
+            self.child(self.ttfb, *labels).observe(rec.ttfb_s)
         tpot = rec.tpot_s
         if tpot is not None:
             self.child(self.tpot, *labels).observe(tpot)
@@ -326,6 +389,9 @@ class Telemetry:
 
     def _goodput(self, rec: RequestRecord, model: str, lever: str) -> None:
         slo_class, bounds = self.slos.bounds_for(rec.model, rec.max_tokens, rec.slo_class)
+        if rec.slo_class and slo_class != rec.slo_class:
+            self.child(self.slo_class_unknown, model).inc()
+            self._unknown_classes.seen(rec.model, rec.slo_class, self.slos, slo_class)
         verdict = evaluate(bounds, Measured(rec.status, rec.e2e_s, rec.ttft_s, rec.tpot_s))
         if not verdict.evaluated:
             return

@@ -125,6 +125,9 @@ class WorkerState:
 
     # --- the protocol -------------------------------------------------------------------
 
+    def forget_endpoint(self, url: str) -> None:
+        self._local.forget_endpoint(url)
+
     def learned_output(self, model: str) -> float | None:
         return self._local.learned_output(model)
 

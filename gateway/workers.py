@@ -9,7 +9,8 @@ requests on its own Unix socket so any of them can answer a scrape for all
 (:mod:`gateway.worker_metrics`).
 
 Lifecycle: SIGTERM or SIGINT to the supervisor is passed to every worker (each stops
-gracefully) and the supervisor returns when all are gone. A worker that dies otherwise is
+gracefully) and the supervisor returns when all are gone; SIGHUP is passed on too (each worker
+reloads the fleet file, :mod:`gateway.reload`). A worker that dies otherwise is
 replaced, its in-flight counts taken off the shared totals first; one that dies within
 :data:`FAST_FAIL_S` of its start :data:`FAST_FAILS` times in a row stops the gateway (exit 1):
 a worker that cannot start would only be restarted forever.
@@ -74,13 +75,21 @@ def serve_workers(fleet: Fleet, workers: int, sock: socket.socket,
 
 
 def _install_signals(book: _Workers) -> dict[int, Any]:
-    """SIGTERM and SIGINT stop every worker; the handlers they replace."""
+    """SIGTERM and SIGINT stop every worker, SIGHUP reloads every worker's fleet file; the
+    handlers they replace."""
     def stop(signum: int, frame: FrameType | None) -> None:
         book.stopping = True
         for pid in book.children:
             _kill(pid, signal.SIGTERM)
 
-    return {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def reload(signum: int, frame: FrameType | None) -> None:
+        for pid in book.children:
+            _kill(pid, signal.SIGHUP)
+
+    handlers: dict[int, Any] = {sig: signal.signal(sig, stop)
+                                for sig in (signal.SIGTERM, signal.SIGINT)}
+    handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, reload)
+    return handlers
 
 
 def _start(book: _Workers, context: WorkerContext, sock: socket.socket,
@@ -89,6 +98,7 @@ def _start(book: _Workers, context: WorkerContext, sock: socket.socket,
     if pid == 0:  # the worker
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker's reload handler
         code = 1
         try:
             code = worker_main(context, sock)

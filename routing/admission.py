@@ -37,8 +37,11 @@ TTFT SLO − the pool's TTFT floor (what an admitted request still spends at the
 its first token), at most ``max_wait_s``; ``max_wait_s`` itself for a model without a TTFT
 SLO. Its *expected wait* [s] = (requests served before it + 1) ÷ the pool's slot-release rate
 [1/s] (:func:`routing.fair_queue.served_before`): one slot must free up for each request
-ahead of it and one for itself. It is refused at once when that exceeds the budget, or
-cannot be known.
+ahead of it and one for itself. It joins the queue only when a wait it will seldom exceed —
+the expected wait plus ``deviations`` standard deviations of a Poisson stream of releases
+(:func:`likely_wait_s`) — is within the budget: a request joining on the mean alone would run
+out of budget and be refused after waiting a third of the time. Refused at once otherwise, or
+when the rate cannot be known.
 
 Estimators (exponentially weighted, weight ``w`` per observation):
 - :class:`ReleaseRate` [releases/s] = 1 ÷ mean gap between releases, the time since the last
@@ -219,7 +222,18 @@ class CapacityBook:
                     at[ep.url] = min(known) + allowance
                 elif (tokens := kv_tokens(ep.metrics)) is not None:
                     by_tokens[ep.url] = tokens
+        self._forget_others(pools)
         return Limits(at, by_tokens, allowance) if at or by_tokens else NO_LIMITS
+
+    def _forget_others(self, pools: tuple[PoolSnapshot, ...]) -> None:
+        """Drop what was learned of endpoints no longer in ``pools`` (they left the fleet: an
+        address a new engine takes later starts afresh)."""
+        if len(self._seen) <= sum(len(p.endpoints) for p in pools):
+            return
+        present = {ep.url for p in pools for ep in p.endpoints}
+        for url in [u for u in self._seen if u not in present]:
+            del self._seen[url]
+            self._pool_of.pop(url, None)
 
     def _observe(self, url: str, metrics: EngineMetrics, now: float) -> _Seen:
         seen = self._seen.setdefault(url, _Seen())
@@ -289,6 +303,17 @@ def expected_wait_s(ahead: int, releases_per_s: float) -> float:
     """[s] until a slot frees for a request with ``ahead`` requests before it: (ahead + 1) ÷
     rate (ahead 3 at 2 releases/s → 2.0 s)."""
     return (ahead + 1) / releases_per_s
+
+
+def likely_wait_s(ahead: int, releases_per_s: float, deviations: float) -> float:
+    """A wait for a slot [s] that a request with ``ahead`` requests before it will seldom
+    exceed. Slots free up about at random — a Poisson stream at the pool's rate — so the wait
+    for n = ahead + 1 of them is Erlang-distributed, mean n ÷ rate, standard deviation √n ÷
+    rate; this is the mean plus ``deviations`` standard deviations (ahead 3 at 2 releases/s, 2
+    deviations → (4 + 2 × 2) ÷ 2 = 4.0 s). One slot, 2 deviations: 3 ÷ rate, exceeded with
+    probability e⁻³ ≈ 5 %; the mean alone would be exceeded 37 % of the time."""
+    n = ahead + 1
+    return (n + deviations * math.sqrt(n)) / releases_per_s
 
 
 def retry_after_s(expected_s: float | None, budget_s: float) -> int:

@@ -12,24 +12,37 @@ Algorithm, per request:
    ``tool_call_id``, ...) are rendered as sorted-key JSON. Completions: a string prompt as is;
    a list of strings joined by NUL (a character prompts do not carry; a collision would only
    misguess a cache hit, never change a response); token ids as ``ids:`` plus the ids in
-   decimal. Structured parts always go through ``json.dumps(sort_keys=True)``.
+   decimal. Structured parts always go through ``json.dumps(sort_keys=True)``. Responses API
+   (``/v1/responses``): its ``tools`` first, then ``instructions`` as a ``system`` message,
+   then ``input`` — a string as one ``user`` message, a list item by item: an item with a
+   ``role`` as a chat message (its ``input_text`` / ``output_text`` / ``text`` parts give
+   their text, other parts a digest; its ``type``, ``id`` and ``status`` left out), any other
+   item (``function_call``, ``function_call_output``, ``reasoning``, ...) as
+   ``STX type US sorted-key-json-of-the-rest ETX``. So a Responses request and the chat
+   request with the same system and user turns have the same text, as the engine's chat
+   template gives them the same prompt.
 2. **Block hashes** (:func:`block_hashes`): the text cut into blocks of ``block_chars``
    characters; only FULL blocks count (engines cache only full KV blocks), chained:
    ``h_i = XXH3-64(utf8(block_i), seed = h_{i-1})`` with ``h_{-1}`` = XXH3-64 of the model
    name, so hash i stands for blocks 0..i of that model's prompt. XXH3 (the ``xxhash``
    package) is fast — one C call per block, about 50 ns for 64 bytes — and the same in every
    process, unlike Python's ``hash()``, which is salted per process: gateways share these
-   hashes.
+   hashes. With the model's exact prompt tokens (step 4), the blocks are the engine's own:
+   ``block_tokens`` token ids each (:func:`token_block_hashes`, 4-byte little-endian ids,
+   same chain and seed), so a router block boundary is an engine block boundary.
 3. **Block size**: 16 tokens × 4 characters per token = 64 characters by default. 16 tokens is
    vLLM's default KV block (``CacheConfig.DEFAULT_BLOCK_SIZE``); SGLang's radix cache matches
    at token granularity, so a finer router block only sharpens the estimate there. A router
    block finer than the engine's overestimates a match by less than one engine block.
    Configurable through :class:`FeatureConfig`.
-4. **Tokens**: prompt tokens from the model's configured
-   :class:`routing.token_counters.TokenCounter` (a tokenizer named in the fleet file, else
-   the character estimate; exact for token-id prompts). ``block_tokens`` = tokens per block
-   for this request: ``block_chars × prompt_tokens / prompt_chars`` once the prompt holds a
-   full block, else the configured ``block_tokens``.
+4. **Tokens**: when the model has exact prompt ids (:class:`routing.token_counters.PromptIds`:
+   its tokenizer and chat template, named in the fleet file) and they model the request, the
+   prompt tokens are their count, tokenized once for both the count and the blocks, and
+   ``block_tokens`` is the configured one. Else the model's
+   :class:`routing.token_counters.TokenCounter` counts the canonical text (the tokenizer
+   without the template, else the character estimate; exact for token-id prompts), and
+   ``block_tokens`` = tokens per block for this request: ``block_chars × prompt_tokens /
+   prompt_chars`` once the prompt holds a full block, else the configured ``block_tokens``.
 5. **Expected output tokens**: ``max_tokens`` (or ``max_completion_tokens``) when given; else
    the learned per-model mean the caller passes in (the router state's
    :meth:`~routing.state.RouterState.learned_output`; the extractor owns no state); else
@@ -44,6 +57,8 @@ Algorithm, per request:
 from __future__ import annotations
 
 import json
+import sys
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -51,7 +66,7 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest as _xxh3
 
-from routing.token_counters import CHARS_PER_TOKEN, CharEstimate, TokenCounter
+from routing.token_counters import CHARS_PER_TOKEN, CharEstimate, PromptIds, TokenCounter
 
 DEFAULT_BLOCK_TOKENS = 16  # tokens per block: vLLM's default KV block size
 DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
@@ -65,7 +80,8 @@ class RequestFeatures:
 
     ``block_hashes`` are chained hashes of the canonical prompt text cut into fixed-size
     blocks: hash i covers blocks 0..i, so equal hashes mean equal prefixes. Token counts are
-    estimates (see :mod:`routing.features`). ``expected_output_tokens`` is ``max_tokens`` when
+    exact with the model's tokenizer and chat template, else estimates (see
+    :mod:`routing.features`). ``expected_output_tokens`` is ``max_tokens`` when
     given, else the learned mean for the model, else a default.
     """
 
@@ -180,12 +196,60 @@ def _render_completions(payload: Mapping[str, Any]) -> str:
     return _dumps(prompt)
 
 
+_RESPONSES_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_RESPONSES_ITEM_META = frozenset({"role", "content", "type", "id", "status"})
+
+
+def _render_responses_part(part: Any) -> str:
+    if isinstance(part, Mapping) and part.get("type") in _RESPONSES_TEXT_PARTS:
+        text = part.get("text")
+        return text if isinstance(text, str) else _dumps(text)
+    return _SUB + part_digest(part)
+
+
+def _render_item(item: Any) -> str:
+    """One item of a Responses ``input`` list (see the module docstring)."""
+    if not isinstance(item, Mapping):
+        return _STX + _dumps(item) + _ETX
+    role = item.get("role")
+    if not isinstance(role, str):
+        rest = {k: v for k, v in item.items() if k != "type"}
+        return f"{_STX}{_dumps(item.get('type'))}{_US}{_dumps(rest)}{_ETX}"
+    content = item.get("content")
+    text = ("".join(_render_responses_part(p) for p in content) if isinstance(content, list)
+            else _render_content(content))
+    extra = {k: v for k, v in item.items() if k not in _RESPONSES_ITEM_META}
+    tail = _US + _dumps(extra) if extra else ""
+    return f"{_STX}{role}{_US}{text}{tail}{_ETX}"
+
+
+def _responses_parts(payload: Mapping[str, Any]) -> list[str]:
+    parts: list[str] = []
+    if payload.get("tools"):
+        parts.append(f"{_STX}tools{_US}{_dumps(payload['tools'])}{_ETX}")
+    instructions = payload.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        parts.append(f"{_STX}system{_US}{instructions}{_ETX}")
+    items = payload.get("input")
+    if isinstance(items, str):
+        parts.append(f"{_STX}user{_US}{items}{_ETX}")
+    elif isinstance(items, list):
+        parts.extend(_render_item(item) for item in items)
+    return parts
+
+
+def _render_responses(payload: Mapping[str, Any]) -> str:
+    return "".join(_responses_parts(payload))
+
+
 _RENDERERS: Mapping[str, Callable[[Mapping[str, Any]], str]] = MappingProxyType(
-    {"chat": _render_chat, "completions": _render_completions})
+    {"chat": _render_chat, "completions": _render_completions,
+     "responses": _render_responses})
 
 
 def canonical_prompt(payload: Mapping[str, Any], kind: str) -> str:
-    """The request's whole prompt as one deterministic text; ``kind``: chat | completions."""
+    """The request's whole prompt as one deterministic text; ``kind``: chat | completions |
+    responses."""
     try:
         render = _RENDERERS[kind]
     except KeyError:
@@ -196,11 +260,14 @@ def canonical_prompt(payload: Mapping[str, Any], kind: str) -> str:
 
 def canonical_lead(payload: Mapping[str, Any], kind: str) -> tuple[str, int]:
     """:func:`canonical_prompt` and the length of its leading segment [characters]: for a
-    chat of several parts, the first (the tools, else the first message — what requests
-    share most); else 0."""
+    chat or a Responses request of several parts, the first (the tools, else the first
+    message or the instructions — what requests share most); else 0."""
     if kind != "chat":
-        return canonical_prompt(payload, kind), 0
-    parts = _chat_parts(payload)
+        if kind != "responses":
+            return canonical_prompt(payload, kind), 0
+        parts = _responses_parts(payload)
+    else:
+        parts = _chat_parts(payload)
     return "".join(parts), len(parts[0]) if len(parts) > 1 else 0
 
 
@@ -214,6 +281,28 @@ def block_hashes(text: str, block_chars: int, seed: str = "") -> tuple[int, ...]
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
     return _chain(text, 0, block_chars, _xxh3(_utf8(seed)) if seed else 0)
+
+
+def _little_endian(ids: Sequence[int]) -> bytes:
+    """``ids`` as 4-byte unsigned little-endian integers."""
+    data = ids if isinstance(ids, array) and ids.typecode == "I" else array("I", ids)
+    if sys.byteorder == "big":
+        data = array("I", data)
+        data.byteswap()
+    return data.tobytes()
+
+
+def token_block_hashes(ids: Sequence[int], block_tokens: int,
+                       seed: str = "") -> tuple[int, ...]:
+    """Chained 64-bit hashes of the full ``block_tokens``-token blocks of ``ids``:
+    ``h_i = XXH3-64(block_i as 4-byte little-endian ids, seed=h_{i-1})``, ``h_{-1}`` as in
+    :func:`block_hashes`. A trailing partial block is not hashed."""
+    if block_tokens < 1:
+        raise ValueError("block_tokens must be >= 1")
+    view, step = memoryview(_little_endian(ids)), 4 * block_tokens
+    h = _xxh3(_utf8(seed)) if seed else 0
+    return tuple([(h := _xxh3(view[end - step:end], h))
+                  for end in range(step, len(view) + 1, step)])
 
 
 def _chain(text: str, start: int, block_chars: int, h: int) -> tuple[int, ...]:
@@ -337,18 +426,35 @@ def _hash_whole(text: str, lead: int, block_chars: int, seed: str) -> tuple[int,
     return block_hashes(text, block_chars, seed)
 
 
-def extract_features(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
-                     counter: TokenCounter, hasher: Hasher = _hash_whole) -> RequestFeatures:
-    """The features of one request (sync; see the module docstring). ``hasher``: how the block
-    hashes are computed (a :meth:`LeadCache.hashes` gives the same values sooner)."""
+def _prompt_blocks(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
+                   counter: TokenCounter, hasher: Hasher,
+                   exact: PromptIds | None) -> tuple[tuple[int, ...], int, int]:
+    """(block hashes, tokens per block, prompt tokens) of the request (module docstring,
+    steps 2-4)."""
+    ids = exact.prompt_ids(payload, info.kind) if exact is not None else None
+    if ids is not None:
+        blocks = token_block_hashes(ids, config.block_tokens, info.model)
+        return blocks, config.block_tokens, len(ids)
     text, lead = canonical_lead(payload, info.kind)
-    exact = token_id_count(payload, info.kind)
-    prompt_tokens = exact if exact is not None else counter.count(text)
+    given = token_id_count(payload, info.kind)
+    prompt_tokens = given if given is not None else counter.count(text)
+    return (hasher(text, lead, config.block_chars, info.model),
+            tokens_per_block(config, len(text), prompt_tokens), prompt_tokens)
+
+
+def extract_features(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
+                     counter: TokenCounter, hasher: Hasher = _hash_whole,
+                     exact: PromptIds | None = None) -> RequestFeatures:
+    """The features of one request (sync; see the module docstring). ``hasher``: how the block
+    hashes of the canonical text are computed (a :meth:`LeadCache.hashes` gives the same
+    values sooner); ``exact``: the model's exact prompt ids, if it has them."""
+    hashes, block_tokens, prompt_tokens = _prompt_blocks(payload, info, config, counter,
+                                                         hasher, exact)
     max_tokens = resolve_max_tokens(payload, info.max_tokens)
     return RequestFeatures(
         model=info.model,
-        block_hashes=hasher(text, lead, config.block_chars, info.model),
-        block_tokens=tokens_per_block(config, len(text), prompt_tokens),
+        block_hashes=hashes,
+        block_tokens=block_tokens,
         prompt_tokens=prompt_tokens,
         expected_output_tokens=expected_output(
             max_tokens, info.learned_output_tokens, config.default_output_tokens),
@@ -363,17 +469,20 @@ class FeatureExtractor:
     included), synchronous so that it costs no task switch on the hot path.
 
     ``counters``: a token counter per model name; models without one use ``default`` (the
-    character estimate of ``config.chars_per_token`` unless given)."""
+    character estimate of ``config.chars_per_token`` unless given); ``exact``: exact prompt
+    ids per model name (its tokenizer and chat template), tried first."""
 
-    __slots__ = ("_config", "_counters", "_default", "_leads")
+    __slots__ = ("_config", "_counters", "_default", "_leads", "_exact")
 
     def __init__(self, config: FeatureConfig | None = None,
                  counters: Mapping[str, TokenCounter] | None = None,
-                 default: TokenCounter | None = None) -> None:
+                 default: TokenCounter | None = None,
+                 exact: Mapping[str, PromptIds] | None = None) -> None:
         self._config = config or FeatureConfig()
         self._counters: Mapping[str, TokenCounter] = MappingProxyType(dict(counters or {}))
         self._default: TokenCounter = default or CharEstimate(self._config.chars_per_token)
         self._leads = LeadCache()
+        self._exact: Mapping[str, PromptIds] = MappingProxyType(dict(exact or {}))
 
     @property
     def config(self) -> FeatureConfig:
@@ -387,4 +496,4 @@ class FeatureExtractor:
         """Features of one request (``info.learned_output_tokens``: the router state's mean
         output length for the model, if known)."""
         return extract_features(payload, info, self._config, self.counter_for(info.model),
-                                self._leads.hashes)
+                                self._leads.hashes, self._exact.get(info.model))

@@ -55,6 +55,15 @@ the request and why (``prefix>fallback_saturated``, ``spec>fallback_unhealthy``,
 pool serving the model takes it, else the least-loaded one. A model served by a single pool
 gets it with reason ``only_pool``; a model no healthy pool serves gets no decision (None).
 Decode pools are reached only through their prefill pool's pair.
+
+Levers verified against the engines: "a pool with lever L" means L is in the pool's
+``offered`` levers — declared in the fleet file and run by at least one of its healthy
+endpoints (:class:`~routing.snapshots.PoolSnapshot`; the registry checks each engine). A pool
+whose every healthy endpoint lacks L is treated as a pool without L by every rule (a
+speculative pool whose engines do not speculate counts as a general pool). Within a pool, the
+prefix rule's cache cost and match length look only at endpoints that run prefix caching; the
+router then leaves the endpoints lacking the decision's lever out of the replica choice
+(:mod:`routing.router`).
 """
 
 from __future__ import annotations
@@ -89,6 +98,7 @@ from routing.snapshots import (
     PREFILL,
     PREFIX_CACHE,
     SPECULATIVE,
+    EndpointSnapshot,
     PoolSnapshot,
 )
 from routing.state import StateView
@@ -161,7 +171,7 @@ class Rule:
 
 def _serving(inp: PolicyInput, role: str, lever: str | None = None) -> list[PoolSnapshot]:
     return [p for p in inp.pools if p.role == role and p.serves(inp.features.model)
-            and (lever is None or lever in p.levers)]
+            and (lever is None or lever in p.offered)]
 
 
 def _least_loaded(pools: Sequence[PoolSnapshot], view: StateView) -> list[PoolSnapshot]:
@@ -207,9 +217,19 @@ def _uncached(inp: PolicyInput) -> int:
     return uncached_tokens(inp.features, best_match(serving, inp.features, inp.view))
 
 
+def _caching(pool: PoolSnapshot, endpoints: Sequence[EndpointSnapshot]
+             ) -> Sequence[EndpointSnapshot]:
+    """Those of ``endpoints`` whose engine runs prefix caching. Callers on the request path
+    test ``pool.lacking`` first: it is empty while every engine runs what its pool declares."""
+    lacking = pool.lacking.get(PREFIX_CACHE)
+    return endpoints if not lacking else [e for e in endpoints if e.url not in lacking]
+
+
 def _prefix_match(inp: PolicyInput, pool: PoolSnapshot | None = None) -> int:
     pools = [pool] if pool is not None else _serving(inp, MIXED, PREFIX_CACHE)
-    return best_match((e for p in pools for e in p.endpoints), inp.features, inp.view)
+    endpoints = (e for p in pools
+                 for e in (_caching(p, p.endpoints) if p.lacking else p.endpoints))
+    return best_match(endpoints, inp.features, inp.view)
 
 
 def _long_match(inp: PolicyInput, cfg: PolicyConfig) -> bool:
@@ -238,7 +258,7 @@ def _pd_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
 
 
 def _pd_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
-    chunked = [p for p in _serving(inp, MIXED, CHUNKED_PREFILL) if SPECULATIVE not in p.levers]
+    chunked = [p for p in _serving(inp, MIXED, CHUNKED_PREFILL) if SPECULATIVE not in p.offered]
     chunked = _least_loaded(chunked, inp.view)
     return (*_pairs(inp), *(Target(p, CHUNKED_PREFILL) for p in chunked))
 
@@ -249,8 +269,9 @@ def _pd_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
 
 def _cheapest(inp: PolicyInput, pool: PoolSnapshot) -> float:
     """The lowest ``cache_cost`` over the pool's healthy endpoints (inf when none)."""
-    return min(cache_costs(pool.healthy_endpoints, inp.features, inp.view).values(),
-               default=math.inf)
+    healthy = (_caching(pool, pool.healthy_endpoints) if pool.lacking
+               else pool.healthy_endpoints)
+    return min(cache_costs(healthy, inp.features, inp.view).values(), default=math.inf)
 
 
 def _prefix_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
@@ -291,7 +312,7 @@ def _spec_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
 
 def _default_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
     mixed = _serving(inp, MIXED)
-    general = [p for p in mixed if SPECULATIVE not in p.levers] or mixed
+    general = [p for p in mixed if SPECULATIVE not in p.offered] or mixed
     return tuple(Target(p, NO_LEVER) for p in _least_loaded(general, inp.view))
 
 

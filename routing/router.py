@@ -8,6 +8,24 @@ scheduler picks its replica on the same view. When a pool's filters leave no can
 replica already tried, or none passes), that pool is set aside and the policy decides again
 over the rest, so a request goes wherever the policy would send it next.
 
+Levers verified against the engines: when the decision sends the request to a pool for a lever
+(``decision.lever``), the endpoints of that pool whose engine lacks the lever
+(``PoolSnapshot.lacking``, from the registry's lever check) are left out of the replica choice,
+as if already tried. The policy only picks a pool for a lever some healthy endpoint of it runs
+(``PoolSnapshot.offered``), so the pool keeps a candidate unless its filters or the request's
+exclusions remove it; then the pool is set aside as above. A decision without a lever
+(``none``: default traffic, a model's only pool, the last resort) may use every endpoint. The
+cost on the hot path is one test of an empty mapping when every engine runs what its pool
+declares.
+
+LoRA adapters: when the request's model is an adapter of the pool rather than one of its base
+models, the replica choice runs over the adapter's tiers of endpoints
+(:func:`routing.scheduler.plugins.adapter_affinity.adapter_tiers`: those that list it as loaded
+first, then those that could load it), the endpoints outside the tier left out as if already
+tried; the next tier is tried only when a tier leaves no pick, and none left sets the pool
+aside as above. Every request for an adapter gets this, whatever the pool's configured plugins;
+a pool without adapters pays one test of an empty set.
+
 The router state runs ``choose`` inside :meth:`routing.state.RouterState.place`, which
 reserves the chosen endpoints atomically: this is the only routing path, whichever state is
 in use. Parameters: ``policy``; ``schedulers``, one per pool name. Stateless apart from the
@@ -23,6 +41,7 @@ from routing.decision import RouteDecision
 from routing.features import RequestFeatures
 from routing.policy import LeverPolicy, PolicyInput
 from routing.scheduler.framework import PluginTiming, Scheduler, SchedulingContext
+from routing.scheduler.plugins.adapter_affinity import adapter_tiers
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.state import StateView
 
@@ -86,18 +105,37 @@ class Router:
                exclude: frozenset[str]) -> RoutePlan | None:
         by_name = {p.name: p for p in pools}
         timings: list[PluginTiming] = []
-        first = self._pick(by_name[decision.pool], features, view, exclude, timings)
+        lever = decision.lever
+        first = self._pick(by_name[decision.pool], lever, features, view, exclude, timings)
         if first is None:
             return None
         if decision.decode_pool is None:
             return RoutePlan(decision, first, None, tuple(timings))
-        decode = self._pick(by_name[decision.decode_pool], features, view, exclude, timings)
+        decode = self._pick(by_name[decision.decode_pool], lever, features, view, exclude,
+                            timings)
         if decode is None:
             return None
         return RoutePlan(decision, decode, first, tuple(timings))
 
-    def _pick(self, pool: PoolSnapshot, features: RequestFeatures, view: StateView,
-              exclude: frozenset[str], timings: list[PluginTiming]) -> EndpointSnapshot | None:
+    def _pick(self, pool: PoolSnapshot, lever: str, features: RequestFeatures,
+              view: StateView, exclude: frozenset[str],
+              timings: list[PluginTiming]) -> EndpointSnapshot | None:
+        lacking = pool.lacking.get(lever) if pool.lacking else None
+        if lacking:
+            exclude = exclude | lacking
+        tiers = adapter_tiers(pool, features.model) if pool.adapter_names else None
+        if tiers is None:
+            return self._schedule(pool, features, view, exclude, timings)
+        everyone = frozenset(ep.url for ep in pool.endpoints)
+        for tier in tiers:
+            chosen = self._schedule(pool, features, view, exclude | (everyone - tier), timings)
+            if chosen is not None:
+                return chosen
+        return None
+
+    def _schedule(self, pool: PoolSnapshot, features: RequestFeatures, view: StateView,
+                  exclude: frozenset[str],
+                  timings: list[PluginTiming]) -> EndpointSnapshot | None:
         result = self._schedulers[pool.name].schedule(
             SchedulingContext(features, pool, view, exclude))
         timings.extend(result.timings)

@@ -1,8 +1,24 @@
 """Frozen snapshots the router decides over. Built by the gateway from the registry; never
-mutated."""
+mutated.
+
+Levers verified against the engines: a pool's ``levers`` are what the fleet file declares; an
+endpoint's ``missing_levers`` are the ones of them its engine was found not to run (the
+registry's lever check, :mod:`backends.lever_check`). Two views follow, computed once per
+snapshot: ``PoolSnapshot.offered``, the declared levers minus those *every* healthy endpoint
+lacks (what the lever policy counts on), and ``PoolSnapshot.lacking``, lever → the endpoints
+lacking it (the router leaves them out when it sends a request to the pool for that lever).
+
+LoRA adapters: a pool's ``adapters`` are the adapter names its fleet file declares (every
+endpoint can serve them); an endpoint's ``adapters`` are those its engine lists as loaded
+(``/v1/models`` cards with a ``parent``, read by the registry; empty when not read). A pool
+serves its ``models``, its declared adapters and every adapter one of its endpoints lists
+(``PoolSnapshot.adapter_names``); which endpoint may take an adapter request is the scheduler
+plugin :mod:`routing.scheduler.plugins.adapter_affinity`'s rule.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Lever names, as they appear in route decisions, headers and metric labels.
@@ -50,12 +66,16 @@ class EngineMetrics:
 
 @dataclass(frozen=True, slots=True)
 class EndpointSnapshot:
-    """An endpoint as the router sees it at one instant."""
+    """An endpoint as the router sees it at one instant. ``missing_levers``: levers its pool
+    declares that its engine was found not to run (empty when unchecked or all there).
+    ``adapters``: the LoRA adapters its engine lists as loaded (empty when unknown)."""
 
     url: str
     pool: str
     healthy: bool
     metrics: EngineMetrics = field(default_factory=EngineMetrics)
+    missing_levers: frozenset[str] = frozenset()
+    adapters: frozenset[str] = frozenset()
     queued: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +93,9 @@ class PoolSnapshot:
     pool's decoding turns compute-bound (:func:`routing.fleet_math.decode_ridge_tokens`).
     ``chunk_tokens``: its chunked-prefill token budget, if chunked prefill is on.
     ``draft_tokens``: K, the tokens speculative decoding drafts per verify step (0 without it).
+    ``offered`` and ``lacking``: the levers as the engines run them (module docstring).
+    ``adapters``: the LoRA adapters the fleet file declares for the pool; ``adapter_names``:
+    those and every adapter an endpoint lists (module docstring).
     """
 
     name: str
@@ -85,13 +108,44 @@ class PoolSnapshot:
     ridge_tokens: float = 0.0
     chunk_tokens: int | None = None
     draft_tokens: int = 0
+    adapters: frozenset[str] = frozenset()
     healthy_endpoints: tuple[EndpointSnapshot, ...] = field(init=False, repr=False,
                                                             compare=False)
+    offered: frozenset[str] = field(init=False, repr=False, compare=False)
+    lacking: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
+    adapter_names: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """``healthy_endpoints``: the healthy ones of ``endpoints``, computed once."""
-        object.__setattr__(self, "healthy_endpoints",
-                           tuple(e for e in self.endpoints if e.healthy))
+        """``healthy_endpoints``: the healthy ones of ``endpoints``; ``lacking``, ``offered``
+        and ``adapter_names`` (module docstring); all computed once."""
+        healthy = tuple(e for e in self.endpoints if e.healthy)
+        lacking = _lacking(self.levers, self.endpoints)
+        object.__setattr__(self, "healthy_endpoints", healthy)
+        object.__setattr__(self, "lacking", lacking)
+        object.__setattr__(self, "offered", _offered(self.levers, healthy, lacking))
+        learned = frozenset[str]().union(*(e.adapters for e in self.endpoints))
+        object.__setattr__(self, "adapter_names", self.adapters | learned)
 
     def serves(self, model: str) -> bool:
-        return model in self.models
+        """Whether ``model`` is one of the pool's models or LoRA adapters."""
+        return model in self.models or model in self.adapter_names
+
+
+def _lacking(levers: frozenset[str], endpoints: tuple[EndpointSnapshot, ...]
+             ) -> dict[str, frozenset[str]]:
+    """Declared lever → URLs of the endpoints whose engine lacks it (only levers some lack)."""
+    if not any(e.missing_levers for e in endpoints):
+        return {}
+    found = {lever: frozenset(e.url for e in endpoints if lever in e.missing_levers)
+             for lever in levers}
+    return {lever: urls for lever, urls in found.items() if urls}
+
+
+def _offered(levers: frozenset[str], healthy: tuple[EndpointSnapshot, ...],
+             lacking: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The declared levers some healthy endpoint runs (all of them when none is healthy: the
+    pool is out for its health then, and its fallback reasons say so)."""
+    if not lacking or not healthy:
+        return levers
+    gone = {lever for lever, urls in lacking.items() if all(e.url in urls for e in healthy)}
+    return levers - gone

@@ -141,6 +141,12 @@ class RouterState(Protocol):
         """This gateway's own reservations per endpoint (for its gauges)."""
         ...
 
+    def forget_endpoint(self, url: str) -> None:
+        """Stop matching the prefixes recorded for ``url``, in this process's memory: it left
+        the fleet (an address a new engine takes later holds none of them). Entries a shared
+        store holds age out."""
+        ...
+
     def measures(self) -> WorkloadMeasures:
         """The workload windows and the in-flight counts the router routes by."""
         ...

@@ -5,10 +5,12 @@
 chat models (roughly 3.5-4.5 characters per token; code and non-Latin scripts run denser, so
 the estimate then counts too few tokens). It costs nothing and needs no model files.
 
-:class:`HFTokenizerCounter` counts exactly with a Hugging Face ``tokenizer.json`` through the
-``tokenizers`` package (a plain tokenizer library, no model runtime). The package is optional:
-it is imported only when such a counter is built, and :func:`tokenizers_available` tells
-whether it can be.
+:class:`HFTokenizerCounter` counts a text exactly with a Hugging Face ``tokenizer.json``
+through the ``tokenizers`` package (a plain tokenizer library, no model runtime). The package is
+optional: it is imported only when such a counter is built, and :func:`tokenizers_available`
+tells whether it can be. A text is not a request, though: what the engine counts is the chat
+template's rendering of the request, which :class:`PromptIds` (implemented by
+:mod:`routing.prompt_tokens`) gives.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +30,13 @@ class TokenCounter(Protocol):
     """Counts the tokens of a text (sync, pure, cheap: it runs once per request)."""
 
     def count(self, text: str) -> int: ...
+
+
+class PromptIds(Protocol):
+    """A model's exact prompt token ids, as the engine computes them from the whole request
+    (:class:`routing.prompt_tokens.PromptTokenizer`); None when the request is not modelled."""
+
+    def prompt_ids(self, payload: Mapping[str, Any], kind: str) -> Sequence[int] | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,9 @@ echoed back; ``matched_stop`` on choices and ``"usage": null`` on chunks; a pref
 unless ``--enable-mixed-chunk``; one-token pages; ``max_prefill_tokens`` 16384;
 ``/health_generate``;
 P/D over a bootstrap server named by ``bootstrap_host``/``bootstrap_port``/``bootstrap_room``).
+Score and rerank paths: vLLM 0.32 serves ``/score``, ``/v1/score``, ``/rerank``, ``/v1/rerank``
+and ``/v2/rerank`` (``vllm/entrypoints/pooling/scoring/api_router.py``); SGLang ``/v1/score``
+and ``/v1/rerank`` (its native API documentation).
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class Dialect:
     response_extra: Mapping[str, Any] = field(default_factory=_empty)
     usage_extra: Mapping[str, Any] = field(default_factory=_empty)
     model_card_extra: Mapping[str, Any] = field(default_factory=_empty)
+    score_paths: tuple[str, ...] = ("/v1/score",)
+    rerank_paths: tuple[str, ...] = ("/v1/rerank",)
 
 
 VLLM = Dialect(
@@ -125,6 +130,8 @@ VLLM = Dialect(
     ),
     usage_extra=_frozen({"prompt_tokens_details": None}),
     model_card_extra=_frozen({"parent": None}),
+    score_paths=("/score", "/v1/score"),
+    rerank_paths=("/rerank", "/v1/rerank", "/v2/rerank"),
 )
 
 SGLANG = Dialect(

@@ -7,48 +7,77 @@ geometric law with that mean (P(L = l) = p(1 − p)^(l − 1), p = 1 / mean), ra
 if L < ``max_tokens`` it stops there with finish reason ``stop``. ``ignore_eos: true`` skips the
 draw. Generated text comes from the request's own random stream, seeded by ``seed`` if given,
 else by the endpoint's seeded stream (fleet seed, pool seed, pool name, replica index).
+
+Prompt tokens: the model's own (its tokenizer and chat template, :func:`tokens.model_tokens`)
+when the endpoint has the pool model's tokenizer, else the 4-character estimate. With its own
+tokens the request is parsed as usual, then its context check (prompt too long, ``max_tokens``
+too large, the default ``max_tokens``) is made on the exact count, not on the estimate.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from backends.fleet_file import Pool
 from backends.sim import tokens
-from backends.sim.behaviour import DIALECTS
+from backends.sim.behaviour import DIALECTS, Dialect
 from backends.sim.clock import Clock
-from backends.sim.configure import engine_config, kv_cache_bytes
+from backends.sim.configure import engine_config, facts_of, kv_cache_bytes
 from backends.sim.engine import EngineCore
 from backends.sim.exposition import Exposition, render
 from backends.sim.faults import Faults
 from backends.sim.metric_tables import METRIC_TABLES, VLLM_CACHE_CONFIG_STATIC, resolve_buckets
 from backends.sim.openai_api import ApiError, Generation, ModelInfo, parse_chat, parse_completion
+from backends.sim.openai_api import _max_tokens as context_max_tokens
 from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDProtocolError
 from backends.sim.request import SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle
 from backends.sim.stats import EngineStats
+from routing.prompt_tokens import PromptTokenizer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+Parser = Callable[[dict[str, Any], Dialect, ModelInfo], Generation]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizedGeneration(Generation):
+    """A request whose prompt the model's own tokenizer counted: its tokens (each one's text)."""
+
+    pieces: tuple[str, ...] = ()
 
 
 class SimEndpoint:
     """A simulated engine serving one endpoint URL of a pool."""
 
     def __init__(
-        self, pool: Pool, index: int, port: int, clock: Clock, hub: KVTransferHub, seed: int
+        self,
+        pool: Pool,
+        index: int,
+        port: int,
+        clock: Clock,
+        hub: KVTransferHub,
+        seed: int,
+        tokenizer: PromptTokenizer | None = None,
     ) -> None:
         self.pool = pool
+        self.tokenizer = tokenizer
         self.dialect = DIALECTS[pool.engine]
-        self.config = engine_config(pool)
-        self.info = ModelInfo(tuple(pool.models), pool.model.max_context)
+        self.config = engine_config(pool)  # FleetConfigError for a pool without facts
+        max_context = facts_of(pool)[0].max_context
+        self.info = ModelInfo(tuple(pool.models), max_context,
+                              tuple((a.name, a.path or a.name) for a in pool.adapters))
         self.clock = clock
         self.rng = random.Random(f"{seed}:{pool.simulator.seed}:{pool.name}:{index}")
         table = METRIC_TABLES[pool.engine]
         stats = EngineStats.with_buckets(
-            resolve_buckets(table, pool.model.max_context), self.config.scheduler.spec_k
+            resolve_buckets(table, max_context), self.config.scheduler.spec_k
         )
         self.core = EngineCore(self.config, stats, seed=self.rng.getrandbits(32))
         self.runner = EngineRunner(self.core, clock)
@@ -68,8 +97,27 @@ class SimEndpoint:
 
     def parse(self, kind: str, body: dict[str, Any]) -> Generation:
         """Validate ``body`` (raises :class:`ApiError`)."""
-        parser = parse_chat if kind == "chat" else parse_completion
-        return parser(body, self.dialect, self.info)
+        parser: Parser = parse_chat if kind == "chat" else parse_completion
+        pieces = tokens.model_tokens(self.tokenizer, kind, body) if self.tokenizer else None
+        if pieces is None:
+            return parser(body, self.dialect, self.info)
+        return self._tokenized(kind, body, parser, pieces)
+
+    def _tokenized(
+        self, kind: str, body: dict[str, Any], parser: Parser, pieces: list[str]
+    ) -> TokenizedGeneration:
+        """``body`` parsed with no context limit, then checked against the context with the
+        exact prompt count (module docstring)."""
+        gen = parser(body, self.dialect, replace(self.info, max_context=sys.maxsize))
+        if kind == "chat":
+            requested, default = body.get("max_completion_tokens", body.get("max_tokens")), None
+        else:
+            requested = body.get("max_tokens")
+            default = self.dialect.completion_default_max_tokens
+        max_tokens = context_max_tokens(requested, default, len(pieces), self.dialect, self.info)
+        values = {f.name: getattr(gen, f.name) for f in fields(gen)}
+        values.update(prompt_tokens=len(pieces), max_tokens=max_tokens)
+        return TokenizedGeneration(**values, pieces=tuple(pieces))
 
     def intent(self, body: dict[str, Any]) -> Intent | None:
         try:
@@ -95,7 +143,10 @@ class SimEndpoint:
         seed = gen.seed if gen.seed is not None else self.rng.getrandbits(64)
         rng = random.Random(seed)
         target, reason = self._target_length(gen, rng)
-        toks = tokens.stream_tokens(gen.prompt)
+        if isinstance(gen, TokenizedGeneration):
+            toks = list(gen.pieces)
+        else:
+            toks = tokens.stream_tokens(gen.prompt)
         return SimRequest(
             rid=rid,
             tokens=toks,

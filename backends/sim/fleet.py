@@ -4,7 +4,9 @@ Every endpoint URL of every pool gets its own aiohttp server bound to 127.0.0.1 
 (port 0 picks a free port; :attr:`RunningFleet.urls` then holds the real URLs), its own engine
 loop, and a share of one :class:`~backends.sim.clock.ScaledClock` (``speed``) and one
 :class:`~backends.sim.pd.KVTransferHub`. Runs are deterministic for a ``seed`` and an arrival
-order (ids, generated text, speculative acceptance and stop lengths are seeded).
+order (ids, generated text, speculative acceptance and stop lengths are seeded). A pool whose model
+has a tokenizer under ``routing.features.tokenizers`` counts prompts with it
+(:mod:`backends.sim.tokens`), loaded once for the fleet.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from backends.fleet_file import Fleet, Pool
+from backends.prompt_tokenizers import fleet_tokenizers, pool_tokenizer
 from backends.sim.clock import Clock, ScaledClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.pd import KVTransferHub
 from backends.sim.wire import CLOSER, build_app, hard_close
+from routing.prompt_tokens import PromptTokenizer
 
 HOST = "127.0.0.1"
 
@@ -109,10 +113,14 @@ async def start_fleet(fleet: Fleet, *, speed: float = 1.0, seed: int = 0) -> Run
     clock = ScaledClock(speed)
     hub = KVTransferHub()
     running = RunningFleet([], clock, hub)
+    tokenizers = fleet_tokenizers(fleet, report=False)  # the gateway's, for the same models
     try:
         for pool in fleet.pools:
+            tokenizer = pool_tokenizer(pool, tokenizers)
             for index, url in enumerate(pool.endpoint_urls()):
-                running.servers.append(await _start_server(pool, index, url, clock, hub, seed))
+                running.servers.append(
+                    await _start_server(pool, index, url, clock, hub, seed, tokenizer)
+                )
     except BaseException:
         await running.stop()
         raise
@@ -120,10 +128,16 @@ async def start_fleet(fleet: Fleet, *, speed: float = 1.0, seed: int = 0) -> Run
 
 
 async def _start_server(
-    pool: Pool, index: int, url: str, clock: Clock, hub: KVTransferHub, seed: int
+    pool: Pool,
+    index: int,
+    url: str,
+    clock: Clock,
+    hub: KVTransferHub,
+    seed: int,
+    tokenizer: PromptTokenizer | None = None,
 ) -> SimServer:
     port = urlsplit(url).port or 80
-    endpoint = SimEndpoint(pool, index, port, clock, hub, seed)
+    endpoint = SimEndpoint(pool, index, port, clock, hub, seed, tokenizer)
     app = build_app(endpoint)
     app_runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     server = SimServer(endpoint, url, port, app_runner)

@@ -1,5 +1,11 @@
 """Reading OpenAI requests the way the engines do: fields honoured, defaults, validation errors.
 
+Responses API (``/v1/responses``, :func:`parse_responses`): ``instructions`` becomes a system
+message and ``input`` (a string: one user message; a list: its items, a text part of type
+``input_text`` / ``output_text`` / ``text`` giving its text, an item without a role rendered as
+a ``tool`` message of its JSON) the rest, through the same chat template; ``max_output_tokens``
+(default: the rest of the context) and ``stream`` are honoured, as chat's fields are.
+
 Honoured fields: ``model`` (vLLM: must be a served name, else 404 ``NotFoundError``; SGLang: not
 checked), ``messages`` (chat) or ``prompt`` (completions: a string, a one-element list of
 strings, or a list of token ids), ``max_tokens`` / ``max_completion_tokens`` (default: the rest of
@@ -12,6 +18,7 @@ past the model's context, is refused with the engine's own 400 message.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -43,10 +50,17 @@ class ApiError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """What the endpoint serves: its model names and context length [tokens]."""
+    """What the endpoint serves: its model names and context length [tokens], and its LoRA
+    adapters as (name, path) pairs (path: the card's ``root``), served on top of the first
+    model (their ``parent``)."""
 
     served: tuple[str, ...]
     max_context: int
+    adapters: tuple[tuple[str, str], ...] = ()
+
+    def answers_to(self, model: str) -> bool:
+        """Whether ``model`` is a served name or an adapter."""
+        return model in self.served or any(model == name for name, _ in self.adapters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +110,50 @@ def parse_completion(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo)
     )
 
 
+def parse_responses(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> Generation:
+    model = _model(body, dialect, info)
+    prompt = tokens.render_chat(responses_messages(body), body.get("tools"))
+    prompt_tokens = tokens.estimate_tokens(prompt)
+    max_tokens = _max_tokens(body.get("max_output_tokens"), None, prompt_tokens, dialect, info)
+    seed = body.get("seed")
+    return Generation(kind="chat", model=model, prompt=prompt, prompt_tokens=prompt_tokens,
+                      max_tokens=max_tokens, stream=_flag(body, "stream"), include_usage=False,
+                      continuous_usage=False, ignore_eos=False, min_tokens=0,
+                      seed=seed if isinstance(seed, int) else None)
+
+
+def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A Responses request's ``instructions`` and ``input`` as chat messages (module
+    docstring)."""
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        messages.append({"role": "system", "content": instructions})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+        raise ApiError(400, "input must be a string or a non-empty list of items", "input")
+    for item in items:
+        if isinstance(item.get("role"), str):
+            messages.append({"role": item["role"], "content": item.get("content")})
+        else:
+            messages.append({"role": "tool", "content": json.dumps(item, sort_keys=True)})
+    return messages
+
+
+def model_of(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> str:
+    """The request's model as the engine checks it (vLLM: 404 for a name it does not serve)."""
+    return _model(body, dialect, info)
+
+
 def _model(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> str:
     model = body.get("model")
     if model is None:
         return info.served[0]
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", "model")
-    if dialect.rejects_unknown_model and model not in info.served:
+    if dialect.rejects_unknown_model and not info.answers_to(model):
         raise ApiError(404, f"The model `{model}` does not exist.", "model")
     return model
 

@@ -57,7 +57,21 @@ def models_body(dialect: Dialect, info: ModelInfo, created: int, perm_id: str) -
         if dialect.error_style == "nested":
             card["permission"] = [_permission(perm_id, created)]
         cards.append(card)
-    return {"object": "list", "data": cards}
+    return {"object": "list", "data": cards + _adapter_cards(dialect, info, created, perm_id)}
+
+
+def _adapter_cards(dialect: Dialect, info: ModelInfo, created: int, perm_id: str) -> list[JSON]:
+    """LoRA adapters as vLLM lists them: ``root`` the adapter's path, ``parent`` the base
+    model's served name, no ``max_model_len`` (``OpenAIServingModels.show_available_models``)."""
+    cards = []
+    for name, path in info.adapters:
+        card: JSON = {"id": name, "object": "model", "created": created,
+                      "owned_by": dialect.owned_by, "root": path, "parent": info.served[0],
+                      "max_model_len": None}
+        if dialect.error_style == "nested":
+            card["permission"] = [_permission(perm_id, created)]
+        cards.append(card)
+    return cards
 
 
 def _permission(perm_id: str, created: int) -> JSON:

@@ -14,6 +14,14 @@ hit the prefix cache on their whole history, as they do on a real engine.
 
 Generated text: pseudo-words drawn from ``VOCAB`` by a per-request ``random.Random`` seeded from
 the engine seed and the request (deterministic for a seed and an arrival order).
+
+The model's own tokens (:func:`model_tokens`), the fall-back above aside: when the fleet file names
+a tokenizer for the pool's model (``routing.features.tokenizers``, as for the gateway), a chat or
+completions prompt is tokenized as the real engine does — the model's chat template and tokenizer,
+:mod:`routing.prompt_tokens` — so ``usage.prompt_tokens`` equals the real engine's. Token t is then
+the text of the prompt's t-th token id, so prefix caching hashes the real tokens and a generated
+``VOCAB`` word sent back in the next turn matches it as far as the word is one token of the model.
+Requests the machinery does not model (e.g. non-text content) keep the estimate.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from routing.prompt_tokens import PromptTokenizer
 
 CHARS_PER_TOKEN = 4
 
@@ -44,6 +54,10 @@ def pad_to_token(text: str, fill: str = " ") -> str:
     return text + fill * (-len(text) % CHARS_PER_TOKEN)
 
 
+TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+"""Content part types that carry text: the chat API's and the Responses API's."""
+
+
 def content_text(content: Any) -> str:
     """A message's text: a string, or the ``text`` of its text parts (other parts ignored)."""
     if isinstance(content, str):
@@ -52,7 +66,7 @@ def content_text(content: Any) -> str:
         return "".join(
             str(p.get("text", ""))
             for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
+            if isinstance(p, dict) and p.get("type") in TEXT_PARTS
         )
     return ""
 
@@ -84,6 +98,15 @@ def completion_prompt_text(prompt: Any) -> str | None:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         return "".join(f"{t % 10000:04d}" for t in prompt)
     return None
+
+
+def model_tokens(
+    tokenizer: PromptTokenizer, kind: str, body: Mapping[str, Any]
+) -> list[str] | None:
+    """The prompt of a ``chat`` or ``completion`` request ``body`` as the model's own tokens (each
+    token's text), or None when the model's tokenizer does not model it (module docstring)."""
+    ids = tokenizer.prompt_ids(body, "chat" if kind == "chat" else "completions")
+    return None if ids is None else [tokenizer.token_text(i) for i in ids]
 
 
 def stream_tokens(prompt: str) -> list[str]:

@@ -1,11 +1,14 @@
 """HTTP for a simulated endpoint (aiohttp): the engine's OpenAI API, health, metrics, chaos.
 
-Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (plain JSON or SSE), ``GET
-/v1/models``, the engine's health paths (``/health``; SGLang also ``/health_generate``), ``GET
-/metrics``, and the simulator's admin API: ``POST /sim/fault`` / ``DELETE /sim/fault`` (see
-:mod:`backends.sim.faults`) and ``GET /sim/state``. The application must run with
-``handler_cancellation=True``: when a client disconnects, its handler is cancelled and the request
-is aborted in the engine (it leaves the running batch and frees its KV), as vLLM does.
+Routes: ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/responses`` (plain JSON or
+SSE; :mod:`backends.sim.responses_shapes`), ``/v1/embeddings``, ``/tokenize``, ``/detokenize``
+and the dialect's score and rerank paths (:mod:`backends.sim.pooling`), ``GET /v1/models``,
+``/version`` (the dialect's engine version), the engine's health paths (``/health``; SGLang
+also ``/health_generate``), ``GET /metrics``, and the simulator's admin API: ``POST
+/sim/fault`` / ``DELETE /sim/fault`` (see :mod:`backends.sim.faults`) and ``GET /sim/state``.
+The application must run with ``handler_cancellation=True``: when a client disconnects, its
+handler is cancelled and the request is aborted in the engine (it leaves the running batch and
+frees its KV), as vLLM does.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Any
 
 from aiohttp import web
 
-from backends.sim import shapes
+from backends.sim import pooling, responses_shapes, shapes
+from backends.sim.behaviour import JSON
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.exposition import CONTENT_TYPE
 from backends.sim.faults import parse_command
-from backends.sim.openai_api import ApiError, Generation
+from backends.sim.openai_api import ApiError, Generation, parse_responses
 from backends.sim.pd import Intent
 from backends.sim.runner import RequestHandle
 
@@ -41,7 +45,15 @@ def build_app(endpoint: SimEndpoint) -> web.Application:
     app[ENDPOINT] = endpoint
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/responses", _responses)
+    for path, answer in _POOLING.items():
+        app.router.add_post(path, _pooled(answer))
+    for path in endpoint.dialect.score_paths:
+        app.router.add_post(path, _pooled(_score))
+    for path in endpoint.dialect.rerank_paths:
+        app.router.add_post(path, _pooled(_rerank))
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/version", _version)
     app.router.add_get("/metrics", _metrics)
     for path in endpoint.dialect.health_paths:
         app.router.add_get(path, _HEALTH[path])
@@ -78,14 +90,21 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, "completion")
 
 
-async def _generate(request: web.Request, kind: shapes.Kind) -> web.StreamResponse:
-    ep = request.app[ENDPOINT]
+async def _faulted(ep: SimEndpoint) -> web.Response | None:
+    """The ``delay`` fault waited out; the ``error`` fault's answer, if one is set."""
     delay = ep.faults.take("delay")
     if delay:
         await asyncio.sleep(delay)
     status = ep.faults.take("error")
     if status is not None:
         return _error(ep, ApiError(int(status), "simulated fault"))
+    return None
+
+
+async def _generate(request: web.Request, kind: shapes.Kind) -> web.StreamResponse:
+    ep = request.app[ENDPOINT]
+    if (faulted := await _faulted(ep)) is not None:
+        return faulted
     reset_after = ep.faults.take("reset")
     try:
         body = await _json_body(request)
@@ -201,10 +220,130 @@ class _ChunkWriter:
         return True
 
     async def send(self, obj: dict[str, Any]) -> bool:
-        await self.resp.write(shapes.sse(obj))
+        return await self.send_bytes(shapes.sse(obj))
+
+    async def send_bytes(self, data: bytes) -> bool:
+        """Write ``data`` (whole events) as one chunk."""
+        await self.resp.write(data)
         if self.left is not None:
             self.left -= 1
         return self.alive()
+
+
+# -- the Responses API -------------------------------------------------------------------------
+
+
+async def _responses(request: web.Request) -> web.StreamResponse:
+    ep = request.app[ENDPOINT]
+    if (faulted := await _faulted(ep)) is not None:
+        return faulted
+    reset_after = ep.faults.take("reset")
+    try:
+        body = await _json_body(request)
+        gen = parse_responses(body, ep.dialect, ep.info)
+    except ApiError as err:
+        return _error(ep, err)
+    turn = responses_shapes.Turn(f"resp_{ep.rng.getrandbits(64):016x}",
+                                 f"msg_{ep.rng.getrandbits(64):016x}", int(time.time()),
+                                 gen.model, body)
+    handle = ep.submit(gen, turn.response_id, None)
+    try:
+        if gen.stream:
+            return await _stream_responses(request, gen, handle, turn, reset_after)
+        pieces, finish = await handle.collect()
+        if reset_after is not None:
+            hard_close(request.transport)
+            return web.Response()
+        if finish == "abort":
+            return _error(ep, ApiError(503, "the request was aborted before it finished"))
+        use = responses_shapes.usage(gen.prompt_tokens, len(pieces))
+        answer = responses_shapes.response(turn, "".join(pieces), finish, gen.max_tokens, use)
+        return web.json_response(answer, dumps=shapes.dumps)
+    finally:
+        ep.runner.abort(handle)
+
+
+async def _stream_responses(request: web.Request, gen: Generation, handle: RequestHandle,
+                            turn: responses_shapes.Turn,
+                            reset_after: float | None) -> web.StreamResponse:
+    """The Responses event stream: one delta per engine step (module docstring of
+    :mod:`backends.sim.responses_shapes`)."""
+    resp = web.StreamResponse(headers=SSE_HEADERS)
+    await resp.prepare(request)
+    writer = _ChunkWriter(request, resp, reset_after)
+    events = responses_shapes.EventStream(turn)
+    if not writer.alive() or not await writer.send_bytes(events.opening(gen.max_tokens)):
+        return resp
+    text: list[str] = []
+    produced = 0
+    while True:
+        pieces, finish = await handle.next_batch()
+        produced += len(pieces)
+        piece = "".join(pieces)
+        if piece:
+            out = events.delta(piece) if text else events.first_text() + events.delta(piece)
+            text.append(piece)
+            if not await writer.send_bytes(out):
+                return resp
+        if finish is not None:
+            break
+    opened = b"" if text else events.first_text()
+    use = responses_shapes.usage(gen.prompt_tokens, produced)
+    closing = events.closing("".join(text), finish, gen.max_tokens, use)
+    if await writer.send_bytes(opened + closing):
+        await resp.write_eof()
+    return resp
+
+
+# -- the APIs that generate nothing ------------------------------------------------------------
+
+PoolingAnswer = Callable[[SimEndpoint, dict[str, Any]], JSON]
+
+
+def _pooled(answer: PoolingAnswer) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The handler of one API answered at once from its body (:mod:`backends.sim.pooling`);
+    the ``delay`` and ``error`` faults apply."""
+
+    async def handle(request: web.Request) -> web.Response:
+        ep = request.app[ENDPOINT]
+        if (faulted := await _faulted(ep)) is not None:
+            return faulted
+        try:
+            return web.json_response(answer(ep, await _json_body(request)), dumps=shapes.dumps)
+        except ApiError as err:
+            return _error(ep, err)
+    return handle
+
+
+def _pooling_id(ep: SimEndpoint) -> str:
+    return f"{ep.rng.getrandbits(64):016x}"
+
+
+def _embeddings(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
+    return pooling.embeddings(body, ep.dialect, ep.info, _pooling_id(ep), int(time.time()))
+
+
+def _tokenize(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
+    return pooling.tokenize(body, ep.dialect, ep.info)
+
+
+def _detokenize(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
+    return pooling.detokenize(body, ep.dialect, ep.info)
+
+
+def _score(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
+    return pooling.score(body, ep.dialect, ep.info, _pooling_id(ep), int(time.time()))
+
+
+def _rerank(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
+    return pooling.rerank(body, ep.dialect, ep.info, _pooling_id(ep))
+
+
+_POOLING: Mapping[str, PoolingAnswer] = MappingProxyType({
+    "/v1/embeddings": _embeddings,
+    "/tokenize": _tokenize,
+    "/detokenize": _detokenize,
+})
 
 
 # -- everything else ---------------------------------------------------------------------------
@@ -214,6 +353,10 @@ async def _models(request: web.Request) -> web.Response:
     ep = request.app[ENDPOINT]
     body = shapes.models_body(ep.dialect, ep.info, int(ep.started), f"modelperm-{ep.engine_id}")
     return web.json_response(body, dumps=shapes.dumps)
+
+
+async def _version(request: web.Request) -> web.Response:
+    return web.json_response({"version": request.app[ENDPOINT].dialect.version})
 
 
 async def _metrics(request: web.Request) -> web.Response:

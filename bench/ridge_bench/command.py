@@ -14,6 +14,13 @@ sending and cancels what is in flight; the partial report is still printed (exit
 ``--fleet`` names the fleet file behind the gateway, so the engines' own prefix-cache hit rate
 can be scraped from their ``/metrics`` before and after. Definitions: :mod:`ridge_bench.goodput`.
 
+``ridge bench --trace FILE --url URL [--speedup X] [--max-requests N] [--max-seconds S]``
+replays a Mooncake-format trace instead of a named workload (the format ridge records with
+``RIDGE_TRACE__PATH``; :mod:`ridge_bench.trace_replay`): its arrival times (divided by
+``--speedup``), prompt lengths and shared prefixes (equal hash ids, equal text) and output
+lengths; the bounds default to the whole trace. ``--max-requests`` and ``--max-seconds`` are
+``--requests`` and ``--duration`` by other names.
+
 ``ridge bench overhead ...`` runs the gateway overhead benchmark instead
 (:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``), ``ridge bench scaling ...`` the
 worker-scaling benchmark (:mod:`ridge_bench.scaling`), ``ridge bench routing-cost ...`` the
@@ -47,7 +54,8 @@ from ridge_bench.driver import Bounds, Target, run_workload
 from ridge_bench.goodput import Slo
 from ridge_bench.progress import Progress
 from ridge_bench.router_report import RunReport, build_report, report_dict, text
-from ridge_bench.workloads import NAMES, build, theoretical_f
+from ridge_bench.trace_replay import TraceWorkload, trace_workload, workload_f
+from ridge_bench.workloads import NAMES, Workload, build, theoretical_f
 
 DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
     {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 18.0, "chat_ramp": 9.0})
@@ -74,20 +82,30 @@ class Options:
     fleet: Fleet | None = None
     ignore_eos: bool = True
     progress: bool = True
+    replay: TraceWorkload | None = None
+    """``--trace``: the trace to replay instead of the named workload."""
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ridge bench", description=__doc__.splitlines()[0],
         epilog="ridge bench overhead --help: the gateway overhead benchmark instead")
-    p.add_argument("--workload", required=True, choices=NAMES)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--workload", choices=NAMES)
+    what.add_argument("--trace", help="replay this Mooncake-format trace (JSONL) instead")
+    p.add_argument("--speedup", type=float, default=1.0,
+                   help="--trace: replay this many times faster than recorded (default 1)")
+    p.add_argument("--block-tokens", type=int, default=512,
+                   help="--trace: prompt tokens per hash id (default 512, Mooncake's)")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's base URL")
     p.add_argument("--model", help="model name (default: the first of GET /v1/models)")
     p.add_argument("--rate", type=float, help="requests/s (mixed, chat_ramp: the heaviest step); "
                    f"defaults {dict(DEFAULT_RATES)}")
     p.add_argument("--steps", type=int, default=3, help="mixed, chat_ramp: load steps (default 3)")
-    p.add_argument("--requests", type=int, default=400, help="request bound (default 400)")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds bound (default 60)")
+    p.add_argument("--requests", "--max-requests", dest="requests", type=int,
+                   help="request bound (default 400; --trace: the whole trace)")
+    p.add_argument("--duration", "--max-seconds", dest="duration", type=float,
+                   help="seconds bound (default 60; --trace: the whole trace)")
     p.add_argument("--drain", type=float, help="seconds to wait for requests in flight "
                    "after sending stops (default: --slo-e2e)")
     p.add_argument("--slo-ttft", type=float, default=2.0, help="seconds (default 2.0)")
@@ -103,18 +121,42 @@ def parser() -> argparse.ArgumentParser:
 
 
 def options(args: argparse.Namespace) -> Options:
-    """Validated options; ValueError for impossible bounds."""
-    if args.requests < 1 or args.duration <= 0 or args.steps < 1:
+    """Validated options; ValueError for impossible bounds or a bad trace."""
+    replay = trace_workload(args.trace, args.seed, args.speedup, args.block_tokens) \
+        if args.trace else None
+    requests, duration = _bounds(args, replay)
+    if requests < 1 or duration <= 0 or args.steps < 1:
         raise ValueError("--requests and --steps must be at least 1, --duration positive")
-    rate = args.rate if args.rate is not None else DEFAULT_RATES[args.workload]
+    if replay is not None:
+        name, rate = replay.name, replay.steps[0].rate
+    else:
+        name = args.workload
+        rate = args.rate if args.rate is not None else DEFAULT_RATES[args.workload]
     slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_e2e)
     return Options(
-        workload=args.workload, url=args.url.rstrip("/"), model=args.model, rate=rate,
-        steps=args.steps, requests=args.requests, duration_s=args.duration,
+        workload=name, url=args.url.rstrip("/"), model=args.model, rate=rate,
+        steps=args.steps, requests=requests, duration_s=duration, replay=replay,
         drain_s=args.drain if args.drain is not None else args.slo_e2e, slo=slo,
         seed=args.seed, fleet=load_fleet(args.fleet) if args.fleet else None,
         ignore_eos=not args.no_ignore_eos, progress=not args.no_progress,
     )
+
+
+def _bounds(args: argparse.Namespace, replay: TraceWorkload | None) -> tuple[int, float]:
+    """(requests, seconds): as given, else 400 and 60 — for a trace, its length and span."""
+    if replay is None:
+        return (400 if args.requests is None else args.requests,
+                60.0 if args.duration is None else args.duration)
+    return (len(replay.times_s) if args.requests is None else args.requests,
+            replay.steps[0].duration_s if args.duration is None else args.duration)
+
+
+def _workload(opts: Options) -> tuple[Workload, float]:
+    """The workload to run and its f by construction."""
+    if opts.replay is not None:
+        return opts.replay, workload_f(opts.replay, opts.requests)
+    workload = build(opts.workload, opts.seed, opts.rate, opts.duration_s, opts.steps)
+    return workload, theoretical_f(workload)
 
 
 async def first_model(url: str) -> str:
@@ -129,7 +171,7 @@ async def first_model(url: str) -> str:
 async def execute(opts: Options, stop: asyncio.Event | None = None,
                   labels: Mapping[str, Any] | None = None) -> RunReport:
     """One run: scrape the engines, drive the workload, scrape again, report."""
-    workload = build(opts.workload, opts.seed, opts.rate, opts.duration_s, opts.steps)
+    workload, f_theory = _workload(opts)
     model = opts.model or await first_model(opts.url)
     before = await engines.scrape(opts.fleet) if opts.fleet else None
     progress = Progress(opts.workload, opts.requests, opts.duration_s) if opts.progress else None
@@ -139,7 +181,7 @@ async def execute(opts: Options, stop: asyncio.Event | None = None,
     cache = None
     if opts.fleet is not None and before is not None:
         cache = engines.cache_use(opts.fleet, before, await engines.scrape(opts.fleet))
-    return build_report(workload, data, opts.slo, theoretical_f(workload), cache,
+    return build_report(workload, data, opts.slo, f_theory, cache,
                         {"url": opts.url, "model": model, **(labels or {})})
 
 

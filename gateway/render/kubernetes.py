@@ -5,10 +5,13 @@ Objects (all in one namespace, labelled ``app.kubernetes.io/part-of: ridge`` and
   command line; ``nvidia.com/gpu`` limits; startup, readiness and liveness probes on the
   engine's health path; scrape annotations), a headless Service ``engine-POOL`` (one DNS name
   whose records are the ready engines) and a PodDisruptionBudget (one engine down at a time);
-- ridge: the fleet file as a ConfigMap (endpoints rewritten to the engines' Service names, so
-  the gateway sees the pods behind them), a Deployment with readiness (``/ready``) and liveness
-  (``/health``) probes and a checksum of the fleet file (a changed fleet rolls the gateway), a
-  Service for clients, a headless Service of the metrics port (each replica for Prometheus), a
+- ridge: the fleet file as a ConfigMap (each pool's endpoint rewritten to its engines' headless
+  Service name with ``resolve: dns``: the gateway looks the name up at every poll and routes
+  to every ready pod behind it as an endpoint of its own, so scaling a pool's Deployment needs
+  no change to the fleet file), a Deployment with readiness (``/ready``) and liveness
+  (``/health``) probes, ``RIDGE_CONFIG`` naming the mounted fleet file (which a reload reads)
+  and a checksum of the fleet file (a changed fleet rolls the gateway), a Service for clients,
+  a headless Service of the metrics port (each replica for Prometheus), a
   PodDisruptionBudget; Redis, whose state its replicas share;
 - Prometheus (a ConfigMap with the project's configuration and rules, a Deployment, a Service;
   it finds its targets through the cluster DNS, so it needs no access to the Kubernetes API)
@@ -27,7 +30,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from backends.fleet_file import parse_fleet
 from backends.launch_args import Arg, EnvRef
+from backends.resolver import DNS
 from gateway.render.assets import Assets
 from gateway.render.monitoring import METRICS_PORT_NAME, POOL_ANNOTATION, kubernetes_config
 from gateway.render.plan import (
@@ -60,8 +65,7 @@ Obj = dict[str, Any]
 
 def render_kubernetes(plan: Plan, assets: Assets) -> Rendered:
     """The manifests of ``plan``, by file (applied in file-name order)."""
-    fleet, warnings = rendered_fleet(plan, {e.pool.name: [service_url(plan, e)]
-                                            for e in plan.engines})
+    fleet, warnings = resolved_fleet(plan)
     groups = {
         "00-namespace.yaml": [namespace(plan)],
         "10-redis.yaml": redis(plan),
@@ -74,6 +78,17 @@ def render_kubernetes(plan: Plan, assets: Assets) -> Rendered:
     files[KUSTOMIZATION] = to_yaml({"apiVersion": "kustomize.config.k8s.io/v1beta1",
                                   "kind": "Kustomization", "resources": sorted(files)})
     return Rendered(files, warnings, plan.secrets())
+
+
+def resolved_fleet(plan: Plan) -> tuple[dict[str, Any], list[str]]:
+    """The deployed gateway's fleet file: every pool one endpoint, its headless Service's URL,
+    resolved at every poll into one endpoint per ready pod (``resolve: dns``); and warnings."""
+    fleet, warnings = rendered_fleet(plan, {e.pool.name: [service_url(plan, e)]
+                                            for e in plan.engines})
+    for pool in fleet["pools"]:
+        pool["resolve"] = DNS
+    parse_fleet(fleet, source="rendered fleet")  # the deployed gateway must accept it
+    return fleet, warnings
 
 
 def service_host(plan: Plan, name: str) -> str:
@@ -226,6 +241,7 @@ def ridge_pod(plan: Plan) -> Obj:
     """The gateway's PodSpec (non-root; drains on SIGTERM within the grace period)."""
     env = [{"name": "RIDGE_REDIS_URL", "value": f"redis://redis:{REDIS_PORT}/0"},
            {"name": "RIDGE_ADMIN_PORT", "value": str(RIDGE_ADMIN_PORT)},
+           {"name": "RIDGE_CONFIG", "value": f"{FLEET_DIR}/{FLEET_FILE}"},
            *secret_env(plan.secrets())]
     container: Obj = {
         "name": "ridge", "image": plan.options.image("ridge"),

@@ -32,6 +32,7 @@ from routing.scheduler.framework import (
     SchedulerConfig,
     Scorer,
 )
+from routing.scheduler.plugins.adapter_affinity import AdapterAffinity
 from routing.scheduler.plugins.cache_aware import CacheAware
 from routing.scheduler.plugins.healthy import Healthy
 from routing.scheduler.plugins.least_load import LeastLoad
@@ -43,6 +44,7 @@ from routing.scheduler.plugins.round_robin import RoundRobin
 from routing.scheduler.plugins.session_affinity import SessionAffinity
 
 FILTERS: Mapping[str, Callable[..., Filter]] = MappingProxyType({
+    "adapter_affinity": AdapterAffinity,
     "healthy": Healthy,
     "not_saturated": NotSaturated,
 })

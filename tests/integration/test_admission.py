@@ -70,6 +70,8 @@ async def test_a_saturated_pool_refuses_with_retry_after_and_serves_once_load_dr
             "ridge_admission_rejected_total", {"pool": "p", "reason": reason}) or 0
             for reason in ("would_miss_slo", "wait_expired", "queue_full"))
         assert rejected == 1
+        assert ridge.metrics.get_sample_value(  # counted under the pool that refused it
+            "ridge_requests_total", {"model": "m", "pool": "p", "status": "503"}) == 1
         for stream in streams:  # the load drops: the clients go away, the engine aborts
             stream.close()
         for _ in range(500):

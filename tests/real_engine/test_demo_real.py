@@ -24,6 +24,10 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 300.0
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
 STOP_TIMEOUT_S = 40.0
 
 
@@ -72,6 +76,10 @@ def test_demo_real_serves_and_stops_its_engines(tmp_path: Path) -> None:
         assert reply.status_code == 200, reply.text
         assert reply.json()["choices"][0]["message"]["content"] == CAPITAL_ANSWER
         assert "lever=" in reply.headers["x-ridge-route"]
+        tools = httpx.post(url + "/v1/chat/completions", timeout=120, json={
+            "model": "smollm2-135m", "messages": user("What is the weather in Paris?"),
+            "max_tokens": 32, "temperature": 0, "tool_choice": "auto", "tools": [WEATHER]})
+        assert tools.status_code == 200, tools.text  # the engines run with tool calling on
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(STOP_TIMEOUT_S) == 0
     finally:

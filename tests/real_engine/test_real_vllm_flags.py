@@ -13,9 +13,9 @@ import pytest
 
 from backends.fleet_file import Pool
 from backends.launch_args import flag_name
-from backends.vllm_launch import FLAGS, LAUNCHER, SERVER_MODULE, vllm_args
+from backends.vllm_launch import FLAGS, LAUNCHER, LORA_FLAGS, SERVER_MODULE, vllm_args
 from tests.real_engine.servers import MissingEngines, engine_paths
-from tests.unit.backends.test_vllm_launch import HELP_FLAGS, LEVER_CASES, pool
+from tests.unit.backends.test_vllm_launch import HELP_FLAGS, LEVER_CASES, LORA_POOL, pool
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(300)]
 
@@ -49,11 +49,12 @@ def live_flags() -> set[str]:
 
 def _pools() -> list[Pool]:
     return [pool(levers, role=role, api_key_env="K", **({"pair": "d"} if role == "prefill" else {}))
-            for levers in LEVER_CASES for role in ("mixed", "prefill", "decode")]
+            for levers in LEVER_CASES for role in ("mixed", "prefill", "decode")] + [
+        pool({}, **LORA_POOL)]
 
 
 def test_every_emitted_flag_is_a_real_option(live_flags: set[str]) -> None:
-    assert set(FLAGS.values()) <= live_flags
+    assert set(FLAGS.values()) | set(LORA_FLAGS.values()) <= live_flags
     for p in _pools():
         for args in (vllm_args(p, 1, "d"), LAUNCHER.args(p, "0.0.0.0", 8000, "d")):
             emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}

@@ -24,6 +24,7 @@ BUILTINS = {"__rate_interval", "__interval", "__range"}
 PURPOSE = {
     "ridge-overview": ["ridge_goodput_requests_total", "ridge_requests_total",
                        "ridge_time_to_first_token_seconds_bucket",
+                       "ridge_time_to_first_byte_seconds_bucket",
                        "ridge_time_per_output_token_seconds_bucket", "ridge_slo_objective_seconds",
                        "ridge_slo_violations_total"],
     "ridge-routing": ["ridge_route_decisions_total", "ridge_prefix_share_ratio",
@@ -32,7 +33,8 @@ PURPOSE = {
     "ridge-efficiency": ["ridge_pool_mfu_ratio", "ridge_pool_mbu_ratio", "ridge_mfu_ratio",
                          "ridge_mbu_ratio", "ridge_estimated_flops_total"],
     "ridge-backends": ["ridge_endpoint_up", "ridge_engine_requests_waiting",
-                       "ridge_engine_kv_cache_usage_ratio", "ridge_upstream_retries_total"],
+                       "ridge_engine_kv_cache_usage_ratio", "ridge_upstream_retries_total",
+                       "ridge_lever_mismatch"],
 }
 
 

@@ -5,7 +5,14 @@ from typing import Any
 
 import pytest
 
-from backends.fleet_file import FleetConfigError, Role, load_fleet, parse_fleet
+from backends.fleet_file import (
+    FleetConfigError,
+    Role,
+    TokenizerSettings,
+    expand_variables,
+    load_fleet,
+    parse_fleet,
+)
 from routing.fleet_math import HardwareRates, ModelShape
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -217,3 +224,182 @@ def test_checkpoint_and_engine_args() -> None:
     assert p.checkpoint == "org/m" and p.engine_args == extra
     with pytest.raises(FleetConfigError, match="pools.0.engine_args"):
         parse_fleet({"pools": [pool(engine_args="--flag")]})
+
+
+# --- model and hardware facts: a catalogue name, full facts, or none -------------------------
+
+
+def test_facts_by_catalogue_name() -> None:
+    (p,) = parse_fleet({"pools": [pool(model="Llama-3-8B", hardware="nvidia-h100-sxm")]}).pools
+    assert p.model is not None and p.hardware is not None
+    assert p.model.to_shape() == ModelShape(8.03e9, 32, 4096, 8, 128, 2.0)
+    assert p.model.max_context == 8192
+    assert p.hardware.name == "nvidia-h100-sxm"
+    assert p.hardware.to_rates() == HardwareRates(989e12, 3.35e12)
+    # named facts claim nothing about the engines' launch (the lever check reads this)
+    assert p.model.name == "llama-3-8b" and p.model.model_fields_set == {"name"}
+
+
+def test_facts_by_name_with_overrides() -> None:
+    (p,) = parse_fleet({"pools": [pool(
+        model={"name": "meta-llama/Llama-3.1-8B-Instruct", "max_context": 16384},
+        hardware={"name": "L4", "kv_cache_bytes": 6e9})]}).pools
+    assert p.model is not None and p.hardware is not None
+    assert (p.model.layers, p.model.max_context) == (32, 16384)
+    assert p.model.model_fields_set == {"name", "max_context"}
+    assert (p.hardware.name, p.hardware.peak_flops, p.hardware.kv_cache_bytes) == (
+        "nvidia-l4", 121e12, 6e9)
+
+
+def test_full_facts_are_kept_as_written() -> None:
+    hw = {"name": "H100-SXM", "peak_flops": 900e12, "mem_bandwidth": 3e12}
+    model = {**FACTS, "name": "llama-3-8b"}  # every field given: a label, not a look-up
+    (p,) = parse_fleet({"pools": [pool(model=model, hardware=hw)]}).pools
+    assert p.hardware is not None and p.model is not None
+    assert (p.hardware.name, p.hardware.peak_flops) == ("H100-SXM", 900e12)  # not the catalogue's
+    assert (p.model.name, p.model.layers) == ("llama-3-8b", 2)
+    assert "max_context" not in p.model.model_fields_set
+    (own,) = parse_fleet({"pools": [pool(model={**FACTS, "name": "my-model"})]}).pools
+    assert own.model is not None and own.model.name == "my-model"
+    assert p.missing_facts() == ()
+
+
+def test_named_facts_survive_a_dump_of_the_set_fields() -> None:
+    # `ridge render` writes the deployed gateway's fleet file this way
+    raw = {"pools": [pool(model={"name": "qwen2.5-7b", "max_context": 16384},
+                          hardware="mi300x")]}
+    fleet = parse_fleet(raw)
+    dumped = fleet.model_dump(mode="json", exclude_unset=True)
+    assert dumped["pools"][0]["model"] == {"name": "qwen2.5-7b", "max_context": 16384}
+    again = parse_fleet(dumped)
+    assert again == fleet
+    assert again.pools[0].model is not None
+    assert again.pools[0].model.model_fields_set == {"name", "max_context"}
+
+
+def test_a_pool_without_facts_loads() -> None:
+    bare = {k: v for k, v in pool().items() if k not in ("model", "hardware")}
+    fleet = parse_fleet({"pools": [bare, pool(name="q", endpoints=["http://h:2"],
+                                              hardware=None)]})
+    p, q = fleet.pools
+    assert (p.model, p.hardware, p.missing_facts()) == (None, None, ("model", "hardware"))
+    assert q.model is not None and q.missing_facts() == ("hardware",)
+
+
+@pytest.mark.parametrize(
+    ("over", "field", "problem"),
+    [
+        ({"model": "llama3-8bb"}, "pools.0.model", "unknown model 'llama3-8bb'; close matches: "),
+        ({"hardware": "h100"}, "pools.0.hardware", "unknown accelerator 'h100'; close matches: "),
+        ({"hardware": {"name": "tpu", "peak_flops": 1e12}}, "pools.0.hardware",
+         "or give both peak_flops and mem_bandwidth"),
+        ({"model": {"name": "my-model", "layers": 2}}, "pools.0.model",
+         "unknown model 'my-model'"),
+        ({"model": {"name": "llama-3-8b", "layers": 0}}, "pools.0.model.layers",
+         "greater than 0"),
+        ({"model": {"name": "llama-3-8b", "colour": 1}}, "pools.0.model.colour",
+         "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_facts_by_name_name_the_field_and_problem(over: dict[str, Any], field: str,
+                                                       problem: str) -> None:
+    with pytest.raises(FleetConfigError) as info:
+        parse_fleet({"pools": [pool(**over)]}, source="fleet.yaml")
+    assert f"  {field}: " in str(info.value) and problem in str(info.value), str(info.value)
+
+
+def test_resolve_is_off_unless_asked_and_dns_takes_http_endpoints_only() -> None:
+    assert parse_fleet({"pools": [pool()]}).pools[0].resolve == "none"
+    dns = parse_fleet({"pools": [pool(resolve="dns", endpoints=["http://engine:8000"])]})
+    assert dns.pools[0].resolve == "dns"
+    with pytest.raises(FleetConfigError) as info:
+        parse_fleet({"pools": [pool(resolve="dns", endpoints=["https://engine:8443"])]},
+                    source="fleet.yaml")
+    assert "  pools.0: " in str(info.value)
+    assert "resolve: dns connects to each address" in str(info.value)
+    with pytest.raises(FleetConfigError, match="pools.0.resolve"):
+        parse_fleet({"pools": [pool(resolve="srv")]})
+
+
+# --- tokenizers: files for exact prompt tokens ----------------------------------------------
+
+def test_a_tokenizer_is_a_path_or_its_settings() -> None:
+    raw = {"pools": [pool(models=["m", "n"])], "routing": {"features": {"tokenizers": {
+        "m": "tok.json",
+        "n": {"path": "folder", "chat_template": "t.jinja", "content_format": "openai",
+              "required": False}}}}}
+    tokenizers = parse_fleet(raw).routing.features.tokenizers
+    assert tokenizers["m"] == TokenizerSettings(path="tok.json")
+    assert tokenizers["m"].required and tokenizers["m"].content_format == "auto"
+    assert tokenizers["n"] == TokenizerSettings(path="folder", chat_template="t.jinja",
+                                                content_format="openai", required=False)
+
+
+def test_bad_tokenizer_settings_name_the_field() -> None:
+    raw = {"pools": [pool()], "routing": {"features": {"tokenizers": {
+        "m": {"path": "x", "content_format": "html"}}}}}
+    with pytest.raises(FleetConfigError, match="content_format"):
+        parse_fleet(raw)
+
+
+def test_tokenizer_paths_expand_variables_then_resolve_against_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MODELS_DIR", "/models")
+    monkeypatch.delenv("NO_SUCH_DIR", raising=False)
+    (tmp_path / "fleet.yaml").write_text(
+        "pools:\n"
+        "  - {name: p, engine: vllm, models: [a, b, c], endpoints: ['http://h:1']}\n"
+        "routing:\n"
+        "  features:\n"
+        "    tokenizers:\n"
+        "      a: ${MODELS_DIR}/a\n"
+        "      b: {path: '${NO_SUCH_DIR:-../up}/b', chat_template: t.jinja}\n"
+        "      c: $MODELS_DIR/c/tokenizer.json\n")
+    got = load_fleet(tmp_path / "fleet.yaml").routing.features.tokenizers
+    assert got["a"].path == "/models/a"
+    assert got["b"].path == str(tmp_path / "../up/b")
+    assert got["b"].chat_template == str(tmp_path / "t.jinja")
+    assert got["c"].path == "/models/c/tokenizer.json"
+
+
+@pytest.mark.parametrize(("path", "env", "expected"), [
+    ("$A/x", {"A": "a"}, "a/x"), ("${A}x", {"A": "a"}, "ax"), ("$B/x", {}, "$B/x"),
+    ("${B:-d}/x", {}, "d/x"), ("${B:-d}/x", {"B": ""}, "d/x"), ("${B:-d}/x", {"B": "b"}, "b/x"),
+    ("plain", {}, "plain"),
+])
+def test_expand_variables(path: str, env: dict[str, str], expected: str) -> None:
+    assert expand_variables(path, env) == expected
+
+
+def test_adapters_by_name_or_with_path_and_rank() -> None:
+    p = parse_fleet({"pools": [pool(adapters=[
+        "names-only", {"name": "sql-lora", "path": "/models/sql-lora", "rank": 12}])]}).pools[0]
+    assert p.adapter_names() == ("names-only", "sql-lora")
+    assert p.adapters[0].path is None and p.adapters[1].path == "/models/sql-lora"
+    assert p.max_lora_rank() == 16  # 12 rounded up to a rank vLLM accepts
+    assert parse_fleet({"pools": [pool()]}).pools[0].adapters == []
+    assert parse_fleet({"pools": [pool(adapters=["a"])]}).pools[0].max_lora_rank() is None
+
+
+def test_slos_may_name_an_adapter() -> None:
+    fleet = parse_fleet({"pools": [pool(adapters=["sql-lora"])],
+                         "slos": {"sql-lora": {"ttft_s": 1}}})
+    assert "sql-lora" in fleet.slos
+
+
+@pytest.mark.parametrize(
+    ("pools", "problem"),
+    [
+        ([pool(adapters=["a", {"name": "a"}])], "adapter listed twice"),
+        ([pool(adapters=["m"])], "a name of its own"),
+        ([pool(adapters=["other"]), pool(name="q", models=["other"], endpoints=["http://h:2"])],
+         "also name a base model"),
+        ([pool(adapters=[{"name": "a", "rank": 1024}])], "less than or equal to 512"),
+        ([pool(adapters=[{"name": "bad name"}])], "pattern"),
+    ],
+)
+def test_bad_adapters_name_the_problem(pools: list[dict[str, Any]], problem: str) -> None:
+    with pytest.raises(FleetConfigError, match=problem) as caught:
+        parse_fleet({"pools": pools})
+    assert "adapters" in str(caught.value) or "pools.0" in str(caught.value)

@@ -173,3 +173,117 @@ async def test_poller_with_http_probe(serve: Any, session: aiohttp.ClientSession
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError):
         HttpProbe(None, timeout_s=0)  # type: ignore[arg-type]
+
+
+# -- what the engine says it runs (HttpProbe.facts) ----------------------------------------------
+
+SGLANG = DIALECTS[Engine.SGLANG]
+
+
+def as_json(body: Any, status: int = 200) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(body, status=status)
+
+    return handler
+
+
+def model_list(max_model_len: int) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm",
+                                        "max_model_len": max_model_len}]}
+
+
+# an SGLang server's /server_info: dataclasses.asdict(server_args) with the scheduler's info
+# (sgl-project/sglang python/sglang/srt/entrypoints/http_server.py); a subset of its fields
+SGLANG_SERVER_INFO = {"model_path": "Qwen/Qwen2.5-7B-Instruct", "disable_radix_cache": True,
+                      "chunked_prefill_size": 4096, "speculative_algorithm": None,
+                      "speculative_num_draft_tokens": None, "max_total_num_tokens": 500000,
+                      "internal_states": [{}], "version": "0.5.4"}
+
+
+async def test_vllm_facts_from_its_page_and_model_list(
+    serve: Any, session: aiohttp.ClientSession
+) -> None:
+    url = await serve({"/metrics": text(PAGE), "/v1/models": as_json(model_list(2048))})
+    facts = await HttpProbe(session, timeout_s=5).facts(url, VLLM)
+    assert facts == {"prefix_cache": True, "speculative": False, "max_context": 2048}
+
+
+@pytest.mark.parametrize("path", ["/server_info", "/get_server_info"])
+async def test_sglang_facts_from_either_server_info_path(
+    serve: Any, session: aiohttp.ClientSession, path: str
+) -> None:
+    """Newer SGLang answers /server_info; older ones only /get_server_info (404 first here)."""
+    url = await serve({path: as_json(SGLANG_SERVER_INFO), "/v1/models": as_json(model_list(32768))})
+    facts = await HttpProbe(session, timeout_s=5).facts(url + "/", SGLANG)
+    assert facts == {"prefix_cache": False, "chunked_prefill": True, "chunk_tokens": 4096,
+                     "speculative": False, "max_context": 32768}
+
+
+async def test_facts_never_raise(serve: Any, session: aiohttp.ClientSession) -> None:
+    probe = HttpProbe(session, timeout_s=5)
+    assert await probe.facts(closed_port_url(), VLLM) == {}
+    assert await probe.facts(closed_port_url(), SGLANG) == {}
+    broken = await serve({"/server_info": text("{not json"), "/get_server_info": as_json([1, 2]),
+                          "/v1/models": text("oops", status=500), "/metrics": text("<html>")})
+    assert await probe.facts(broken, SGLANG) == {}
+    assert await probe.facts(broken, VLLM) == {}
+
+
+async def test_a_poller_checks_an_sglang_pool_against_its_server_info(
+    serve: Any, session: aiohttp.ClientSession
+) -> None:
+    """A fake SGLang answering its documented JSON: the pool declares radix caching, the
+    engine runs with --disable-radix-cache; read once, on the first healthy poll."""
+    reads: list[str] = []
+
+    async def info(request: web.Request) -> web.Response:
+        reads.append(request.path)
+        return web.json_response(SGLANG_SERVER_INFO)
+
+    url = await serve({"/health": text(""), "/metrics": text("sglang:num_running_reqs 0\n"),
+                       "/server_info": info, "/v1/models": as_json(model_list(32768))})
+    fleet = parse_fleet({"pools": [{
+        "name": "radix", "engine": "sglang", "models": ["m"], "endpoints": [url],
+        "levers": {"prefix_caching": True, "chunked_prefill": {"token_budget": 4096}},
+        "model": {"params": 7e9, "layers": 28, "hidden_size": 3584, "kv_heads": 4,
+                  "head_dim": 128, "dtype_bytes": 2, "max_context": 32768},
+        "hardware": {"peak_flops": 1e14, "mem_bandwidth": 1e12},
+    }]})
+    registry = EndpointRegistry(fleet)
+    poller = Poller(registry, HttpProbe(session, timeout_s=5))
+    for _ in range(3):
+        await poller.poll_once()
+    check = registry.status(url).lever_check
+    assert check.checked == ("prefix_cache", "chunked_prefill", "chunk_tokens", "speculative",
+                             "max_context")
+    assert [m.lever for m in check.mismatches] == ["prefix_cache"]
+    (endpoint,) = registry.snapshot()[0].endpoints
+    assert endpoint.missing_levers == {"prefix_cache"}
+    assert reads == ["/server_info"]  # once, not at every poll
+
+
+def guarded(key: str, handler: Handler) -> Handler:
+    """``handler`` behind an API key, as SGLang guards every path but /health."""
+    async def check(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
+async def test_probes_carry_the_endpoints_headers(
+    serve: Any, session: aiohttp.ClientSession
+) -> None:
+    url = await serve({"/health": text(""), "/metrics": guarded("k", text(PAGE)),
+                       "/server_info": guarded("k", as_json(SGLANG_SERVER_INFO)),
+                       "/v1/models": guarded("k", as_json(model_list(32768)))})
+    bare = HttpProbe(session, timeout_s=5)
+    with pytest.raises(ProbeError, match="HTTP 401"):
+        await bare.metrics(url, VLLM)
+    assert await bare.facts(url, SGLANG) == {}
+    keyed = HttpProbe(session, timeout_s=5,
+                      headers=lambda u: {"Authorization": "Bearer k"} if u == url else {})
+    assert await keyed.health(url, VLLM) is True
+    assert (await keyed.metrics(url, VLLM)).kv_blocks_total == 364
+    assert (await keyed.facts(url, SGLANG))["chunk_tokens"] == 4096

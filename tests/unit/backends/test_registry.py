@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from backends.dialects import EngineDialect
+from backends.engine_facts import ADAPTERS, MAX_CONTEXT, Facts, LoadedAdapters
 from backends.fleet_file import Engine, Fleet, parse_fleet
 from backends.probe import ProbeError
 from backends.registry import BreakerConfig, CircuitState, EndpointRegistry, Poller, PollResult
@@ -68,11 +69,13 @@ Behaviour = bool | EngineMetrics | Exception | Callable[[], Any]
 
 
 class FakeSource:
-    """Answers from per-URL tables; an unknown URL is refused. Records every call."""
+    """Answers from per-URL tables; an unknown URL is refused (its facts: none known).
+    Records every call."""
 
     def __init__(self) -> None:
         self.health_of: dict[str, Behaviour] = {}
         self.metrics_of: dict[str, Behaviour] = {}
+        self.facts_of: dict[str, Facts | Exception] = {}
         self.calls: list[tuple[str, str, Engine]] = []
 
     async def health(self, url: str, dialect: EngineDialect) -> bool:
@@ -86,6 +89,13 @@ class FakeSource:
         result = await self._answer(self.metrics_of, url)
         assert isinstance(result, EngineMetrics)
         return result
+
+    async def facts(self, url: str, dialect: EngineDialect) -> Facts:
+        self.calls.append(("facts", url, dialect.engine))
+        answer = self.facts_of.get(url, {})
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     @staticmethod
     async def _answer(table: dict[str, Behaviour], url: str) -> Any:
@@ -225,8 +235,14 @@ def test_a_poll_and_mark_failed_refresh_the_cached_snapshot(registry: EndpointRe
 def test_unknown_url_is_a_key_error(registry: EndpointRegistry) -> None:
     with pytest.raises(KeyError, match="unknown endpoint"):
         registry.status("http://nowhere:1")
-    with pytest.raises(KeyError):
-        registry.mark_failed("http://nowhere:1", "x")
+
+
+def test_a_request_outcome_on_an_unknown_url_is_ignored(registry: EndpointRegistry) -> None:
+    """A request may outlive its endpoint's drain: its outcome then has nowhere to go."""
+    first = registry.snapshot()
+    registry.mark_failed("http://nowhere:1", "x")
+    registry.mark_succeeded("http://nowhere:1")
+    assert registry.snapshot() is first and "http://nowhere:1" not in registry.urls
 
 
 @pytest.mark.parametrize(
@@ -516,7 +532,8 @@ def test_the_breaker_opens_after_n_consecutive_failures_and_not_before(
         CircuitState.OPEN, 3, False)
     assert status.circuit_open_until == clock.t + 5.0
     assert not routable(guarded)
-    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    [warning] = [r for r in caplog.records
+                 if r.levelno == logging.WARNING and "circuit breaker" in r.getMessage()]
     for part in (A1, "pool a", "after 3 ", "5.0 s", "invalid HTTP status 999"):
         assert part in warning.getMessage()
 
@@ -593,8 +610,10 @@ def test_a_success_in_half_open_closes_the_breaker_and_resets_the_open_time(
     assert (status.circuit, status.request_failures, status.circuit_open_until) == (
         CircuitState.CLOSED, 0, None)
     assert status.healthy
-    assert [r.levelno for r in caplog.records].count(logging.INFO) == 1
-    assert "closed" in caplog.records[-1].getMessage() and A1 in caplog.records[-1].getMessage()
+    breaker = [r for r in caplog.records
+               if r.levelno == logging.INFO and "circuit breaker" in r.getMessage()]
+    assert len(breaker) == 1 and caplog.records[-1] is breaker[0]
+    assert "closed" in breaker[0].getMessage() and A1 in breaker[0].getMessage()
     fail_until_open(guarded, clock)
     assert guarded.status(A1).circuit_open_until == clock.t + 5.0  # the base time again
 
@@ -653,11 +672,6 @@ def test_mark_succeeded_on_a_closed_breaker_costs_nothing() -> None:
     assert registry.status(A1).request_failures == 0 and registry.snapshot() is second
 
 
-def test_mark_succeeded_of_an_unknown_url_is_a_key_error(registry: EndpointRegistry) -> None:
-    with pytest.raises(KeyError, match="unknown endpoint"):
-        registry.mark_succeeded("http://nowhere:1")
-
-
 @pytest.mark.parametrize(("failures", "open_s", "max_open_s"), [
     (0, 5.0, 60.0), (3, 0.0, 60.0), (3, 5.0, 0.0), (3, -1.0, 60.0)])
 def test_breaker_config_rejects_impossible_values(
@@ -671,3 +685,259 @@ def test_the_open_time_doubles_up_to_its_cap() -> None:
     assert [BreakerConfig().next_open_s(t) for t in (None, 5.0, 20.0, 40.0)] == [
         5.0, 10.0, 40.0, 60.0]
     assert BreakerConfig(open_s=90.0).next_open_s(None) == 60.0  # the cap caps the first too
+
+
+# -- the lever check -------------------------------------------------------------------------------
+
+SPEC_ON = {"prefix_cache": True, "chunked_prefill": False, "speculative": True, "draft_tokens": 4}
+SPEC_OFF = {"prefix_cache": True, "chunked_prefill": False, "speculative": False}
+
+
+def lever_fleet() -> Fleet:
+    """Pool a (A1, A2) declares prefix caching and n-gram speculation (K = 4)."""
+    levers = {"prefix_caching": True, "speculative": {"method": "ngram", "num_draft_tokens": 4}}
+    return parse_fleet({"pools": [pool("a", "vllm", ["m1"], [A1, A2], levers=levers),
+                                  pool("b", "sglang", ["m2"], [B1])]})
+
+
+@pytest.fixture
+def checked(clock: FakeClock) -> EndpointRegistry:
+    return EndpointRegistry(lever_fleet(), clock=clock)
+
+
+def facts_reads(source: FakeSource, url: str) -> int:
+    return sum(1 for what, u, _ in source.calls if what == "facts" and u == url)
+
+
+async def test_facts_are_read_once_healthy_and_again_after_being_down(
+    checked: EndpointRegistry, clock: FakeClock
+) -> None:
+    source = FakeSource()
+    up(source, A1)
+    source.facts_of[A1] = SPEC_ON
+    poller = Poller(checked, source)
+    for _ in range(3):
+        clock.t += 1
+        await poller.poll_once()
+    assert facts_reads(source, A1) == 1  # not at every poll
+    assert facts_reads(source, A2) == facts_reads(source, B1) == 0  # never healthy
+    down(source, A1)
+    clock.t += 1
+    await poller.poll_once()
+    assert facts_reads(source, A1) == 1  # not while down
+    up(source, A1)
+    for _ in range(2):
+        clock.t += 1
+        await poller.poll_once()
+    assert facts_reads(source, A1) == 2  # once more: it may be another engine now
+    check = checked.status(A1).lever_check
+    assert check.checked == ("prefix_cache", "chunked_prefill", "speculative", "draft_tokens")
+    assert check.mismatches == ()
+
+
+async def test_a_missing_lever_reaches_the_snapshot_the_status_and_the_log_once(
+    checked: EndpointRegistry, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="backends.registry")
+    source = FakeSource()
+    up(source, A1)
+    source.facts_of[A1] = SPEC_OFF
+    poller = Poller(checked, source)
+    await poller.poll_once()
+    status = checked.status(A1)
+    assert [(m.lever, m.declared, m.observed) for m in status.lever_check.mismatches] == [
+        ("speculative", True, False)]
+    a = checked.snapshot()[0]
+    assert a.endpoints[0].missing_levers == {"speculative"}
+    assert "speculative" not in a.offered  # its only healthy endpoint lacks it
+    up(source, A2)
+    source.facts_of[A2] = SPEC_ON
+    await poller.poll_once()
+    a = checked.snapshot()[0]
+    assert "speculative" in a.offered and a.lacking == {"speculative": {A1}}
+    for _ in range(2):  # A1 goes down and comes back, still without speculation
+        down(source, A1)
+        clock.t += 1
+        await poller.poll_once()
+        up(source, A1)
+        clock.t += 1
+        await poller.poll_once()
+    assert facts_reads(source, A1) == 3
+    warned = [r.getMessage() for r in caplog.records if "lever" in r.getMessage()]
+    assert warned == [f"endpoint {A1} (pool a): lever speculative declared on, the engine "
+                      "reports off; the router no longer counts on it there"]
+    source.facts_of[A1] = SPEC_ON  # restarted with speculation
+    down(source, A1)
+    clock.t += 1
+    await poller.poll_once()
+    up(source, A1)
+    clock.t += 1
+    await poller.poll_once()
+    assert checked.snapshot()[0].lacking == {}
+    assert caplog.records[-1].levelno == logging.INFO
+    assert caplog.records[-1].getMessage() == (
+        f"endpoint {A1} (pool a): lever speculative is now as declared")
+
+
+def test_facts_read_while_the_endpoint_went_down_are_dropped(
+    checked: EndpointRegistry, clock: FakeClock
+) -> None:
+    checked.record_poll(A1, PollResult(clock.t, healthy=True))
+    started = clock.t  # the facts read starts ...
+    clock.t += 1
+    checked.mark_failed(A1, "connection reset")  # ... the engine goes away ...
+    clock.t += 1
+    checked.record_poll(A1, PollResult(clock.t, healthy=True))  # ... and a new one answers
+    checked.record_facts(A1, SPEC_OFF, started)  # the old engine's facts
+    assert checked.status(A1).lever_check.checked == ()
+    assert checked.facts_due(A1)  # the new engine's facts are still to be read
+    checked.record_facts(A1, SPEC_OFF, clock.t)
+    assert checked.status(A1).lever_check.missing == {"speculative"}
+    assert not checked.facts_due(A1)
+
+
+async def test_a_failing_facts_read_is_logged_not_retried_at_every_poll(
+    checked: EndpointRegistry, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = FakeSource()
+    up(source, A1)
+    source.facts_of[A1] = RuntimeError("bug")
+    poller = Poller(checked, source)
+    for _ in range(3):
+        clock.t += 1
+        await poller.poll_once()
+    assert facts_reads(source, A1) == 1
+    assert checked.status(A1).healthy and checked.status(A1).lever_check.checked == ()
+    assert sum("reading the engine facts" in r.getMessage() for r in caplog.records) == 1
+
+
+# -- operator logs: transitions only -------------------------------------------------------------
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    caplog.clear()
+    return lines
+
+
+async def test_health_transitions_are_logged_once_each(
+    registry: EndpointRegistry, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="backends.registry")
+    source = FakeSource()
+    up(source, A1)
+    up(source, C1)
+    poller = Poller(registry, source)
+    await poller.poll_once()
+    assert sorted(logged(caplog)) == sorted([
+        ("INFO", f"endpoint {A1} (pool a) is up"),
+        ("WARNING", f"endpoint {A2} (pool a) is down: health: connection refused"),
+        ("WARNING", f"endpoint {B1} (pool b) is down: health: connection refused"),
+        ("WARNING", "pool b has no healthy endpoint"),
+        ("INFO", f"endpoint {C1} (pool c) is up"),
+    ])
+    for _ in range(3):  # nothing changes: nothing is logged
+        clock.t += 1
+        await poller.poll_once()
+    assert logged(caplog) == []
+    down(source, A1)
+    clock.t += 1
+    await poller.poll_once()
+    assert logged(caplog) == [
+        ("WARNING", f"endpoint {A1} (pool a) is down: health: connection refused"),
+        ("WARNING", f"pool a lost its last healthy endpoint ({A1}: health: connection refused)"),
+    ]
+    up(source, A2)
+    clock.t += 2.5
+    await poller.poll_once()
+    assert logged(caplog) == [  # A2 was down from the first poll on
+        ("INFO", f"endpoint {A2} (pool a) is back up after 6.5 s down"),
+        ("INFO", f"pool a has a healthy endpoint again ({A2})"),
+    ]
+    registry.mark_failed(A2, "the engine's stream broke off")
+    registry.mark_failed(A2, "the engine's stream broke off")  # already down: no second line
+    assert logged(caplog) == [
+        ("WARNING", f"endpoint {A2} (pool a) is down: the engine's stream broke off"),
+        ("WARNING", f"pool a lost its last healthy endpoint ({A2}: the engine's stream broke "
+                    "off)"),
+    ]
+
+
+def test_credentials_in_urls_never_reach_the_log(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="backends.registry")
+    secret = "http://ops:s3cret@d1:8000"
+    registry = EndpointRegistry(
+        parse_fleet({"pools": [pool("d", "vllm", ["m"], [secret])]}),
+        breaker=BreakerConfig(failures=1), clock=clock)
+    registry.record_poll(secret, PollResult(clock.t, healthy=True))
+    registry.mark_failed(secret, f"request failed: {secret}/v1/completions: reset")
+    clock.t += 10
+    registry.record_poll(secret, PollResult(clock.t, healthy=True))
+    registry.mark_succeeded(secret)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) >= 5 and all("s3cret" not in m for m in messages)
+    assert "endpoint http://d1:8000 (pool d) is down: request failed: http://d1:8000/v1/" \
+           "completions: reset" in messages
+
+
+# -- LoRA adapters ---------------------------------------------------------------------------------
+
+def lora_fleet() -> Fleet:
+    """Pool a (A1, A2) declares the adapter sql-lora; pool b (B1) declares none."""
+    return parse_fleet({"pools": [pool("a", "vllm", ["m1"], [A1, A2], adapters=["sql-lora"]),
+                                  pool("b", "vllm", ["m2"], [B1])]})
+
+
+def listing(*adapters: tuple[str, str]) -> Facts:
+    return {MAX_CONTEXT: 2048, ADAPTERS: LoadedAdapters(tuple(sorted(adapters)))}
+
+
+async def test_adapters_listed_by_an_engine_reach_the_snapshot_and_the_model_list(
+    clock: FakeClock
+) -> None:
+    registry = EndpointRegistry(lora_fleet(), clock=clock)
+    source = FakeSource()
+    for url in (A1, A2, B1):
+        up(source, url)
+    source.facts_of[A1] = listing(("sql-lora", "m1"))
+    source.facts_of[B1] = listing(("chat-lora", "m2"))  # loaded at runtime, not declared
+    source.facts_of[A2] = {MAX_CONTEXT: 2048}  # its model list has no adapter
+    await Poller(registry, source).poll_once()
+    a, b = registry.snapshot()
+    assert [e.adapters for e in a.endpoints] == [{"sql-lora"}, frozenset()]
+    assert a.adapters == {"sql-lora"} and a.serves("sql-lora") and not a.serves("chat-lora")
+    assert b.adapters == frozenset() and b.serves("chat-lora")
+    assert registry.model_parents() == {"chat-lora": "m2", "m1": None, "m2": None,
+                                        "sql-lora": "m1"}
+    assert registry.models_available() == ["chat-lora", "m1", "m2", "sql-lora"]
+    down(source, B1)
+    clock.t += 1
+    await Poller(registry, source).poll_once()
+    assert registry.models_available() == ["m1", "sql-lora"]  # b has no healthy endpoint
+
+
+async def test_adapters_are_read_again_while_healthy(clock: FakeClock) -> None:
+    registry = EndpointRegistry(lora_fleet(), facts_every_s=30.0, clock=clock)
+    source = FakeSource()
+    up(source, B1)
+    poller = Poller(registry, source)
+    source.facts_of[B1] = {MAX_CONTEXT: 2048}
+    await poller.poll_once()
+    source.facts_of[B1] = listing(("chat-lora", "m2"))  # loaded into the running engine
+    clock.t += 10
+    await poller.poll_once()
+    assert not registry.snapshot()[1].serves("chat-lora")  # not read again yet
+    clock.t += 25
+    await poller.poll_once()
+    assert registry.snapshot()[1].endpoints[0].adapters == {"chat-lora"}
+    assert facts_reads(source, B1) == 2
+    source.facts_of[B1] = {}  # the model list could not be read: keep what was known
+    clock.t += 31
+    await poller.poll_once()
+    assert registry.snapshot()[1].serves("chat-lora")
+    source.facts_of[B1] = {MAX_CONTEXT: 2048}  # read, and the adapter is gone (unloaded)
+    clock.t += 31
+    await poller.poll_once()
+    assert not registry.snapshot()[1].serves("chat-lora")

@@ -17,6 +17,7 @@ from backends.sglang_launch import (
     DOCUMENTED_ALGORITHMS,
     FLAGS,
     LAUNCHER,
+    LORA_FLAGS,
     PARALLEL_FLAGS,
     SGLangSettings,
     sglang_args,
@@ -158,3 +159,18 @@ def test_the_tables_agree_with_the_documented_arguments() -> None:
     parallel = {f for flags in PARALLEL_FLAGS for f in flags} - {"--tp"}  # the docs' shorthand
     assert parallel <= set(DOCUMENTED)
     assert all(flag.startswith("--") and DOCUMENTED[flag] for flag in DOCUMENTED)
+
+
+def test_adapters_render_lora_flags_all_documented() -> None:
+    adapters = [{"name": "sql-lora", "path": "/models/sql-lora", "rank": 12}, "runtime-only"]
+    args = sglang_args(pool({}, adapters=adapters), 1, "m")
+    assert "--enable-lora" in args
+    assert after(args, "--lora-paths") == ["sql-lora=/models/sql-lora"]
+    assert after(args, "--max-lora-rank") == ["12"]
+    assert set(LORA_FLAGS.values()) <= set(DOCUMENTED)
+    emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
+    assert emitted <= set(DOCUMENTED)
+    assert "--enable-lora" not in sglang_args(pool({}), 1, "m")
+    assert "--enable-lora" in sglang_args(pool({}, engine_args=["--enable-lora"]), 1, "m")
+    with pytest.raises(LaunchError, match="--lora-paths"):
+        sglang_args(pool({}, adapters=adapters, engine_args=["--lora-paths", "y=z"]), 1, "m")

@@ -17,6 +17,7 @@ from backends.vllm_launch import (
     DEPLOY_SETTINGS,
     FLAGS,
     LAUNCHER,
+    LORA_FLAGS,
     LaunchSettings,
     main,
     speculative_config,
@@ -216,3 +217,39 @@ def test_every_emitted_flag_is_in_the_real_help(levers: dict[str, Any], role: st
         emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
         assert emitted <= known, emitted - known
     assert set(FLAGS.values()) <= known
+
+
+LORA_POOL: dict[str, Any] = {"adapters": [
+    {"name": "sql-lora", "path": "/models/sql-lora", "rank": 8},
+    {"name": "odd", "path": "/models/a,b"}, "runtime-only"]}
+
+
+def test_adapters_render_lora_flags() -> None:
+    args = vllm_args(pool({}, **LORA_POOL), 1, "d")
+    assert "--enable-lora" in args
+    modules = after(args, "--lora-modules")
+    assert modules[0] == "sql-lora=/models/sql-lora"
+    assert json.loads(str(modules[1])) == {"name": "odd", "path": "/models/a,b"}  # comma: JSON
+    assert len(modules) == 2  # an adapter without a path is loaded at runtime
+    assert after(args, "--max-lora-rank") == ["8"]
+    assert not {"--enable-lora", "--lora-modules", "--max-lora-rank"} & set(vllm_args(pool({}), 1,
+                                                                                       "d"))
+
+
+def test_names_only_adapters_enable_lora_alone_and_engine_args_may_add_lora_flags() -> None:
+    args = vllm_args(pool({}, adapters=["x"], engine_args=["--max-loras", "4"]), 1, "d")
+    assert "--enable-lora" in args and "--lora-modules" not in args
+    assert "--max-lora-rank" not in args and args[-2:] == ["--max-loras", "4"]
+    # a pool without adapters may switch LoRA on itself (runtime loading)
+    assert "--enable-lora" in vllm_args(pool({}, engine_args=["--enable-lora"]), 1, "d")
+    with pytest.raises(LaunchError, match="--enable-lora"):
+        vllm_args(pool({}, adapters=["x"], engine_args=["--enable-lora"]), 1, "d")
+
+
+def test_every_lora_flag_is_in_the_real_help() -> None:
+    known = {line for line in HELP_FLAGS.read_text().splitlines() if not line.startswith("#")}
+    assert set(LORA_FLAGS.values()) <= known
+    for args in (vllm_args(pool({}, **LORA_POOL), 1, "d"),
+                 LAUNCHER.args(pool({}, **LORA_POOL), "0.0.0.0", 8000, "d")):
+        emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
+        assert emitted <= known, emitted - known

@@ -196,16 +196,18 @@ async def test_a_full_queue_refuses_at_once_with_retry_after() -> None:
 async def test_a_request_that_would_wait_past_its_slo_is_refused_at_once() -> None:
     r = rig(urls=(A,), ttft_s=1.0)
     holder = await held(r)
-    for t in (0.0, 0.5, 1.0):  # one release every 0.5 s: 2 a second
-        r.clock.now = 100.0 + t
+    for i in range(3):  # one release every 1/6 s: 6 a second
+        r.clock.now = 100.0 + i / 6
         r.admission.released(A)
+    # a wait it will seldom exceed, (n + 2 √n) ÷ 6/s: 0.50 s for the first, 0.80 s for the
+    # second (one request ahead), within the 1.0 s budget: both wait
     waiters = [asyncio.create_task(r.place(f"k{i}")) for i in range(2)]
     await queued(r, 2)
-    # served after 2 (one of each key), so (2 + 1) ÷ 2/s = 1.5 s > 1.0 s of budget
+    # served after 2 (one of each key): (3 + 2 √3) ÷ 6/s = 1.08 s > 1.0 s of budget
     with pytest.raises(GatewayError) as info:
         await r.place("k9")
-    assert info.value.status == 503 and "1.50 s" in info.value.message
-    assert dict(info.value.headers)[b"retry-after"] == b"1"  # ⌈1.5 − 1.0⌉
+    assert info.value.status == 503 and "1.08 s" in info.value.message
+    assert dict(info.value.headers)[b"retry-after"] == b"1"  # ⌈1.08 − 1.0⌉
     assert r.sample("ridge_admission_rejected_total", pool="p", reason="would_miss_slo") == 1
     for w in waiters:
         w.cancel()

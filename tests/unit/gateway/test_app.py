@@ -3,15 +3,21 @@ router (named plugin instances)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from backends.fleet_file import FleetConfigError, load_fleet, parse_fleet
-from gateway.app import build_extractor, build_router
+from gateway.app import build_extractor, build_router, create_app
+from gateway.openai_request import Endpoint
+from gateway.proxy import PROXIED_PATHS
+from gateway.routes import ridge_version
+from gateway.settings import Settings
 from routing.features import RequestInfo
-from tests.fakes.harness import HARDWARE, MODEL_FACTS
+from tests.fakes.harness import HARDWARE, MODEL_FACTS, fleet_of
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -59,9 +65,71 @@ def test_an_unloadable_tokenizer_stops_start_up_naming_the_field(tmp_path: Path)
         build_extractor(fleet)
 
 
+def test_a_model_folder_gives_exact_chat_tokens_and_token_blocks(tmp_path: Path) -> None:
+    pytest.importorskip("jinja2")
+    from tests.fakes.tiny_model import model_folder
+
+    folder = model_folder(tmp_path / "model")
+    fleet = parse_fleet(fleet_raw({"features": {"block_tokens": 4,
+                                                "tokenizers": {"m": str(folder)}}}))
+    extractor = build_extractor(fleet)
+    payload = {"messages": [{"role": "user", "content": "hello world"}]}
+    exact = extractor.extract(payload, RequestInfo("chat", "m"))
+    estimated = extractor.extract(payload, RequestInfo("chat", "n"))
+    assert exact.prompt_tokens == 7  # the ChatML template's 5 tokens and the 2 words
+    assert exact.block_tokens == 4 and len(exact.block_hashes) == 1  # 7 tokens: 1 full block
+    assert estimated.prompt_tokens == 5  # ⌈18 characters of canonical text / 4⌉
+
+
 def test_named_plugin_instances_reach_every_pools_scheduler() -> None:
     fleet = parse_fleet(fleet_raw({
         "plugins": [{"name": "roomy", "type": "not_saturated", "parameters": {"max_waiting": 2}}],
         "scheduler": {"filters": ["healthy", "roomy"]}}))
     scheduler = build_router(fleet).schedulers["p"]
     assert scheduler.plugin_names == ("healthy", "roomy", "cache_aware", "max_score")
+
+
+# -- what ridge routes, and what it does not ---------------------------------------------------
+
+
+@pytest.fixture
+def http() -> Iterator[TestClient]:
+    """The app without its lifespan (no gateway runs): the answers that need none."""
+    client = TestClient(create_app(Settings(), fleet_of({"p": ["http://127.0.0.1:9"]})))
+    yield client
+    client.close()
+
+
+def test_every_api_an_engine_answers_is_proxied_by_its_path() -> None:
+    assert {PROXIED_PATHS[e.value] for e in Endpoint} == set(Endpoint)
+    assert {"/v1/embeddings", "/v1/responses", "/tokenize", "/detokenize", "/v1/score",
+            "/score", "/rerank", "/v1/rerank", "/v2/rerank"} < set(PROXIED_PATHS)
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/nowhere"), ("POST", "/v1/files"), ("DELETE", "/v1/responses/resp_1"),
+])
+def test_a_path_ridge_does_not_route_is_a_404_naming_it(http: TestClient, method: str,
+                                                        path: str) -> None:
+    reply = http.request(method, path)
+    assert reply.status_code == 404
+    assert reply.json() == {"error": {"message": f"Invalid URL ({method} {path})",
+                                      "type": "not_found_error", "param": None,
+                                      "code": "not_found"}}
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("GET", "/v1/embeddings", "POST"), ("PUT", "/v1/chat/completions", "POST"),
+    ("POST", "/version", "GET"), ("POST", "/v1/models", "GET"), ("DELETE", "/health", "GET"),
+])
+def test_a_route_called_with_another_method_is_a_405_with_allow(http: TestClient, method: str,
+                                                                path: str, allow: str) -> None:
+    reply = http.request(method, path)
+    assert reply.status_code == 405 and reply.headers["allow"] == allow
+    assert reply.json()["error"] == {"message": f"Method Not Allowed ({method} {path})",
+                                     "type": "invalid_request_error", "param": None,
+                                     "code": "method_not_allowed"}
+
+
+def test_the_version_is_ridges_own(http: TestClient) -> None:
+    assert http.get("/version").json() == {"version": ridge_version()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import cast
@@ -10,12 +11,13 @@ from typing import cast
 import pytest
 
 from backends.client import UpstreamConnectError, UpstreamTimeout
+from backends.fleet_file import Adapter, parse_fleet
 from backends.registry import CircuitState, EndpointRegistry, PollResult
 from gateway.admission import Admission, AdmissionConfig, Route
 from gateway.app import build_router
-from gateway.dispatch import Attempts, Dispatcher
+from gateway.dispatch import FEATURE_KINDS, Attempts, Dispatcher, ProbeAuth, engine_model_names
 from gateway.errors import GatewayError
-from gateway.openai_request import Endpoint, parse_request
+from gateway.openai_request import GENERATION, Endpoint, parse_request
 from gateway.slos import ModelSlo, SloPolicy
 from routing.features import FeatureExtractor, RequestFeatures, RequestInfo
 from routing.fleet_math import Bounds
@@ -216,8 +218,8 @@ async def test_admission_holds_a_request_until_a_finished_one_frees_its_slot() -
             break
         await asyncio.sleep(0)
     assert admission.waiting("p") == 1 and state.in_flight()[A].requests == 1
-    await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None,
-                            ttft_s=0.2)
+    dispatcher.first_token(first, 0.2)
+    await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None)
     sent = await asyncio.wait_for(second, 10)
     assert sent.plan.endpoint.url == A and sent.waited_s > 0
     assert state.in_flight()[A].requests == 1
@@ -228,14 +230,55 @@ async def test_admission_refuses_with_a_503_and_retry_after_when_no_wait_can_mee
     dispatcher, state, admission = admitted_setup(slo_ttft_s=0.5)
     parsed = parse_request(Endpoint.CHAT, BODY)
     first = await dispatcher.dispatch(parsed, None, Attempts())
-    await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None,
-                            ttft_s=0.4)  # the engine alone takes 0.4 s: floor 0.4 + 2 × 0.2
+    dispatcher.first_token(first, 0.4)  # the engine alone takes 0.4 s: floor 0.4 + 2 × 0.2
+    await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None)
     await dispatcher.dispatch(parsed, None, Attempts())
     with pytest.raises(GatewayError) as info:
         await dispatcher.dispatch(parsed, None, Attempts())
     assert (info.value.status, info.value.code) == (503, "overloaded")
     assert dict(info.value.headers)[b"retry-after"] == b"1"
     assert state.in_flight()[A].requests == 1 and admission.waiting("p") == 0
+
+
+STREAM = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+
+
+async def test_prefill_pacing_holds_a_stream_until_an_earlier_prompt_has_its_first_token(
+) -> None:
+    """Capacity is no limit here (0.9 × 1 ÷ 0.1 = 9 requests); prefill is. The first stream's
+    first token 0.2 s after it was sent alone teaches a rate of T ÷ 0.2 = 5T tokens/s (T: one
+    prompt), so the cap at SLO 1 s × target 0.5 is 2.5T: two prompts may be outstanding, the
+    third waits until one of them has its first token."""
+    fleet = fleet_of({"p": [A]})
+    registry = EndpointRegistry(fleet)
+    registry.record_poll(A, PollResult(registry.now(), True, EngineMetrics(
+        running=1.0, waiting=0.0, kv_cache_usage=0.1)))
+    slos = SloPolicy({"m": ModelSlo(Bounds(ttft_s=1.0))})
+    admission = Admission(AdmissionConfig(recheck_s=30.0), slos, registry.snapshot)
+    dispatcher = Dispatcher(registry, Client(), build_router(fleet), MemoryState(),
+                            FeatureExtractor(), retries=1, admission=admission)
+    parsed = parse_request(Endpoint.CHAT, STREAM)
+    learn = await dispatcher.dispatch(parsed, None, Attempts())
+    assert learn.prefill_ahead == learn.features.prompt_tokens > 0
+    dispatcher.first_token(learn, 0.2)
+    await dispatcher.finish(learn, parsed, succeeded=True, output_tokens=5, prompt_tokens=None)
+    one = await dispatcher.dispatch(parsed, None, Attempts())
+    two = await dispatcher.dispatch(parsed, None, Attempts())
+    tokens = one.features.prompt_tokens
+    assert (one.prefill_ahead, two.prefill_ahead) == (tokens, 2 * tokens)
+    three = asyncio.create_task(dispatcher.dispatch(parsed, None, Attempts()))
+    for _ in range(1000):
+        if admission.waiting("p"):
+            break
+        await asyncio.sleep(0)
+    assert admission.waiting("p") == 1 and not three.done()
+    dispatcher.first_token(one, 0.3)  # one prompt's prefill done: room for the third
+    sent = await asyncio.wait_for(three, 10)
+    assert sent.waited_s > 0 and sent.prefill_ahead == 2 * tokens
+    for done in (one, two, sent):  # ended without (another) first token: nothing outstanding
+        await dispatcher.finish(done, parsed, succeeded=False, output_tokens=None,
+                                prompt_tokens=None)
+    assert await dispatcher.dispatch(parsed, None, Attempts()) is not None
 
 
 @dataclass
@@ -273,6 +316,129 @@ async def test_dispatch_tells_admission_the_key_releases_and_the_ttft_after_the_
     await dispatcher.dispatch(parsed, None, Attempts(), key="team-a")
     assert fake.keys == ["u1", "team-a"]  # no API key: the request's `user`
     assert sent.waited_s == 0.25
-    await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=5, prompt_tokens=None,
-                            ttft_s=1.0)
+    dispatcher.first_token(sent, 1.0)
+    await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=5, prompt_tokens=None)
     assert fake.releases == [A] and fake.ttfts == [("p", 0.75)]
+
+
+# -- the APIs that generate nothing, and the Responses API -------------------------------------
+
+EMBED_BODY = b'{"model": "m", "input": ["one text", "another"]}'
+
+
+async def test_an_embeddings_request_is_routed_by_load_alone() -> None:
+    dispatcher, client, state, _, extractor = setup()
+    parsed = parse_request(Endpoint.EMBEDDINGS, EMBED_BODY)
+    first = await dispatcher.dispatch(parsed, "session-1", Attempts())
+    second = await dispatcher.dispatch(parsed, "session-1", Attempts())
+    assert extractor.calls == []  # no prompt is read: its size is all the router sees
+    features = first.features
+    assert (features.block_hashes, features.session, features.expected_output_tokens) == (
+        (), None, 0)
+    assert features.prompt_tokens == len(EMBED_BODY) // 4
+    assert (first.plan.decision.lever, first.plan.decision.reason) == ("none", "only_pool")
+    assert client.sent == [A + "/v1/embeddings", B + "/v1/embeddings"]  # the less loaded
+    assert state.in_flight()[A].requests == state.in_flight()[B].requests == 1
+    for sent in (first, second):
+        await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=None,
+                                prompt_tokens=4)
+    assert state.in_flight() == {}
+
+
+def pd_setup() -> tuple[Dispatcher, Client]:
+    """A prefill pool (A) paired with a decode pool (B), both serving m."""
+    facts = {"params": 1e9, "layers": 8, "hidden_size": 512, "kv_heads": 4, "head_dim": 64,
+             "dtype_bytes": 2}
+    hardware = {"name": "t", "peak_flops": 1e12, "mem_bandwidth": 1e11}
+    fleet = parse_fleet({"pools": [
+        {"name": "pre", "engine": "vllm", "models": ["m"], "endpoints": [A], "role": "prefill",
+         "pair": "dec", "model": facts, "hardware": hardware},
+        {"name": "dec", "engine": "vllm", "models": ["m"], "endpoints": [B], "role": "decode",
+         "model": facts, "hardware": hardware}]})
+    registry = EndpointRegistry(fleet)
+    for url in (A, B):
+        registry.record_poll(url, PollResult(registry.now(), healthy=True))
+    client = Client()
+    return Dispatcher(registry, client, build_router(fleet), MemoryState(), FeatureExtractor(),
+                      retries=1), client
+
+
+@pytest.mark.parametrize(("endpoint", "body"), [
+    (Endpoint.EMBEDDINGS, EMBED_BODY),
+    (Endpoint.TOKENIZE, b'{"model": "m", "prompt": "x"}'),
+    (Endpoint.RERANK, b'{"model": "m", "query": "q", "documents": ["d"]}'),
+])
+async def test_prefill_and_decode_engines_answer_them_directly(endpoint: Endpoint,
+                                                                body: bytes) -> None:
+    dispatcher, client = pd_setup()
+    sent = await dispatcher.dispatch(parse_request(endpoint, body), None, Attempts())
+    assert sent.handoff is None and sent.plan.prefill is None
+    assert len(client.sent) == 1 and client.sent[0].endswith(endpoint.value)
+
+
+async def test_tokenize_teaches_the_router_state_nothing() -> None:
+    dispatcher, _, state, _, _ = setup()
+    for endpoint, body in ((Endpoint.TOKENIZE, b'{"model": "m", "prompt": "some text"}'),
+                           (Endpoint.EMBEDDINGS, EMBED_BODY)):
+        parsed = parse_request(endpoint, body)
+        sent = await dispatcher.dispatch(parsed, None, Attempts())
+        await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=3,
+                                prompt_tokens=5)
+        taught = state.measures().overall.requests
+        assert taught == (0 if endpoint is Endpoint.TOKENIZE else 1)
+
+
+async def test_a_responses_request_is_read_as_one_and_routed_by_the_lever_policy() -> None:
+    dispatcher, client, _, _, extractor = setup()
+    body = (b'{"model": "m", "instructions": "Be brief.", "input": "hi", '
+            b'"max_output_tokens": 9}')
+    sent = await dispatcher.dispatch(parse_request(Endpoint.RESPONSES, body), "s", Attempts())
+    assert [(c.kind, c.max_tokens, c.session_hint) for c in extractor.calls] == [
+        ("responses", 9, "s")]
+    assert sent.features.session is not None and sent.features.expected_output_tokens == 9
+    assert client.sent == [A + "/v1/responses"]
+
+
+def test_probe_auth_sends_each_pools_engine_key_and_follows_the_fleet() -> None:
+    keyed = fleet_of({"p": [A], "q": [B]})
+    keyed = keyed.model_copy(update={"pools": [
+        keyed.pools[0].model_copy(update={"api_key_env": "P_KEY"}), keyed.pools[1]]})
+    current = [keyed]
+    pools = {A: "p", B: "q"}
+    auth = ProbeAuth(lambda: current[0], pools.get, {"P_KEY": "secret"})
+    assert auth(A) == {"authorization": "Bearer secret"}
+    assert auth(B) == {} and auth("http://gone:1") == {}
+    current[0] = fleet_of({"p": [A], "q": [B]})  # reloaded without the key
+    assert auth(A) == {}
+
+
+def test_the_generation_apis_are_those_read_for_features() -> None:
+    assert set(FEATURE_KINDS) == GENERATION
+
+
+@dataclass
+class BodyClient(Client):
+    """Records the bodies sent."""
+
+    bodies: list[bytes] = field(default_factory=list)
+
+    async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        self.bodies.append(body)
+        return await super().send(url, body, headers)
+
+
+@pytest.mark.parametrize(("engine", "sent_as"), [("sglang", "m:sql"), ("vllm", "sql")])
+async def test_an_sglang_engine_gets_a_lora_adapter_as_base_colon_adapter(
+        engine: str, sent_as: str) -> None:
+    plain = fleet_of({"p": [A]}, engine=engine)
+    fleet = plain.model_copy(update={"pools": [plain.pools[0].model_copy(update={
+        "adapters": [Adapter(name="sql")]})]})
+    registry = EndpointRegistry(fleet)
+    registry.record_poll(A, PollResult(registry.now(), healthy=True))
+    client = BodyClient()
+    dispatcher = Dispatcher(registry, client, build_router(fleet), MemoryState(),
+                            FeatureExtractor(), retries=1, model_names=engine_model_names(fleet))
+    for model, expected in (("sql", sent_as), ("m", "m")):
+        body = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}]}' % model.encode()
+        await dispatcher.dispatch(parse_request(Endpoint.CHAT, body), None, Attempts())
+        assert json.loads(client.bodies[-1])["model"] == expected

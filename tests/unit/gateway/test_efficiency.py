@@ -16,20 +16,27 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from backends.fleet_file import Pool
+from backends.fleet_file import Pool, parse_fleet
+from backends.registry import EndpointRegistry, PollResult
 from backends.sim.engine import EngineCore
 from backends.sim.request import SimRequest
 from gateway.efficiency import (
+    WINDOW_S,
     EfficiencyCollector,
     EndpointFacts,
     EngineHistory,
     TokenLedger,
     Totals,
+    endpoint_facts,
     engine_totals,
 )
 from routing.fleet_math import HardwareRates, ModelShape, RequestTokens
+from routing.policy import LeverPolicy
+from routing.router import Router
+from routing.scheduler import build_scheduler
 from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
+from tests.unit.routing.scheduler.snapshots import features, view
 
 TOY = ModelShape(params=1e9, layers=2, hidden_size=4, kv_heads=1, head_dim=2, dtype_bytes=2)
 A, B = "http://127.0.0.1:1", "http://127.0.0.1:2"
@@ -348,3 +355,58 @@ def test_without_token_times_light_load_still_agrees() -> None:
     ledger = _ledger_for(pool, Clock(), window_s=1e9)
     _feed(ledger, run, streamed=False)
     assert ledger.totals(A).read == pytest.approx(run.samples[-1][1].read, rel=0.10)
+
+
+# -- a pool without model or hardware facts: routed, left out of MFU/MBU, said once ----------
+
+
+def test_a_pool_without_facts_routes_and_is_skipped_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    full = {"name": "full", "engine": "vllm", "models": ["a"], "endpoints": [A],
+            "model": "llama-3-8b", "hardware": "nvidia-l4"}
+    bare = {"name": "bare", "engine": "vllm", "models": ["b"], "endpoints": [B]}
+    fleet = parse_fleet({"pools": [full, bare]})
+    endpoints = EndpointRegistry(fleet, clock=Clock())
+    for url in (A, B):
+        endpoints.record_poll(url, PollResult(endpoints.now(), healthy=True))
+    pools = endpoints.snapshot()
+    assert [p.ridge_tokens > 0 for p in pools] == [True, False]  # unknown without facts
+    router = Router(LeverPolicy(fleet.policy_config()),
+                    {p.name: build_scheduler(fleet.scheduler_config(p.name)) for p in fleet.pools})
+    plan = router.choose(features(model="b"), pools, view())
+    assert plan is not None and plan.decision.pool == "bare" and plan.first.url == B
+
+    with caplog.at_level("INFO", logger="gateway.efficiency"):
+        facts = endpoint_facts(fleet)
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.efficiency"]
+    assert lines == ["pool 'bare': MFU/MBU off, the fleet file gives no model and no hardware "
+                     "facts"]
+    assert list(facts) == [A]
+
+    clock = Clock()
+    ledger = TokenLedger(facts, clock=clock)
+    ledger.observe(B, RequestTokens.clamped(100, 0, 10), 1.0, 0.1)  # not priced, no error
+    registry = CollectorRegistry()
+    registry.register(EfficiencyCollector(ledger, endpoints.snapshot))
+    clock.now = 1.0
+    pools_seen = {s.labels.get("pool") for f in registry.collect() for s in f.samples}
+    assert pools_seen == {"full"}
+
+
+def test_the_first_scrape_after_traffic_reads_it_and_idle_falls_to_0_after_a_window() -> None:
+    clock = Clock()
+    ledger = TokenLedger(_facts(), clock=clock)
+    assert ledger.window_s == WINDOW_S == 30.0
+    registry = CollectorRegistry()
+    registry.register(EfficiencyCollector(ledger, FakeRegistry().snapshot))
+    clock.now = 20.0
+    ledger.observe(A, RequestTokens(10, 4, 3), 2.0, 1.0, at=20.0)
+    clock.now = 21.0  # never scraped before, traffic over: since the request came, at 18 s
+    first = _gauges(registry, "ridge_mfu_ratio")[(A, "p", "ridge")]
+    assert first == pytest.approx((PREFILL_FLOPS + DECODE_FLOPS) / 3 / 1e12)
+    clock.now = 48.5  # a window since it came, idle since 20 s: the work in [18.5, 48.5]
+    assert _gauges(registry, "ridge_mfu_ratio")[(A, "p", "ridge")] == pytest.approx(
+        (PREFILL_FLOPS + DECODE_FLOPS) / 30 / 1e12)
+    clock.now = 50.5  # one window after the last work
+    assert _gauges(registry, "ridge_mfu_ratio")[(A, "p", "ridge")] == 0.0

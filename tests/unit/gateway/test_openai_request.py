@@ -105,3 +105,85 @@ def test_max_tokens_out_of_range(value: int) -> None:
         parse(Endpoint.CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}],
                               "max_tokens": value})
     assert (info.value.status, info.value.param) == (400, "max_tokens")
+
+
+# -- the other APIs ----------------------------------------------------------------------------
+
+
+def test_a_responses_stream_carries_its_usage_and_is_sent_as_is() -> None:
+    body = json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}],
+                       "instructions": "be brief", "stream": True, "max_output_tokens": 12,
+                       "user": "u"}).encode()
+    req = parse_request(Endpoint.RESPONSES, body)
+    assert (req.endpoint, req.stream, req.include_usage, req.max_tokens, req.user) == (
+        Endpoint.RESPONSES, True, True, 12, "u")
+    assert req.body is body
+
+
+@pytest.mark.parametrize(("endpoint", "payload"), [
+    (Endpoint.EMBEDDINGS, {"input": "x"}),
+    (Endpoint.EMBEDDINGS, {"input": ["x", "y"], "stream": True}),
+    (Endpoint.EMBEDDINGS, {"input": [[1, 2], [3]]}),
+    (Endpoint.EMBEDDINGS, {"messages": [{"role": "user", "content": "x"}]}),
+    (Endpoint.TOKENIZE, {"prompt": "x"}),
+    (Endpoint.TOKENIZE, {"messages": [{"role": "user", "content": "x"}]}),
+    (Endpoint.DETOKENIZE, {"tokens": [1, 2, 3]}),
+    (Endpoint.DETOKENIZE, {"tokens": []}),
+    (Endpoint.SCORE, {"queries": "q", "documents": ["a", "b"]}),
+    (Endpoint.SCORE_V1, {"text_1": ["q"], "text_2": ["a"]}),
+    (Endpoint.SCORE, {"data_1": "q", "data_2": "a"}),
+    (Endpoint.RERANK, {"query": "q", "documents": ["a"]}),
+    (Endpoint.RERANK_V1, {"query": "q", "documents": "a", "top_n": 1}),
+    (Endpoint.RERANK_V2, {"query": "q", "documents": ["a"]}),
+])
+def test_the_apis_that_generate_nothing_are_read_whole(endpoint: Endpoint,
+                                                        payload: dict[str, object]) -> None:
+    req = parse_request(endpoint, json.dumps({"model": "m", **payload}).encode())
+    assert (req.endpoint, req.model, req.stream, req.include_usage, req.max_tokens) == (
+        endpoint, "m", False, False, None)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "payload", "param", "code"),
+    [
+        (Endpoint.RESPONSES, {"model": "m"}, "input", "missing_required_parameter"),
+        (Endpoint.RESPONSES, {"model": "m", "input": ""}, "input", "invalid_type"),
+        (Endpoint.RESPONSES, {"model": "m", "input": ["x"]}, "input[0]", "invalid_type"),
+        (Endpoint.RESPONSES, {"model": "m", "input": "x", "instructions": 1}, "instructions",
+         "invalid_type"),
+        (Endpoint.RESPONSES, {"model": "m", "input": "x", "max_output_tokens": 0},
+         "max_output_tokens", "invalid_value"),
+        (Endpoint.RESPONSES, {"model": "m", "input": "x", "stream": "yes"}, "stream",
+         "invalid_type"),
+        (Endpoint.EMBEDDINGS, {"input": "x"}, "model", "missing_required_parameter"),
+        (Endpoint.EMBEDDINGS, {"model": "m"}, "input", "missing_required_parameter"),
+        (Endpoint.EMBEDDINGS, {"model": "m", "input": 3}, "input", "invalid_type"),
+        (Endpoint.EMBEDDINGS, {"model": "m", "messages": []}, "messages", "invalid_type"),
+        (Endpoint.TOKENIZE, {"model": "m"}, "prompt", "missing_required_parameter"),
+        (Endpoint.TOKENIZE, {"model": "m", "prompt": [1]}, "prompt", "invalid_type"),
+        (Endpoint.DETOKENIZE, {"model": "m"}, "tokens", "missing_required_parameter"),
+        (Endpoint.DETOKENIZE, {"model": "m", "tokens": [1, -2]}, "tokens", "invalid_type"),
+        (Endpoint.SCORE, {"model": "m", "queries": "q"}, "queries",
+         "missing_required_parameter"),
+        (Endpoint.SCORE_V1, {"model": "m", "queries": "q", "documents": []}, "documents",
+         "invalid_type"),
+        (Endpoint.RERANK, {"model": "m", "documents": ["a"]}, "query",
+         "missing_required_parameter"),
+        (Endpoint.RERANK_V2, {"model": "m", "query": "q", "documents": {}}, "documents",
+         "invalid_type"),
+        (Endpoint.RERANK_V1, {"model": "m", "query": "q", "documents": ["a"], "user": 1},
+         "user", "invalid_type"),
+    ],
+)
+def test_bad_fields_of_the_other_apis_are_named(endpoint: Endpoint, payload: object,
+                                                param: str, code: str) -> None:
+    with pytest.raises(GatewayError) as info:
+        parse(endpoint, payload)
+    assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
+
+
+def test_every_api_is_parsed() -> None:
+    for endpoint in Endpoint:
+        with pytest.raises(GatewayError) as info:
+            parse(endpoint, {"model": "m"})
+        assert info.value.code == "missing_required_parameter"

@@ -17,8 +17,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from backends.client import UpstreamStreamError, too_large
+from backends.registry import EndpointRegistry, PollResult
 from gateway.access import Access
-from gateway.dispatch import Attempts, Dispatched
+from gateway.app import build_router
+from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
 from gateway.keys import KeyLimits, KeyRecord, KeyRing, make_record, new_key
 from gateway.openai_request import Endpoint, ParsedRequest
@@ -26,10 +28,12 @@ from gateway.proxy import BodyLimits, ClientGone, Proxy, _client_request_id, rea
 from gateway.rate_limits import LocalLimiter
 from gateway.telemetry import Telemetry
 from routing.decision import RouteDecision
-from routing.features import RequestFeatures
+from routing.features import FeatureExtractor, RequestFeatures
+from routing.memory_state import MemoryState
 from routing.router import RoutePlan
 from routing.snapshots import EndpointSnapshot
 from routing.state import StateView
+from tests.fakes.harness import fleet_of
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 ENGINE = "http://10.1.2.3:8000"
@@ -68,6 +72,9 @@ class FakeDispatcher:
     finished: list[bool] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     sent_bodies: list[bytes] = field(default_factory=list)
+    first_tokens: list[float] = field(default_factory=list)
+    before_headers: GatewayError | None = None
+    """Raised after placing the request twice, as when every engine refused it."""
 
     async def dispatch(self, parsed: ParsedRequest, session_hint: str | None,
                        attempts: Attempts, *, key: str | None = None,
@@ -76,13 +83,18 @@ class FakeDispatcher:
         features = RequestFeatures("m", (), 16, 3, 10, None, None, parsed.stream)
         plan = RoutePlan(RouteDecision("p", None, "none", "only_pool", ""),
                          EndpointSnapshot(ENGINE, "p", True))
+        if self.before_headers is not None:
+            attempts.plan, attempts.failures = plan, 2
+            raise self.before_headers
         return Dispatched(features, StateView({}, {}, None, None), plan,
                           self.upstream)  # type: ignore[arg-type]
 
     async def finish(self, sent: Dispatched, parsed: ParsedRequest, *, succeeded: bool,
-                     output_tokens: int | None, prompt_tokens: int | None,
-                     ttft_s: float | None = None) -> None:
+                     output_tokens: int | None, prompt_tokens: int | None) -> None:
         self.finished.append(succeeded)
+
+    def first_token(self, sent: Dispatched, ttft_s: float) -> None:
+        self.first_tokens.append(ttft_s)
 
     def engine_failed(self, sent: Dispatched, why: str) -> None:
         self.failed.append(why)
@@ -106,10 +118,13 @@ def open_access() -> Access:
 async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
                headers: list[tuple[bytes, bytes]] | None = None,
                limits: BodyLimits | None = None, access: Access | None = None,
-               stay: bool = False) -> tuple[Exchange, FakeDispatcher, Telemetry]:
-    """One request through a Proxy; ``stay``: the client stays connected after its body
-    (else it is gone at once, as soon as the handler listens for it)."""
-    dispatcher = FakeDispatcher(upstream)
+               stay: bool = False, endpoint: Endpoint = Endpoint.CHAT,
+               before_headers: GatewayError | None = None,
+               ) -> tuple[Exchange, FakeDispatcher, Telemetry]:
+    """One request to ``endpoint`` through a Proxy; ``stay``: the client stays connected after
+    its body (else it is gone at once, as soon as the handler listens for it);
+    ``before_headers``: the dispatcher's error after placing it."""
+    dispatcher = FakeDispatcher(upstream, before_headers=before_headers)
     telemetry = Telemetry(CollectorRegistry(), frozenset({"m"}))
     proxy = Proxy(dispatcher, telemetry, access or open_access(),  # type: ignore[arg-type]
                   limits or BodyLimits())
@@ -128,9 +143,8 @@ async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
         else:
             out.body += message.get("body", b"")
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
-             "headers": headers or []}
-    await proxy(scope, receive, send, Endpoint.CHAT)  # type: ignore[arg-type]
+    scope = {"type": "http", "method": "POST", "path": endpoint.value, "headers": headers or []}
+    await proxy(scope, receive, send, endpoint)  # type: ignore[arg-type]
     return out, dispatcher, telemetry
 
 
@@ -192,6 +206,7 @@ async def test_a_stream_is_relayed_and_the_usage_it_was_not_asked_for_is_cut() -
     assert out.status == 200 and out.body == TOKENS + b"data: [DONE]\n\n"
     assert json.loads(dispatcher.sent_bodies[0])["stream_options"] == {"include_usage": True}
     assert dispatcher.finished == [True]
+    assert len(dispatcher.first_tokens) == 1 and dispatcher.first_tokens[0] >= 0  # told once
 
 
 async def test_a_stream_that_breaks_ends_with_an_error_event_and_a_failing_endpoint() -> None:
@@ -292,3 +307,160 @@ async def test_past_its_deadline_a_request_gets_a_504() -> None:
                                     headers=[(b"authorization", b"Bearer " + key.encode())])
     assert out.status == 504 and out.json()["error"]["code"] == "request_timeout"
     assert dispatcher.finished == [False]
+
+
+# -- the other APIs ----------------------------------------------------------------------------
+
+RESPONSES_STREAM = [
+    b'event: response.created\ndata: {"response":{"output":[],"usage":null},'
+    b'"type":"response.created"}\n\n',
+    b'event: response.output_text.delta\ndata: {"delta":"a","type":'
+    b'"response.output_text.delta"}\n\n',
+    b'event: response.output_text.delta\ndata: {"delta":"b","type":'
+    b'"response.output_text.delta"}\n\n',
+    b'event: response.completed\ndata: {"response":{"output":[],"usage":{"input_tokens":3,'
+    b'"output_tokens":2,"total_tokens":5}},"type":"response.completed"}\n\n',
+]
+
+
+def sample(telemetry: Telemetry, name: str, **labels: str) -> float | None:
+    return telemetry.registry.get_sample_value(name, {"model": "m", "pool": "p", **labels})
+
+
+async def test_a_responses_stream_is_relayed_untouched_and_measured() -> None:
+    payload = {"model": "m", "input": "hi", "stream": True}
+    out, dispatcher, telemetry = await call(Upstream(chunks_=RESPONSES_STREAM), payload,
+                                            endpoint=Endpoint.RESPONSES)
+    assert out.status == 200 and out.body == b"".join(RESPONSES_STREAM)
+    assert out.headers[b"content-type"] == b"text/event-stream"
+    assert dispatcher.sent_bodies == [json.dumps(payload).encode()]  # no stream_options added
+    assert len(dispatcher.first_tokens) == 1 and dispatcher.finished == [True]
+    assert sample(telemetry, "ridge_prompt_tokens_total", lever="none") == 3
+    assert sample(telemetry, "ridge_completion_tokens_total", lever="none") == 2
+    assert sample(telemetry, "ridge_time_to_first_token_seconds_count", lever="none") == 1
+
+
+async def test_a_whole_responses_answer_is_counted_by_its_usage() -> None:
+    body = (b'{"id":"resp_1","object":"response","output":[],"usage":{"input_tokens":4,'
+            b'"input_tokens_details":{"cached_tokens":1},"output_tokens":6,'
+            b'"total_tokens":10},"user":null}')
+    out, _, telemetry = await call(Upstream(body=body), {"model": "m", "input": "hi"},
+                                   endpoint=Endpoint.RESPONSES)
+    assert out.status == 200 and out.body == body
+    assert sample(telemetry, "ridge_prompt_tokens_total", lever="none") == 4
+    assert sample(telemetry, "ridge_completion_tokens_total", lever="none") == 6
+    assert sample(telemetry, "ridge_cached_prompt_tokens_total", lever="none") == 1
+
+
+async def test_embeddings_are_relayed_whole_with_their_prompt_tokens() -> None:
+    body = (b'{"id":"embd-1","object":"list","data":[{"index":0,"object":"embedding",'
+            b'"embedding":[0.5]}],"usage":{"prompt_tokens":7,"total_tokens":7,'
+            b'"completion_tokens":0}}')
+    out, _, telemetry = await call(Upstream(body=body), {"model": "m", "input": "x",
+                                                         "stream": True},
+                                   endpoint=Endpoint.EMBEDDINGS)
+    assert out.status == 200 and out.body == body
+    assert out.headers[b"content-type"] == b"application/json"  # whole, stream or not
+    assert sample(telemetry, "ridge_prompt_tokens_total", lever="none") == 7
+    assert sample(telemetry, "ridge_request_duration_seconds_count", lever="none") == 1
+
+
+async def test_tokenize_is_counted_and_nothing_else() -> None:
+    body = b'{"count":1,"max_model_len":2048,"tokens":[42],"token_strs":null}'
+    out, _, telemetry = await call(Upstream(body=body), {"model": "m", "prompt": "x"},
+                                   endpoint=Endpoint.TOKENIZE)
+    assert out.status == 200 and out.body == body
+    assert recorded(telemetry) == 1.0
+    assert sample(telemetry, "ridge_request_duration_seconds_count", lever="none") is None
+    assert telemetry.registry.get_sample_value(
+        "ridge_slo_evaluated_requests_total",
+        {"model": "m", "pool": "p", "lever": "none", "slo_class": "default"}) is None
+
+
+async def test_tokenize_uses_none_of_a_keys_tokens() -> None:
+    access, key = await keyed_access(KeyLimits(tpm=300))
+    auth = [(b"authorization", b"Bearer " + key.encode())]
+    for _ in range(3):  # each charged ~260 at admission (no usage to settle by), given back
+        out, _, _ = await call(Upstream(body=b'{"count":1,"tokens":[1]}'),
+                               {"model": "m", "prompt": "x"}, access=access, headers=auth,
+                               endpoint=Endpoint.TOKENIZE)
+        assert out.status == 200
+
+
+# -- what telemetry is told ----------------------------------------------------------------------
+
+
+async def test_a_whole_answer_has_a_time_to_first_byte_and_a_stream_a_ttft() -> None:
+    _, _, whole = await call(Upstream())
+    assert sample(whole, "ridge_time_to_first_byte_seconds_count", lever="none") == 1
+    assert sample(whole, "ridge_time_to_first_token_seconds_count", lever="none") is None
+    _, _, streamed = await call(Upstream(chunks_=[TOKENS, USAGE]), {**CHAT, "stream": True})
+    assert sample(streamed, "ridge_time_to_first_token_seconds_count", lever="none") == 1
+    assert sample(streamed, "ridge_time_to_first_byte_seconds_count", lever="none") is None
+    _, _, refused = await call(Upstream(status=400, body=b'{"error": {}}'))
+    assert sample(refused, "ridge_time_to_first_byte_seconds_count", lever="none") is None
+
+
+async def test_a_failure_before_any_engines_headers_counts_under_the_chosen_pool() -> None:
+    error = GatewayError(502, "no engine could take the request", code="upstream_unreachable")
+    out, dispatcher, telemetry = await call(Upstream(), before_headers=error)
+    assert out.status == 502 and dispatcher.finished == []
+    get = telemetry.registry.get_sample_value
+    assert get("ridge_requests_total", {"model": "m", "pool": "p", "status": "502"}) == 1
+    assert get("ridge_requests_total", {"model": "m", "pool": "none", "status": "502"}) is None
+    assert get("ridge_route_decisions_total",
+               {"pool": "p", "lever": "none", "reason": "only_pool"}) == 1
+    assert get("ridge_upstream_retries_total", {"pool": "p"}) == 2
+    assert get("ridge_slo_violations_total", {"model": "m", "pool": "p", "lever": "none",
+                                              "slo_class": "default", "slo": "error"}) == 1
+
+
+@dataclass
+class HeldUpstream(Upstream):
+    """A whole answer whose body comes only when ``release`` is set."""
+
+    reading: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def read(self, limit: int | None = None) -> bytes:
+        self.reading.set()
+        await self.release.wait()
+        return self.body
+
+
+async def test_a_non_streamed_request_is_in_flight_from_dispatch_to_finish() -> None:
+    fleet = fleet_of({"p": [ENGINE]})
+    registry = EndpointRegistry(fleet)
+    registry.record_poll(ENGINE, PollResult(registry.now(), healthy=True))
+    upstream, state = HeldUpstream(), MemoryState()
+
+    class Client:
+        async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> Upstream:
+            return upstream
+
+    telemetry = Telemetry(CollectorRegistry(), frozenset({"m"}))
+    telemetry.bind_fleet(fleet, registry.snapshot, state)
+    dispatcher = Dispatcher(registry, Client(), build_router(fleet),  # type: ignore[arg-type]
+                            state, FeatureExtractor(), retries=0)
+    proxy = Proxy(dispatcher, telemetry, open_access())
+    messages = [{"type": "http.request", "body": json.dumps(CHAT).encode()}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    def in_flight() -> float | None:
+        return telemetry.registry.get_sample_value("ridge_requests_in_flight", {"pool": "p"})
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    task = asyncio.ensure_future(proxy(scope, receive, send, Endpoint.CHAT))  # type: ignore[arg-type]
+    await asyncio.wait_for(upstream.reading.wait(), 10)
+    assert in_flight() == 1  # the engine has it, its answer not yet in
+    upstream.release.set()
+    await asyncio.wait_for(task, 10)
+    assert in_flight() == 0

@@ -78,3 +78,9 @@ def test_no_slos_section_is_fine() -> None:
     raw = _fleet({})
     del raw["slos"]
     assert slo_policy(parse_fleet(raw)).models == {}
+
+
+def test_the_classes_a_client_may_name_are_the_models_else_the_catch_alls() -> None:
+    assert POLICY.classes_of("llama") == ("long", "huge", "batch")
+    assert POLICY.classes_of("mistral") == ()  # the * entry has none
+    assert SloPolicy().classes_of("llama") == ()

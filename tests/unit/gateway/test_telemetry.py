@@ -5,7 +5,7 @@ from prometheus_client import CollectorRegistry
 
 from backends.fleet_file import parse_fleet
 from gateway.slos import ModelSlo, SloClass, SloPolicy
-from gateway.telemetry import RequestRecord, Telemetry
+from gateway.telemetry import RequestRecord, Telemetry, UnknownClasses
 from routing.decision import RouteDecision
 from routing.fleet_math import Bounds
 from routing.router import RoutePlan
@@ -153,3 +153,71 @@ def test_binding_a_fleet_takes_its_slos_and_adds_the_scrape_time_collectors() ->
     ridge = {"pool": "p", "endpoint": "http://127.0.0.1:1", "source": "ridge"}
     assert (get("ridge_estimated_flops_total", ridge) or 0) > 0  # the ledger priced it
     assert get("ridge_endpoint_up", {"pool": "p", "endpoint": "http://127.0.0.1:1"}) is None
+
+
+def test_every_pools_admission_series_start_at_zero() -> None:
+    registry = CollectorRegistry()
+    t = Telemetry(registry, frozenset({"m"}))
+    t.admission_pools(["a", "b"], ("queue_full", "would_miss_slo"))
+    t.admission_refused("a", "queue_full")
+    assert registry.get_sample_value("ridge_admission_rejected_total",
+                                     {"pool": "a", "reason": "queue_full"}) == 1
+    assert registry.get_sample_value("ridge_admission_rejected_total",
+                                     {"pool": "b", "reason": "would_miss_slo"}) == 0
+    assert registry.get_sample_value("ridge_admission_queue_depth", {"pool": "b"}) == 0
+
+
+def test_a_request_that_ran_no_model_is_only_counted() -> None:
+    registry = CollectorRegistry()
+    t = Telemetry(registry, frozenset({"m"}))
+    t.count(RequestRecord("m", "p", 200, e2e_s=0.002, prompt_tokens=9))
+    t.count(RequestRecord("unknown", "none", 400, e2e_s=0.001))
+    get = registry.get_sample_value
+    assert get("ridge_requests_total", {"model": "m", "pool": "p", "status": "200"}) == 1
+    assert get("ridge_requests_total", {"model": "other", "pool": "none", "status": "400"}) == 1
+    labels = {"model": "m", "pool": "p", "lever": "none"}
+    assert get("ridge_request_duration_seconds_count", labels) is None
+    assert get("ridge_prompt_tokens_total", labels) is None
+    assert get("ridge_slo_evaluated_requests_total", {**labels, "slo_class": "default"}) is None
+
+
+# -- time to first byte, unknown SLO classes ---------------------------------------------------
+
+
+def test_a_non_streamed_answer_has_a_time_to_first_byte_and_no_ttft() -> None:
+    t, registry = _telemetry()
+    t.record(_rec(ttft_s=None, ttfb_s=0.7, e2e_s=0.8))
+    t.record(_rec())  # a stream: its TTFT, no TTFB
+    labels = {"model": "m", "pool": "p", "lever": "prefix_cache"}
+    get = registry.get_sample_value
+    assert get("ridge_time_to_first_byte_seconds_count", labels) == 1
+    assert get("ridge_time_to_first_byte_seconds_sum", labels) == pytest.approx(0.7)
+    assert get("ridge_time_to_first_token_seconds_count", labels) == 1
+    assert get("ridge_time_to_first_token_seconds_sum", labels) == pytest.approx(0.1)
+    # TTFB is not a TTFT: the TTFT bound is not held against it
+    assert get("ridge_slo_violations_total", {**LABELS, "slo": "ttft"}) is None
+
+
+def test_an_unknown_slo_class_is_held_against_the_default_counted_and_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    t, registry = _telemetry()
+    with caplog.at_level("WARNING", logger="ridge"):
+        for _ in range(3):
+            t.record(_rec(slo_class="bogus"))
+        t.record(_rec(slo_class="long"))     # defined: honoured, not counted
+        t.record(_rec(slo_class="default"))  # the default, named: fine
+    get = registry.get_sample_value
+    assert get("ridge_slo_class_unknown_requests_total", {"model": "m"}) == 3
+    assert get("ridge_slo_evaluated_requests_total", LABELS) == 4
+    assert get("ridge_slo_evaluated_requests_total", {**LABELS, "slo_class": "long"}) == 1
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "'bogus'" in lines[0] and "long" in lines[0]
+
+
+def test_unknown_slo_classes_logged_are_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    unknown = UnknownClasses(limit=2)
+    with caplog.at_level("WARNING", logger="ridge"):
+        for name in ("a", "b", "c", "d", "a"):
+            unknown.seen("m", name, SLOS, "default")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and "not logging" in lines[-1]

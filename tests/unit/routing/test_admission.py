@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from routing.admission import (
@@ -16,6 +18,7 @@ from routing.admission import (
     full_endpoints,
     kv_requests,
     kv_tokens,
+    likely_wait_s,
     next_ceiling,
     retry_after_s,
     wait_budget_s,
@@ -99,6 +102,16 @@ def test_the_book_learns_once_per_reading_and_keeps_the_smaller_capacity() -> No
     assert book.pool_of("http://e0") == "p" and book.pool_of("http://x") is None
 
 
+def test_the_book_forgets_endpoints_that_left_the_fleet() -> None:
+    book = CapacityBook(CapacityConfig(kv_target=0.9), clock=lambda: 0.0)
+    for waiting in (2, 2):  # a standing queue on both: both learn a ceiling
+        book.limits(pools(engine(12, waiting, 0.95), engine(12, waiting, 0.95)))
+    assert book.ceiling("http://e1") == Ceiling(12, 0.0)
+    book.limits(pools(engine(12, 0, 0.95)))  # e1 left the fleet
+    assert book.ceiling("http://e1") is None and book.pool_of("http://e1") is None
+    assert book.ceiling("http://e0") == Ceiling(12, 0.0)
+
+
 def test_the_book_uses_the_kv_size_while_the_engine_runs_nothing() -> None:
     idle = EngineMetrics(running=0, waiting=0, kv_cache_usage=0.0, kv_blocks_total=2500,
                          kv_block_size=16)
@@ -147,6 +160,15 @@ def test_the_wait_budget(slo: float | None, floor: float, max_wait: float, budge
 def test_expected_wait_and_retry_after() -> None:
     assert expected_wait_s(3, 2.0) == 2.0  # four slots at two a second
     assert expected_wait_s(0, 4.0) == 0.25
+
+
+def test_the_likely_wait_adds_deviations_of_a_poisson_stream_of_releases() -> None:
+    # four slots at two a second: mean 2.0 s, standard deviation √4 ÷ 2 = 1.0 s
+    assert likely_wait_s(3, 2.0, 2.0) == pytest.approx(4.0)
+    assert likely_wait_s(3, 2.0, 0.0) == expected_wait_s(3, 2.0)
+    # one slot at rate λ: 3 ÷ λ, which an exponential wait exceeds with probability e^-3
+    assert likely_wait_s(0, 1.0, 2.0) == pytest.approx(3.0)
+    assert math.exp(-3.0) == pytest.approx(0.0498, abs=1e-4)
     assert retry_after_s(3.2, 0.6) == 3
     assert retry_after_s(0.5, 0.6) == 1  # never below one second
     assert retry_after_s(None, 0.6) == 1

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from routing.features import (
     canonical_prompt,
     extract_features,
     part_digest,
+    token_block_hashes,
 )
 from routing.token_counters import CharEstimate
 
@@ -303,3 +305,82 @@ def test_the_extractor_uses_the_models_counter_and_the_learned_output(
 def test_feature_config_refuses_non_positive_values(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         FeatureConfig(**bad)
+
+
+# --- the Responses API's input ---------------------------------------------------------------
+
+def test_a_responses_request_reads_as_the_chat_request_with_the_same_turns() -> None:
+    system = SYSTEM["content"]
+    as_chat = canonical_prompt(chat(SYSTEM, user("hi")), "chat")
+    assert canonical_prompt({"instructions": system, "input": "hi"}, "responses") == as_chat
+    items = [{"type": "message", "role": "user", "id": "msg_1", "status": "completed",
+              "content": [{"type": "input_text", "text": "h"}, {"type": "text", "text": "i"}]}]
+    assert canonical_prompt({"instructions": system, "input": items}, "responses") == as_chat
+
+
+def test_a_continued_responses_conversation_extends_its_canonical_prompt() -> None:
+    first = [user("look")]
+    later = [*first,
+             {"type": "function_call", "call_id": "c1", "name": "get_weather",
+              "arguments": "{\"city\":\"Oslo\"}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+             {"role": "assistant", "content": [{"type": "output_text", "text": "Rain."}]}]
+    shorter = canonical_prompt({"tools": TOOLS, "input": first}, "responses")
+    longer = canonical_prompt({"tools": TOOLS, "input": later}, "responses")
+    assert longer.startswith(shorter) and len(longer) > len(shorter)
+    assert "function_call_output" in longer and "rain" in longer and "Rain." in longer
+
+
+def test_responses_parts_other_than_text_are_digests() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    one = canonical_prompt({"input": [{"role": "user", "content": [image]}]}, "responses")
+    other = canonical_prompt({"input": [{"role": "user", "content": [
+        {**image, "image_url": "data:image/png;base64,BBBB"}]}]}, "responses")
+    assert part_digest(image) in one and one != other and "AAAA" not in one
+
+
+def test_responses_features_share_blocks_with_the_same_chat_and_count_max_output() -> None:
+    config = FeatureConfig(block_tokens=4, chars_per_token=1.0)
+    system = "x" * 40
+    as_chat = extract_features(chat({"role": "system", "content": system}, user("hi")),
+                               RequestInfo("chat", "m"), config, CharEstimate(1.0))
+    responses = extract_features({"instructions": system, "input": "hi"},
+                                 RequestInfo("responses", "m", max_tokens=30), config,
+                                 CharEstimate(1.0))
+    assert responses.block_hashes == as_chat.block_hashes != ()
+    assert responses.expected_output_tokens == 30
+    extractor = FeatureExtractor(config)
+    cached = extractor.extract({"instructions": system, "input": "hi"},
+                               RequestInfo("responses", "m"))
+    assert cached.block_hashes == responses.block_hashes  # the lead cache gives the same hashes
+
+
+# --- exact prompt tokens: token-id blocks ----------------------------------------------------
+
+def test_token_block_hashes_chain_full_blocks_of_little_endian_ids() -> None:
+    seed = xxhash.xxh3_64_intdigest(b"m")
+    first = xxhash.xxh3_64_intdigest(bytes([1, 0, 0, 0, 2, 1, 0, 0]), seed)  # ids 1, 258
+    second = xxhash.xxh3_64_intdigest(bytes([3, 0, 0, 0, 4, 0, 0, 0]), first)
+    assert token_block_hashes([1, 258, 3, 4, 5], 2, "m") == (first, second)  # 5: partial
+    assert token_block_hashes(array("I", [1, 258, 3, 4]), 2, "m") == (first, second)
+    assert token_block_hashes([1], 2, "m") == ()
+    with pytest.raises(ValueError):
+        token_block_hashes([1], 0)
+
+
+class FixedIds:
+    """Exact prompt ids: the same for every request, None for completions."""
+
+    def prompt_ids(self, payload: Any, kind: str) -> list[int] | None:
+        return list(range(40)) if kind == "chat" else None
+
+
+def test_exact_ids_give_the_count_and_token_blocks_else_the_text_path() -> None:
+    config = FeatureConfig(block_tokens=16)
+    exact = extract_features(chat(user("hi")), RequestInfo("chat", "m"), config,
+                             CharEstimate(), exact=FixedIds())
+    assert exact.prompt_tokens == 40 and exact.block_tokens == 16
+    assert exact.block_hashes == token_block_hashes(range(40), 16, "m")
+    text = extract_features({"prompt": "x" * 80}, RequestInfo("completions", "m"), config,
+                            CharEstimate(), exact=FixedIds())
+    assert text.prompt_tokens == 20 and text.block_hashes == block_hashes("x" * 80, 64, "m")

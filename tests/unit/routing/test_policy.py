@@ -300,3 +300,47 @@ def test_header_of_a_real_decision() -> None:
 
 def _pool(decision: RouteDecision | None) -> str | None:
     return decision.pool if decision else None
+
+
+# -- levers the engines do not run (the registry's lever check) --------------------------------
+
+
+def lacking(pools: tuple[PoolSnapshot, ...], **missing: tuple[str, ...]
+            ) -> tuple[PoolSnapshot, ...]:
+    """``pools`` with the endpoints named in ``missing`` (URL → levers) lacking those levers."""
+    def endpoint(e: Any) -> Any:
+        return replace(e, missing_levers=frozenset(missing.get(e.url, ())))
+    return tuple(replace(p, endpoints=tuple(endpoint(e) for e in p.endpoints)) for p in pools)
+
+
+DECODE_HEAVY = features(prompt_tokens=100, output=800)
+OTHERS_BUSY = view(load={"g1": 2, "g2": 2, "r1": 2, "r2": 2, "c1": 2})
+
+
+@pytest.mark.parametrize(("pools", "inp_features", "state", "expected"), [
+    # a spec pool whose engine does not speculate: no spec target, and a general pool now
+    (lacking(fleet(), s1=(SPECULATIVE,)), DECODE_HEAVY, view(), ("general", "none", "default")),
+    (fleet(), features(), OTHERS_BUSY, ("general", "none", "default")),
+    (lacking(fleet(), s1=(SPECULATIVE,)), features(), OTHERS_BUSY, ("spec", "none", "default")),
+    # one of radix's two engines caches prefixes: radix keeps the lever
+    (lacking(fleet(), r1=(PREFIX_CACHE,)), features(), view(prefix_share=0.9),
+     ("radix", PREFIX_CACHE, "high_prefix_share")),
+    # neither does: the prefix rule has no pool left
+    (lacking(fleet(), r1=(PREFIX_CACHE,), r2=(PREFIX_CACHE,)), features(),
+     view(prefix_share=0.9), ("general", "none", "default")),
+    # the one that does is down: the same
+    (lacking(fleet(state=down("r2")), r1=(PREFIX_CACHE,)), features(), view(prefix_share=0.9),
+     ("general", "none", "default")),
+    # a long match held where prefix caching is off is no match
+    (fleet(), features(blocks=10), view(matched={"r1": 10}), ("radix", PREFIX_CACHE, "long_match")),
+    (lacking(fleet(), r1=(PREFIX_CACHE,)), features(blocks=10), view(matched={"r1": 10}),
+     ("general", "none", "default")),
+    # no chunked prefill where the pool declares it: pd falls to the general pool
+    (lacking(fleet(drop=("prefill", "decode")), c1=(CHUNKED_PREFILL,)),
+     features(prompt_tokens=3000), view(load=BUSY), ("general", "none", "default")),
+])
+def test_a_lever_no_healthy_engine_of_a_pool_runs_is_not_counted_on(
+        pools: tuple[PoolSnapshot, ...], inp_features: RequestFeatures, state: StateView,
+        expected: tuple[str, str, str]) -> None:
+    got = LeverPolicy().decide(PolicyInput(inp_features, pools, state))
+    assert got is not None and (got.pool, got.lever, got.reason) == expected, got

@@ -6,11 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from backends.fleet_file import Engine, Role, load_fleet
+from backends.fleet_file import Engine, FleetConfigError, Pool, Role, load_fleet, parse_fleet
 from backends.sim.behaviour import SGLANG, VLLM
+from backends.sim.clock import VirtualClock
 from backends.sim.configure import engine_config, kv_cache_bytes, profile_for
+from backends.sim.endpoint import SimEndpoint
 from backends.sim.faults import Faults, parse_command
-from backends.sim.profiles import HARDWARE, MODELS, hardware_profile, model_profile
+from backends.sim.pd import KVTransferHub
+from backends.sim.profiles import (
+    GENERIC_GPU,
+    HARDWARE,
+    MODELS,
+    hardware_profile,
+    model_profile,
+)
 from tests.unit.backends.sim.sim_helpers import make_pool
 
 DEMO = Path(__file__).parents[4] / "gateway" / "demo" / "demo-fleet.yaml"
@@ -93,3 +102,27 @@ def test_a_kv_cache_smaller_than_the_context_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="fewer than max_context 8192"):
         engine_config(tiny)
+
+
+def test_a_pool_without_facts_cannot_be_simulated() -> None:
+    pool = make_pool().model_copy(update={"hardware": None})
+    with pytest.raises(FleetConfigError, match="pool 'p' cannot be simulated: the fleet file "
+                                               "gives no hardware facts"):
+        engine_config(pool)
+    bare = pool.model_copy(update={"model": None})
+    with pytest.raises(FleetConfigError, match="no model and no hardware facts"):
+        SimEndpoint(bare, 0, 1, VirtualClock(), KVTransferHub(), seed=0)
+
+
+def test_catalogue_hardware_finds_its_profile_by_any_name() -> None:
+    def pool_on(hardware: str) -> Pool:
+        raw = {"name": "p", "engine": "vllm", "models": ["m"], "endpoints": ["http://h:1"],
+               "model": "llama-3-8b", "hardware": hardware}
+        return parse_fleet({"pools": [raw]}).pools[0]
+
+    assert profile_for(pool_on("nvidia-l4")) is HARDWARE["l4"]
+    assert profile_for(pool_on("NVIDIA-H100-SXM")) is HARDWARE["h100-sxm"]
+    # known to the catalogue, not calibrated: a generic GPU with the datasheet's memory
+    mi300x = profile_for(pool_on("amd-mi300x"))
+    assert mi300x.memory_bytes == 192e9 and mi300x.overheads == GENERIC_GPU.overheads
+    assert engine_config(pool_on("amd-mi300x")).num_blocks > 0

@@ -8,7 +8,14 @@ import pytest
 
 from backends.sim import shapes
 from backends.sim.behaviour import SGLANG, VLLM
-from backends.sim.openai_api import ApiError, ModelInfo, parse_chat, parse_completion
+from backends.sim.openai_api import (
+    ApiError,
+    ModelInfo,
+    parse_chat,
+    parse_completion,
+    parse_responses,
+    responses_messages,
+)
 
 INFO = ModelInfo(("smollm2-135m",), 2048)
 CHAT = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "hello"}]}
@@ -138,3 +145,52 @@ def test_models_list() -> None:
     assert body["object"] == "list" and card["id"] == "smollm2-135m"
     assert card["owned_by"] == "vllm" and card["max_model_len"] == 2048 and card["permission"]
     assert "permission" not in shapes.models_body(SGLANG, INFO, 5, "p")["data"][0]
+
+
+# -- the Responses API -------------------------------------------------------------------------
+
+
+def test_a_responses_request_is_the_chat_request_of_the_same_turns() -> None:
+    body = {"model": "smollm2-135m", "instructions": "Be brief.", "input": "hello",
+            "max_output_tokens": 7, "stream": True}
+    gen = parse_responses(body, VLLM, INFO)
+    as_chat = parse_chat({"model": "smollm2-135m", "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]},
+        VLLM, INFO)
+    assert (gen.kind, gen.prompt, gen.max_tokens, gen.stream) == ("chat", as_chat.prompt, 7, True)
+    assert parse_responses({**body, "max_output_tokens": None}, VLLM, INFO).max_tokens == (
+        2048 - gen.prompt_tokens)
+
+
+def test_responses_items_become_messages() -> None:
+    items = [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "look"}]},
+        {"type": "function_call_output", "call_id": "c", "output": "rain"}]
+    messages = responses_messages({"input": items})
+    assert messages[0] == {"role": "user", "content": items[0]["content"]}
+    assert messages[1]["role"] == "tool" and "rain" in messages[1]["content"]
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "smollm2-135m"}, {"model": "smollm2-135m", "input": []},
+    {"model": "smollm2-135m", "input": ["x"]}, {"model": "smollm2-135m", "input": "x",
+                                               "max_output_tokens": 0},
+])
+def test_bad_responses_requests_are_400s(body: dict[str, object]) -> None:
+    with pytest.raises(ApiError) as err:
+        parse_responses(body, VLLM, INFO)
+    assert err.value.status == 400
+
+
+def test_a_declared_adapter_is_a_served_name_listed_with_its_parent() -> None:
+    info = ModelInfo(("smollm2-135m",), 2048, (("sql-lora", "/adapters/sql"),))
+    assert parse_chat({**CHAT, "model": "sql-lora"}, VLLM, info).model == "sql-lora"
+    with pytest.raises(ApiError) as caught:
+        parse_chat({**CHAT, "model": "other-lora"}, VLLM, info)
+    assert caught.value.status == 404
+    cards = {c["id"]: c for c in shapes.models_body(VLLM, info, 1, "p")["data"]}
+    assert cards["smollm2-135m"]["parent"] is None
+    lora = cards["sql-lora"]
+    assert (lora["parent"], lora["root"], lora["max_model_len"]) == (
+        "smollm2-135m", "/adapters/sql", None)
+    assert lora["object"] == "model" and lora["owned_by"] == "vllm" and lora["permission"]

@@ -56,3 +56,9 @@ def test_content_parts_and_completion_prompts() -> None:
     assert tokens.completion_prompt_text([1, 2]) == "00010002"
     assert tokens.completion_prompt_text(["x", "y"]) is None
     assert "tools" in tokens.render_chat([{"role": "user", "content": "q"}], tools=[{"t": 1}])
+
+
+def test_responses_text_parts_are_text_too() -> None:
+    parts = [{"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "x"},
+             {"type": "output_text", "text": "b"}]
+    assert tokens.content_text(parts) == "ab"

@@ -101,6 +101,11 @@ def test_ridge_reads_the_fleet_with_in_cluster_endpoints(rich: list[dict[str, An
     fleet = parse_fleet(yaml.safe_load(fleet_yaml))
     assert fleet.pool("sgl-decode").endpoint_urls() == [
         "http://engine-sgl-decode.ridge.svc.cluster.local:30000"]
+    # every pool's Service name is resolved at every poll: one endpoint per ready pod
+    assert {p.resolve for p in fleet.pools} == {"dns"}
+    source = rich_fleet()
+    assert [p.name for p in fleet.pools] == [p.name for p in source.pools]
+    assert all(len(p.endpoints) == 1 for p in fleet.pools)
     deployment = find(rich, "Deployment", "ridge")
     template = deployment["spec"]["template"]
     assert template["metadata"]["annotations"]["ridge/fleet-sha256"] == hashlib.sha256(
@@ -110,6 +115,9 @@ def test_ridge_reads_the_fleet_with_in_cluster_endpoints(rich: list[dict[str, An
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     env = {e["name"]: e for e in container["env"]}
     assert env["RIDGE_REDIS_URL"]["value"] == "redis://redis:6379/0"
+    # a reload (SIGHUP, POST /admin/reload) reads the file the gateway was started with
+    config = container["args"][container["args"].index("--config") + 1]
+    assert env["RIDGE_CONFIG"]["value"] == config == "/etc/ridge/fleet.yaml"
     assert set(SECRETS) <= set(env)
     assert template["spec"]["securityContext"]["runAsNonRoot"] is True
     assert deployment["spec"]["replicas"] == 2

@@ -1,0 +1,89 @@
+"""The lever check: what a pool declares, compared with an engine's facts (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backends.engine_facts import CHUNK_TOKENS, DRAFT_TOKENS, MAX_CONTEXT
+from backends.fleet_file import Pool, parse_fleet
+from backends.lever_check import LeverCheck, Mismatch, check_levers, declared_facts
+from routing.snapshots import CHUNKED_PREFILL, PREFIX_CACHE, SPECULATIVE
+
+MODEL: dict[str, Any] = {"params": 1e8, "layers": 2, "hidden_size": 64, "kv_heads": 1,
+                         "head_dim": 64, "dtype_bytes": 2}
+
+
+def make_pool(levers: dict[str, Any] | None = None, **model: Any) -> Pool:
+    raw = {"name": "p", "engine": "vllm", "models": ["m"], "endpoints": ["http://e:8000"],
+           "levers": levers or {}, "model": {**MODEL, **model},
+           "hardware": {"peak_flops": 1e12, "mem_bandwidth": 1e11}}
+    return parse_fleet({"pools": [raw]}).pools[0]
+
+
+@pytest.mark.parametrize(("levers", "model", "expected"), [
+    ({}, {}, {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False}),
+    ({"prefix_caching": True, "chunked_prefill": {"token_budget": 512}}, {"max_context": 2048},
+     {PREFIX_CACHE: True, CHUNKED_PREFILL: True, CHUNK_TOKENS: 512, SPECULATIVE: False,
+      MAX_CONTEXT: 2048}),
+    ({"chunked_prefill": {"enabled": False, "token_budget": 512}}, {},
+     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False}),
+    ({"speculative": {"method": "ngram", "num_draft_tokens": 3}}, {},
+     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: True, DRAFT_TOKENS: 3}),
+])
+def test_what_a_pool_declares(levers: dict[str, Any], model: dict[str, Any],
+                              expected: dict[str, Any]) -> None:
+    assert declared_facts(make_pool(levers, **model)) == expected
+
+
+def test_max_context_only_when_the_fleet_file_says_it() -> None:
+    """The field's default (4096) is not a claim about the engine; no model facts: no claim."""
+    assert MAX_CONTEXT not in declared_facts(make_pool())
+    assert declared_facts(make_pool(max_context=4096))[MAX_CONTEXT] == 4096
+    without_model = make_pool(max_context=4096).model_copy(update={"model": None})
+    assert MAX_CONTEXT not in declared_facts(without_model)
+
+
+DECLARED = {PREFIX_CACHE: True, CHUNKED_PREFILL: True, CHUNK_TOKENS: 512, SPECULATIVE: False,
+            MAX_CONTEXT: 2048}
+
+
+def test_everything_as_declared() -> None:
+    check = check_levers(DECLARED, dict(DECLARED))
+    assert check == LeverCheck(checked=(PREFIX_CACHE, CHUNKED_PREFILL, CHUNK_TOKENS, SPECULATIVE,
+                                        MAX_CONTEXT))
+
+
+def test_unknown_is_not_a_mismatch() -> None:
+    check = check_levers(DECLARED, {PREFIX_CACHE: True, SPECULATIVE: False})
+    assert check.checked == (PREFIX_CACHE, SPECULATIVE) and check.mismatches == ()
+    assert check_levers(DECLARED, {}) == LeverCheck()
+    assert check_levers({}, DECLARED) == LeverCheck()  # nothing declared: nothing checked
+
+
+def test_mismatches_and_the_levers_the_router_loses() -> None:
+    observed = {PREFIX_CACHE: False, CHUNKED_PREFILL: True, CHUNK_TOKENS: 8192,
+                SPECULATIVE: True, MAX_CONTEXT: 2048}
+    check = check_levers(DECLARED, observed)
+    assert check.mismatches == (Mismatch(PREFIX_CACHE, True, False),
+                                Mismatch(CHUNK_TOKENS, 512, 8192),
+                                Mismatch(SPECULATIVE, False, True))
+    # only a lever declared on and found off is missing; an extra lever or another budget is
+    # reported, not acted on
+    assert check.missing == {PREFIX_CACHE}
+    assert check.mismatched(SPECULATIVE) and not check.mismatched(MAX_CONTEXT)
+
+
+def test_every_router_lever_can_go_missing() -> None:
+    declared = {PREFIX_CACHE: True, CHUNKED_PREFILL: True, SPECULATIVE: True, DRAFT_TOKENS: 4}
+    observed = {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False}
+    assert check_levers(declared, observed).missing == {PREFIX_CACHE, CHUNKED_PREFILL,
+                                                        SPECULATIVE}
+
+
+def test_a_mismatch_reads_well() -> None:
+    assert Mismatch(SPECULATIVE, True, False).describe() == (
+        "declared on, the engine reports off")
+    assert Mismatch(MAX_CONTEXT, 2048, 4096).describe() == (
+        "declared 2048, the engine reports 4096")

@@ -1,0 +1,327 @@
+"""The documentation (README.md and docs/**/*.md) names only what the code has, and documents
+what the code has: metric names, route reasons and ``RIDGE_*`` settings.
+
+Metrics. The names the code exposes are read from a live registry, not grepped from the
+sources: some families are built at scrape time by custom collectors, and a grep cannot tell
+a counter (registered as ``ridge_requests``, exposed as ``ridge_requests_total``) from a
+gauge. :func:`live_families` builds the demo gateway (``gateway/demo/demo-fleet.yaml``) with
+:func:`gateway.app.create_app` and runs its lifespan through Starlette's test client, so every
+collector the gateway registers at start-up is there; no socket is opened (the test client
+calls the app directly, and the engine probe is a fake that finds every engine down). Every
+family is emitted even without samples. A name in the docs must be one Prometheus shows:
+a counter with ``_total``; a histogram by its name or its ``_bucket``/``_sum``/``_count``
+series; any other type by its name. A ``*`` stands for any characters (``ridge_pool_*``).
+Identifiers that share the prefix but are not metrics are listed in :data:`NOT_METRICS`;
+recording-rule names (``level:ridge_metric:operation``) must be recorded by
+``deploy/prometheus/rules/``. Every exposed family is documented in docs/telemetry.md, with its
+type where a table has a type column.
+
+Route reasons come from :mod:`routing.decision` (the names) and
+:data:`routing.policy.DEFAULT_RULES` (which rule can fall back how). docs/architecture.md's
+"Route reasons" table documents each; a reason named anywhere in the docs (``reason=NAME``,
+``RULE>fallback_NAME``, a row of that table) is one the code can give.
+
+Settings are derived from :class:`gateway.settings.Settings` recursively: ``RIDGE_`` + the
+field name upper-cased, a nested model's fields joined by ``__``. Every one has a row in the
+README's settings table; every ``RIDGE_*`` name in the docs is a setting (``RIDGE_STATE__*``
+stands for the names it prefixes) or one of :data:`OTHER_VARIABLES`, which are read elsewhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterator
+from importlib.resources import as_file, files
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+from starlette.testclient import TestClient
+
+from backends.dialects import EngineDialect
+from backends.engine_facts import Facts
+from backends.fleet_file import load_fleet
+from backends.probe import MetricsSource, ProbeError
+from gateway.app import create_app
+from gateway.settings import Settings
+from routing.decision import FALLBACK_SATURATED, FALLBACK_UNHEALTHY, FALLBACKS, REASONS
+from routing.policy import DEFAULT_RULES
+from routing.snapshots import EngineMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+TELEMETRY = ROOT / "docs" / "telemetry.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
+
+NOT_METRICS = {
+    "ridge_bench": "the benchmark distribution's import package",
+    "ridge_sglang": "a router compared in docs/benchmarks/router.md",
+    "ridge_tuned": "a router of an earlier comparison in docs/benchmarks/router.md",
+}
+OTHER_VARIABLES = {
+    "RIDGE_PROMETHEUS_URL": "grafana/provisioning/datasources/ridge.yml",
+    "RIDGE_DASHBOARDS": "grafana/provisioning/dashboards/ridge.yml",
+    "RIDGE_ENGINES_DIR": "deploy/vllm-cpu/setup.sh",
+}
+"""Variables the docs name that are not settings, and a file that reads each."""
+
+METRIC = re.compile(r"(?<![\w:.])ridge_[a-z0-9_]+(?:\*[a-z0-9_]*)?(?![\w:.])")
+RECORDING_RULE = re.compile(r"\b[a-z_]+:ridge_[a-z0-9_]+:[a-z0-9_]+\b")
+VARIABLE = re.compile(r"\bRIDGE_[A-Z0-9_]+\*?")
+REASON_VALUE = re.compile(r"\breason=([a-z_]+(?:>[a-z_]+)?)")
+COMPOUND_REASON = re.compile(r"\b([A-Za-z_]+)>(fallback_[a-z_]+)\b")
+ANY_RULE = "RULE"
+"""How the reason table writes "any rule's name" in a fallback reason."""
+
+
+def doc_files() -> list[Path]:
+    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def doc_text() -> str:
+    return "\n".join(p.read_text() for p in doc_files())
+
+
+def section(text: str, heading: str) -> str:
+    """The lines under ``heading`` (a whole heading line) up to the next heading of its level."""
+    level = heading.split(" ", 1)[0]
+    start = text.index(f"\n{heading}\n") + len(heading) + 2
+    end = text.find(f"\n{level} ", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every table row in ``text`` (header and separator rows included)."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.lstrip().startswith("|")]
+
+
+def backticked(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+class DownProbe:
+    """Finds every engine down: the gateway starts without talking to any."""
+
+    async def health(self, url: str, dialect: EngineDialect) -> bool:
+        raise ProbeError(url, "no engine in this test")
+
+    async def metrics(self, url: str, dialect: EngineDialect) -> EngineMetrics:
+        raise ProbeError(url, "no engine in this test")
+
+    async def facts(self, url: str, dialect: EngineDialect) -> Facts:
+        return {}
+
+
+def down_probe(*_: object) -> MetricsSource:
+    return DownProbe()
+
+
+@pytest.fixture(scope="module")
+def live_families() -> dict[str, str]:
+    """Family name → type, as the demo gateway's registry holds them once started."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in [n for n in os.environ if n.startswith("RIDGE_")]:
+            env.delenv(name)
+        with as_file(files("gateway").joinpath("demo", "demo-fleet.yaml")) as path:
+            fleet = load_fleet(path)
+        registry = CollectorRegistry()
+        app = create_app(Settings(registry={"startup_wait_s": 0}), fleet,
+                         metrics_registry=registry, probe_factory=down_probe)
+        with TestClient(app):
+            return {family.name: family.type for family in registry.collect()}
+
+
+def exposed_names(name: str, kind: str) -> set[str]:
+    """The names Prometheus shows for a family of this type, as the docs may cite it."""
+    if kind == "counter":
+        return {f"{name}_total"}
+    if kind == "histogram":
+        return {name, f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return {name}
+
+
+def all_exposed(families: dict[str, str]) -> set[str]:
+    return {n for name, kind in families.items() for n in exposed_names(name, kind)}
+
+
+def metric_mentions() -> dict[str, set[str]]:
+    """Metric-like names in the docs → the files naming them."""
+    found: dict[str, set[str]] = {}
+    for path in doc_files():
+        for name in METRIC.findall(path.read_text()):
+            if name not in NOT_METRICS:
+                found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def known_metric(name: str, exposed: set[str]) -> bool:
+    if "*" in name:
+        return bool(fnmatch.filter(exposed, name))
+    return name in exposed
+
+
+def test_the_live_registry_is_the_whole_gateway(live_families: dict[str, str]) -> None:
+    """The collectors registered at start-up are there (else the checks below prove little)."""
+    assert {"ridge_requests", "ridge_mfu_ratio", "ridge_endpoint_up",
+            "ridge_endpoint_circuit_open", "ridge_admission_rejected"} <= set(live_families)
+    assert live_families["ridge_requests"] == "counter"
+
+
+def test_every_metric_the_docs_name_exists(live_families: dict[str, str]) -> None:
+    exposed = all_exposed(live_families)
+    unknown = {n: sorted(where) for n, where in metric_mentions().items()
+               if not known_metric(n, exposed)}
+    assert not unknown, f"metric names in the docs that ridge does not expose: {unknown}"
+
+
+def test_every_metric_is_documented_in_telemetry_md(live_families: dict[str, str]) -> None:
+    text = TELEMETRY.read_text()
+    undocumented = [name for name, kind in sorted(live_families.items())
+                    if not any(f"`{n}`" in text or f"`{n}{{" in text
+                               for n in exposed_names(name, kind))]
+    assert not undocumented, f"metrics missing from docs/telemetry.md: {undocumented}"
+
+
+def typed_rows(text: str) -> Iterator[tuple[str, str]]:
+    """(metric name, type) from every table whose header reads ``| metric | type | ...``."""
+    typed = False
+    for cells in table_rows(text):
+        if cells[:1] == ["metric"]:
+            typed = cells[1:2] == ["type"]
+        elif typed and not set(cells[0]) <= set("-: "):
+            for name in backticked(cells[0]):
+                yield name.split("{", 1)[0], cells[1]
+
+
+def test_the_types_in_telemetry_md_are_the_registered_ones(
+        live_families: dict[str, str]) -> None:
+    kinds = {n: kind for name, kind in live_families.items()
+             for n in exposed_names(name, kind)}
+    rows = list(typed_rows(TELEMETRY.read_text()))
+    assert len(rows) > 20
+    wrong = [(name, kind, kinds.get(name)) for name, kind in rows if kinds.get(name) != kind]
+    assert not wrong, f"(metric, documented type, registered type): {wrong}"
+
+
+def recorded_rules() -> set[str]:
+    names: set[str] = set()
+    for path in RULES_DIR.glob("*.yml"):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            names |= {rule["record"] for rule in group["rules"] if "record" in rule}
+    return names
+
+
+def test_every_recording_rule_the_docs_name_is_recorded() -> None:
+    named = set(RECORDING_RULE.findall(doc_text()))
+    assert named, "the docs name no recording rule: the pattern is stale"
+    assert named <= recorded_rules(), sorted(named - recorded_rules())
+
+
+# --- route reasons ----------------------------------------------------------------------------
+
+
+def reason_table() -> list[str]:
+    """The backticked names in the first column of docs/architecture.md's reason table."""
+    rows = table_rows(section(ARCHITECTURE.read_text(), "## Route reasons"))
+    assert rows and rows[0][0] == "reason", "no table headed `| reason | ...` under the heading"
+    return [name for cells in rows[2:] for name in backticked(cells[0])]
+
+
+def compound_reasons() -> set[str]:
+    """Every ``rule>fallback`` reason the default rules can give."""
+    return {f"{rule.name}>{fallback}" for rule in DEFAULT_RULES
+            for fallback in (FALLBACK_UNHEALTHY, FALLBACK_SATURATED, rule.refusal)}
+
+
+def valid_reason(name: str) -> bool:
+    rule, _, fallback = name.partition(">")
+    if not fallback:
+        return name in REASONS
+    return fallback in FALLBACKS and (rule == ANY_RULE or name in compound_reasons())
+
+
+def documented(reason: str, table: list[str]) -> bool:
+    rule, _, fallback = reason.partition(">")
+    return reason in table or f"{ANY_RULE}>{fallback}" in table
+
+
+def test_every_reason_the_code_gives_has_a_row() -> None:
+    table = reason_table()
+    plain = [r for r in sorted(REASONS) if r not in table
+             and not any(t.endswith(f">{r}") for t in table)]
+    assert not plain, f"reasons missing from the table in docs/architecture.md: {plain}"
+    compound = [r for r in sorted(compound_reasons()) if not documented(r, table)]
+    assert not compound, f"fallback reasons missing from the table: {compound}"
+
+
+def reason_mentions() -> set[str]:
+    text = doc_text()
+    named = set(REASON_VALUE.findall(text))
+    named |= {f"{rule}>{fallback}" for rule, fallback in COMPOUND_REASON.findall(text)}
+    return named | set(reason_table())
+
+
+def test_every_reason_the_docs_name_is_one_the_code_gives() -> None:
+    named = reason_mentions()
+    assert {"long_match", "spec>fallback_near_ridge"} <= named  # the patterns still find some
+    assert not {n for n in named if not valid_reason(n)}, sorted(
+        n for n in named if not valid_reason(n))
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def setting_names(model: type[BaseModel] = Settings, prefix: str = "RIDGE_") -> list[str]:
+    """Every environment variable of the settings model, nested models joined by ``__``."""
+    names: list[str] = []
+    for field, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            names += setting_names(kind, f"{prefix}{field.upper()}__")
+        else:
+            names.append(f"{prefix}{field.upper()}")
+    return names
+
+
+def settings_table() -> set[str]:
+    rows = table_rows(section(README.read_text(), "## Settings"))
+    return {name for cells in rows[2:] for name in VARIABLE.findall(cells[0])}
+
+
+def test_setting_names_follow_the_model() -> None:
+    names = setting_names()
+    assert {"RIDGE_PORT", "RIDGE_UPSTREAM__CONNECT_TIMEOUT_S",
+            "RIDGE_STATE__REDIS_REQUIRED"} <= set(names)
+    assert len(names) == len(set(names))
+
+
+def test_every_setting_has_a_row_in_the_readme() -> None:
+    missing = [n for n in setting_names() if n not in settings_table()]
+    assert not missing, f"settings missing from the README's settings table: {missing}"
+
+
+def known_variable(name: str, settings: set[str]) -> bool:
+    if name.endswith(("*", "_")):
+        return any(s.startswith(name.rstrip("*")) for s in settings)
+    return name in settings or name in OTHER_VARIABLES
+
+
+def test_every_variable_the_docs_name_is_a_setting() -> None:
+    settings = set(setting_names())
+    named = set(VARIABLE.findall(doc_text()))
+    unknown = sorted(n for n in named if not known_variable(n, settings))
+    assert not unknown, f"RIDGE_ variables in the docs that ridge does not read: {unknown}"
+
+
+@pytest.mark.parametrize(("name", "reader"), sorted(OTHER_VARIABLES.items()))
+def test_the_other_variables_are_read_where_listed(name: str, reader: str) -> None:
+    assert name in (ROOT / reader).read_text()
