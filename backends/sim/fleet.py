@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
@@ -37,7 +38,7 @@ class SimServer:
     configured_url: str
     port: int
     app_runner: web.AppRunner
-    site: web.TCPSite | None = None
+    site: web.SockSite | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -45,9 +46,21 @@ class SimServer:
         return f"http://{HOST}:{self.port}"
 
     async def open(self) -> None:
-        self.site = web.TCPSite(self.app_runner, HOST, self.port, reuse_address=True)
+        """Listen on the port (0: a free one). The socket is bound here, not by the event loop,
+        so a port taken meanwhile raises OSError(EADDRINUSE) whatever the loop (uvloop's
+        server can come up without sockets instead)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((HOST, self.port))
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        self.site = web.SockSite(self.app_runner, sock)
         await self.site.start()
-        self.port = self.site.port
 
     async def close(self) -> None:
         """Refuse new connections and reset the open ones (the engine keeps its state)."""
