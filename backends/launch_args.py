@@ -96,6 +96,12 @@ def extra_args(pool: Pool, owned: Collection[str]) -> list[str]:
     return list(pool.engine_args)
 
 
+def flags_set(args: Sequence[Arg], flags: Collection[str]) -> set[str]:
+    """Which of ``flags`` stand in ``args`` (the ones a renderer set, so ``engine_args`` may
+    not set them again)."""
+    return {a for a in args if isinstance(a, str) and a in flags}
+
+
 def flag_values(args: Sequence[str], flags: Collection[str]) -> list[str]:
     """The values given to any of ``flags`` in ``args`` (``--f v`` and ``--f=v`` forms)."""
     values = []

@@ -51,7 +51,14 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from backends.fleet_file import Pool, Role, Speculative
-from backends.launch_args import Arg, Launcher, LaunchError, api_key_args, extra_args
+from backends.launch_args import (
+    Arg,
+    Launcher,
+    LaunchError,
+    api_key_args,
+    extra_args,
+    flags_set,
+)
 from backends.pd_client import SGLANG_BOOTSTRAP_PORT
 
 SERVER_MODULE = "sglang.launch_server"
@@ -191,7 +198,7 @@ def sglang_args(pool: Pool, port: int, model_path: str,
     lora = lora_args(pool)
     args += lever_args(pool) + pd_args(pool, settings.transfer_backend) + lora
     args += api_key_args(pool, FLAGS["api_key"])
-    rendered = {a for a in lora if isinstance(a, str) and a in LORA_FLAGS.values()}
+    rendered = flags_set(lora, set(LORA_FLAGS.values()))
     return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
 
 

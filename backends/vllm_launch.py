@@ -64,6 +64,7 @@ from backends.launch_args import (
     LaunchError,
     api_key_args,
     extra_args,
+    flags_set,
     resolve,
     shell_join,
 )
@@ -176,7 +177,7 @@ def vllm_args(
         args.append(FLAGS["enforce_eager"])
     lora = lora_args(pool)
     args += lever_args(pool) + pd_args(pool) + lora + api_key_args(pool, FLAGS["api_key"])
-    rendered = {a for a in lora if isinstance(a, str) and a in LORA_FLAGS.values()}
+    rendered = flags_set(lora, set(LORA_FLAGS.values()))
     return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
 
 

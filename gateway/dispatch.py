@@ -31,7 +31,6 @@ router state nothing when they finish.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -410,8 +409,7 @@ def _engine_model(parsed: ParsedRequest, names: Mapping[str, str] | None) -> Par
     name = names.get(parsed.model) if names else None
     if name is None:
         return parsed
-    payload = {**parsed.payload, "model": name}
-    return replace(parsed, payload=payload, body=json.dumps(payload).encode())
+    return parsed.with_payload({**parsed.payload, "model": name})
 
 
 def _index_of(url: str, pools: tuple[PoolSnapshot, ...]) -> int:

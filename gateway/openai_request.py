@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -84,6 +84,11 @@ class ParsedRequest:
     user: str | None
     payload: dict[str, Any]
     body: bytes
+
+    def with_payload(self, payload: dict[str, Any]) -> ParsedRequest:
+        """This request sent with ``payload`` instead (its body re-encoded); what ridge read of
+        the client's request stays."""
+        return replace(self, payload=payload, body=json.dumps(payload).encode())
 
 
 def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:

@@ -43,7 +43,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -433,8 +433,7 @@ def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
         return parsed
     options = dict(parsed.payload.get("stream_options") or {})
     options["include_usage"] = True
-    payload = {**parsed.payload, "stream_options": options}
-    return replace(parsed, payload=payload, body=json.dumps(payload).encode())
+    return parsed.with_payload({**parsed.payload, "stream_options": options})
 
 
 def _used(call: Call, prompt_tokens: int | None, completion: int | None) -> int | None:

@@ -262,12 +262,12 @@ def canonical_lead(payload: Mapping[str, Any], kind: str) -> tuple[str, int]:
     """:func:`canonical_prompt` and the length of its leading segment [characters]: for a
     chat or a Responses request of several parts, the first (the tools, else the first
     message or the instructions — what requests share most); else 0."""
-    if kind != "chat":
-        if kind != "responses":
-            return canonical_prompt(payload, kind), 0
+    if kind == "chat":
+        parts = _chat_parts(payload)
+    elif kind == "responses":
         parts = _responses_parts(payload)
     else:
-        parts = _chat_parts(payload)
+        return canonical_prompt(payload, kind), 0
     return "".join(parts), len(parts[0]) if len(parts) > 1 else 0
 
 

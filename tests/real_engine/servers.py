@@ -25,7 +25,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,3 +249,29 @@ def start_ridge(fleet_file: Path, log_dir: Path, name: str = "ridge",
         server.stop()
         raise
     return server
+
+
+@contextlib.contextmanager
+def one_engine_and_ridge(entry: Mapping[str, Any], logs: Path,
+                         start_timeout_s: float = 300.0) -> Iterator[tuple[Server, Server]]:
+    """One vLLM engine for the fleet-file pool ``entry`` (its first endpoint's port), started
+    from the pool's own command line, and ridge in front of it: (engine, ridge); both stopped
+    at the end. For modules that need an engine of their own (they sort before the tier's
+    shared engines start, so at most two are ever up)."""
+    paths = engine_paths()
+    fleet, raw = real_fleet([entry])
+    pool = fleet.pools[0]
+    url = pool.endpoint_urls()[0]
+    argv = vllm_command(str(paths.python), pool, port_of(url), str(paths.model_dir))
+    started = time.monotonic()
+    engine = spawn(f"vllm-{pool.name}", argv, vllm_env(os.environ, kv_cache_gib=1), logs, url)
+    servers = [engine]
+    try:
+        wait_ready([engine], "/health", start_timeout_s)
+        print(f"\nvLLM {pool.name} healthy in {time.monotonic() - started:.1f} s")
+        servers.append(start_ridge(write_fleet(raw, logs / "fleet.yaml"), logs,
+                                   env={"RIDGE_REGISTRY__POLL_INTERVAL_S": "0.5"}))
+        yield engine, servers[1]
+    finally:
+        stop_all(servers)
+        print(f"\nvLLM {pool.name} and ridge up for {time.monotonic() - started:.1f} s")

@@ -16,10 +16,8 @@ shared engines start (as ``test_demo_real.py`` does), so at most two engines are
 from __future__ import annotations
 
 import json
-import os
 import random
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +25,6 @@ import httpx
 import openai
 import pytest
 
-from backends.vllm_launch import vllm_command, vllm_env
 from tests.real_engine.prompts import CAPITAL_ANSWER, CAPITAL_QUESTION, user
 from tests.real_engine.servers import (
     MissingEngines,
@@ -35,13 +32,8 @@ from tests.real_engine.servers import (
     StartupError,
     engine_paths,
     free_port,
+    one_engine_and_ridge,
     pool_entry,
-    real_fleet,
-    spawn,
-    start_ridge,
-    stop_all,
-    wait_ready,
-    write_fleet,
 )
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
@@ -51,7 +43,6 @@ ADAPTER = "tiny-lora"
 RANK = 8
 LAYERS, HIDDEN, HEAD_DIM, HEADS, KV_HEADS = 30, 576, 64, 9, 3
 OUT = {"q_proj": HEADS * HEAD_DIM, "v_proj": KV_HEADS * HEAD_DIM}
-START_TIMEOUT_S = 300.0
 
 
 def _safetensors(tensors: dict[str, tuple[list[int], list[float]]]) -> bytes:
@@ -93,31 +84,14 @@ def make_adapter(folder: Path, base: str) -> Path:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
     """One vLLM engine with the adapter, and ridge in front of it: (engine, ridge)."""
     try:
-        paths = engine_paths()
-    except MissingEngines as exc:
-        pytest.fail(str(exc), pytrace=False)
-    logs = tmp_path_factory.mktemp("lora-logs")
-    adapter = make_adapter(tmp_path_factory.mktemp("adapter") / ADAPTER, str(paths.model_dir))
-    port = free_port()
-    entry = pool_entry("lora", [MODEL], [port], {})
-    entry["adapters"] = [{"name": ADAPTER, "path": str(adapter), "rank": RANK}]
-    fleet, raw = real_fleet([entry])
-    argv = vllm_command(str(paths.python), fleet.pools[0], port, str(paths.model_dir))
-    started = time.monotonic()
-    engine = spawn("vllm-lora", argv, vllm_env(os.environ, kv_cache_gib=1), logs,
-                   f"http://127.0.0.1:{port}")
-    servers = [engine]
-    try:
-        wait_ready([engine], "/health", START_TIMEOUT_S)
-        print(f"\nvLLM with a LoRA adapter healthy in {time.monotonic() - started:.1f} s")
-        servers.append(start_ridge(write_fleet(raw, logs / "fleet.yaml"), logs,
-                                   env={"RIDGE_REGISTRY__POLL_INTERVAL_S": "0.5"}))
-        yield engine, servers[1]
-    except StartupError as exc:
-        pytest.fail(f"StartupError: {exc}", pytrace=False)
-    finally:
-        stop_all(servers)
-        print(f"\nthe LoRA module took {time.monotonic() - started:.1f} s")
+        base = engine_paths().model_dir
+        adapter = make_adapter(tmp_path_factory.mktemp("adapter") / ADAPTER, str(base))
+        entry = pool_entry("lora", [MODEL], [free_port()], {})
+        entry["adapters"] = [{"name": ADAPTER, "path": str(adapter), "rank": RANK}]
+        with one_engine_and_ridge(entry, tmp_path_factory.mktemp("lora-logs")) as served:
+            yield served
+    except (MissingEngines, StartupError) as exc:
+        pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
 
 
 def test_the_engine_lists_the_adapter_with_its_base_model(
