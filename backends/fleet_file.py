@@ -14,6 +14,14 @@ load it from and its rank) are served names on top of the pool's base model; the
 the engines' LoRA flags, and the router sends a request naming one only to endpoints that have
 it (:mod:`routing.scheduler.plugins.adapter_affinity`). An adapter's name is no base model's.
 
+Capacity levers: a pool's ``levers.kv_cache_dtype`` (``auto`` | ``fp8`` | ``fp8_e4m3`` |
+``fp8_e5m2``; 8-bit KV elements hold twice the tokens of a 16-bit model's in the same bytes)
+and ``levers.host_kv_cache`` (:class:`HostKvCache`: ``size_gb`` of host memory per engine and
+the engine's ``mechanism``: vLLM ``native`` or ``lmcache``, SGLang ``hicache``; SGLang takes
+whole GB; needs ``prefix_caching``); a prefill pool and its decode pool share one
+``kv_cache_dtype`` (the KV crosses as stored). They render into the engines' flags and the
+simulator models them; the host link's bandwidth is the hardware fact ``host_link_bandwidth`` [B/s].
+
 Routing settings: ``routing.policy`` holds the lever policy's thresholds and rule order
 (:class:`routing.policy.PolicyConfig`); ``routing.scheduler`` the replica scheduler every pool
 uses unless the pool has its own ``scheduler`` (:class:`routing.scheduler.SchedulerConfig`).
@@ -56,6 +64,7 @@ import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -82,7 +91,14 @@ from routing.fleet_math import HardwareRates, ModelShape
 from routing.policy import DEFAULT_RULES, PolicyConfig
 from routing.scheduler.catalog import SchedulerConfigError, validate
 from routing.scheduler.framework import PluginSpec, SchedulerConfig
-from routing.snapshots import CHUNKED_PREFILL, PD_DISAGGREGATION, PREFIX_CACHE, SPECULATIVE
+from routing.snapshots import (
+    CHUNKED_PREFILL,
+    FP8_KV_CACHE,
+    HOST_KV_CACHE,
+    PD_DISAGGREGATION,
+    PREFIX_CACHE,
+    SPECULATIVE,
+)
 from routing.token_counters import CHARS_PER_TOKEN
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -125,12 +141,72 @@ class Speculative(_Strict):
     draft_model: str | None = None
 
 
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+"""The KV cache's element type: ``auto`` (the model's dtype) or an 8-bit float. ``fp8`` is
+vLLM's name for ``fp8_e4m3``; both engines take ``fp8_e4m3`` and ``fp8_e5m2`` (vLLM 0.32
+``CacheDType``, SGLang ``--kv-cache-dtype`` choices)."""
+
+KV_CACHE_DTYPE_BYTES: Mapping[str, float | None] = MappingProxyType(
+    {"auto": None, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+)
+"""``kv_cache_dtype`` → bytes per KV element [B]; None = the model's ``dtype_bytes``."""
+
+HostKvMechanism = Literal["native", "lmcache", "hicache"]
+
+HOST_KV_MECHANISMS: Mapping[Engine, tuple[HostKvMechanism, ...]] = MappingProxyType({
+    Engine.VLLM: ("native", "lmcache"),
+    Engine.SGLANG: ("hicache",),
+})  # fmt: skip
+"""The host-tier mechanisms each engine offers, its default first: vLLM's
+``--kv-offloading-backend`` (``native`` CPU offloading, ``lmcache``), SGLang's hierarchical
+cache (``hicache``)."""
+
+GB = 1e9
+"""Bytes per GB (decimal, as SGLang's ``--hicache-size``; vLLM's ``--kv-offloading-size`` is
+in GiB = 2**30 B)."""
+
+
+class HostKvCache(_Strict):
+    """A host-memory (CPU DRAM) tier of the KV cache, per engine: prefix-cache blocks evicted
+    from device memory stay there (up to ``size_gb``) and a later prefix hit reloads them over
+    the host link instead of recomputing them. ``size_gb``: host memory for KV [GB = 1e9 B];
+    ``mechanism``: how the engine does it (:data:`HOST_KV_MECHANISMS`; None = the engine's
+    default, ``native`` for vLLM, ``hicache`` for SGLang)."""
+
+    size_gb: PositiveFloat
+    mechanism: HostKvMechanism | None = None
+
+    @property
+    def size_bytes(self) -> float:
+        """Host memory for KV [B] = size_gb · 1e9."""
+        return self.size_gb * GB
+
+
 class Levers(_Strict):
-    """The engine configuration a pool was launched with: what it relaxes, not how it is routed."""
+    """The engine configuration a pool was launched with: what it relaxes, not how it is routed.
+
+    Capacity levers: ``kv_cache_dtype`` (:data:`KvCacheDtype`; an 8-bit type halves the KV
+    bytes per token of a 16-bit model, so its KV cache holds twice the tokens) and
+    ``host_kv_cache`` (:class:`HostKvCache`; needs ``prefix_caching``: the tier holds prefix
+    blocks for reuse)."""
 
     prefix_caching: bool = False
     chunked_prefill: ChunkedPrefill | None = None
     speculative: Speculative | None = None
+    kv_cache_dtype: KvCacheDtype = "auto"
+    host_kv_cache: HostKvCache | None = None
+
+    @model_validator(mode="after")
+    def _host_tier_needs_prefix_caching(self) -> Levers:
+        if self.host_kv_cache is not None and not self.prefix_caching:
+            raise ValueError("host_kv_cache holds prefix-cache blocks for reuse: it needs "
+                             "prefix_caching: true")
+        return self
+
+    @property
+    def kv_dtype_bytes(self) -> float | None:
+        """Bytes per KV element of ``kv_cache_dtype`` [B]; None = the model's dtype."""
+        return KV_CACHE_DTYPE_BYTES[self.kv_cache_dtype]
 
 
 class ModelFacts(_Strict):
@@ -161,6 +237,10 @@ class HardwareFacts(_Strict):
     kv_cache_bytes: PositiveFloat | None = Field(
         default=None, description="bytes of KV cache per engine; None = engine default"
     )
+    host_link_bandwidth: PositiveFloat = Field(
+        default=25e9, description="bytes/s between host memory and the accelerator, for a "
+        "host KV tier's reloads; default PCIe Gen4 x16's ~25 GB/s effective (32 GB/s raw)"
+    )
 
     def to_rates(self) -> HardwareRates:
         """The peak rates the fleet arithmetic takes."""
@@ -171,14 +251,44 @@ class SimulatorKnobs(_Strict):
     """Settings only the simulator reads: how this pool behaves when simulated."""
 
     step_overhead_s: float = Field(default=0.0, ge=0)
-    acceptance_rate: float = Field(default=0.7, ge=0, lt=1)
-    draft_cost: float = Field(default=0.05, ge=0)
+    acceptance_rate: float = Field(
+        default=0.7, ge=0, lt=1,
+        description="draft-model speculation (eagle, medusa, mtp, draft_model): the chance each "
+        "draft is accepted once those before it were; n-gram acceptance comes from the text",
+    )
+    acceptance_by_position: list[Annotated[float, Field(ge=0, lt=1)]] | None = Field(
+        default=None, min_length=1,
+        description="draft-model speculation: that chance per draft position (the last value "
+        "repeats); replaces acceptance_rate",
+    )
+    copy_slip: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="the chance a copied token of a 'repeat this' answer is a fresh word "
+        "instead (a model's imperfect copy; see backends.sim.answers)",
+    )
+    repeat_share: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="the share of free-text answer tokens that repeat earlier text of the "
+        "sequence (prompt or answer), as models repeat themselves; see backends.sim.answers",
+    )
+    repeat_run_tokens: float = Field(
+        default=6.0, ge=1, description="the mean length of such a repeat [tokens]"
+    )
+    repeat_after_tokens: int = Field(
+        default=0, ge=0, description="answer tokens before the model starts repeating itself"
+    )
+    draft_cost: float | None = Field(
+        default=None, ge=0,
+        description="drafting time per draft token, as a fraction of a decode step; None = 0 "
+        "for n-gram (a look-up in the sequence, no model to run), 0.05 for the other methods",
+    )
     kv_link_bandwidth: PositiveFloat = 50e9
     seed: int = 0
     profile: str | None = Field(
         default=None,
         description="a hardware profile of backends.sim.profiles (calibrated overheads, memory); "
-        "None = the profile named by hardware.name if there is one",
+        "None = the one hardware.name names; a name that is no profile stops the simulator "
+        "('generic-gpu': generic GPU overheads, asked for)",
     )
     mean_output_tokens: PositiveFloat | None = Field(
         default=None,
@@ -430,6 +540,28 @@ class Pool(_Strict):
             raise ValueError(f"an adapter takes a name of its own, not one of models: {clash}")
         return self
 
+    @model_validator(mode="after")
+    def _host_tier_on_this_engine(self) -> Pool:
+        tier = self.levers.host_kv_cache
+        if tier is None:
+            return self
+        offered = HOST_KV_MECHANISMS[self.engine]
+        if tier.mechanism is not None and tier.mechanism not in offered:
+            raise ValueError(f"levers.host_kv_cache.mechanism {tier.mechanism!r} is not "
+                             f"{self.engine.value}'s: it offers {', '.join(offered)}")
+        if self.engine is Engine.SGLANG and not tier.size_gb.is_integer():
+            raise ValueError(f"levers.host_kv_cache.size_gb {tier.size_gb}: SGLang's "
+                             "--hicache-size takes whole GB")
+        return self
+
+    def host_kv_mechanism(self) -> HostKvMechanism | None:
+        """The mechanism of the pool's host KV tier (the engine's default when the file names
+        none); None without a host tier."""
+        tier = self.levers.host_kv_cache
+        if tier is None:
+            return None
+        return tier.mechanism or HOST_KV_MECHANISMS[self.engine][0]
+
     @field_validator("endpoints")
     @classmethod
     def _distinct(cls, value: list[AnyHttpUrl]) -> list[AnyHttpUrl]:
@@ -437,6 +569,16 @@ class Pool(_Strict):
         if len(set(urls)) != len(urls):
             raise ValueError("endpoint listed twice")
         return value
+
+    @model_validator(mode="after")
+    def _ngram_acceptance_from_text(self) -> Pool:
+        spec = self.levers.speculative
+        given = {"acceptance_rate", "acceptance_by_position"} & self.simulator.model_fields_set
+        if spec is not None and spec.method == "ngram" and given:
+            raise ValueError(f"simulator.{sorted(given)[0]}: an n-gram pool's acceptance is "
+                             "computed from each request's text (drafts looked up in the "
+                             "prompt); remove it")
+        return self
 
     @model_validator(mode="after")
     def _resolvable(self) -> Pool:
@@ -619,6 +761,10 @@ def _check_pair(pool: Pool, by_name: dict[str, Pool]) -> None:
         if other.api_key_env != pool.api_key_env:
             raise ValueError(f"pool {pool.name!r}: a prefill pool and its decode pool take "
                              "one request together, so they share one api_key_env")
+        if other.levers.kv_cache_dtype != pool.levers.kv_cache_dtype:
+            raise ValueError(f"pool {pool.name!r}: a prefill pool hands its KV over as stored, "
+                             f"so it and its decode pool {other.name!r} share one "
+                             "kv_cache_dtype")
     elif pool.pair is not None:
         raise ValueError(f"pool {pool.name!r}: only a prefill pool names a 'pair'")
 
@@ -630,6 +776,8 @@ def pool_levers(pool: Pool) -> frozenset[str]:
         CHUNKED_PREFILL: bool(pool.levers.chunked_prefill and pool.levers.chunked_prefill.enabled),
         SPECULATIVE: pool.levers.speculative is not None,
         PD_DISAGGREGATION: pool.role is not Role.MIXED,
+        FP8_KV_CACHE: pool.levers.kv_dtype_bytes is not None,
+        HOST_KV_CACHE: pool.levers.host_kv_cache is not None,
     }
     return frozenset(name for name, enabled in on.items() if enabled)
 

@@ -3,8 +3,12 @@
 :func:`declared_facts` turns a pool of the fleet file into facts named as in
 :mod:`backends.engine_facts`: ``prefix_cache``, ``chunked_prefill`` and ``speculative`` (on or
 off), ``chunk_tokens`` (only with chunked prefill on), ``draft_tokens`` (only with speculative
-decoding), and ``max_context`` only when the fleet file sets ``model.max_context`` (its default
-is not a claim about the engine; a pool without model facts declares none).
+decoding), ``max_context`` only when the fleet file sets ``model.max_context`` (its default
+is not a claim about the engine; a pool without model facts declares none), and the capacity
+levers ``fp8_kv_cache`` (an 8-bit ``kv_cache_dtype``) and ``host_kv_cache`` (on or off). A
+declared fact no engine fact table reads (the capacity levers, until
+:data:`backends.engine_facts.FACTS` names them) is never checked, but still tells a fleet
+reload that the pool's engines changed.
 
 :func:`check_levers` compares them with an engine's facts: a fact known on both sides is
 *checked*; a checked fact whose values differ is a :class:`Mismatch` (lever, declared,
@@ -29,9 +33,16 @@ from backends.engine_facts import (
     Facts,
 )
 from backends.fleet_file import Pool
-from routing.snapshots import CHUNKED_PREFILL, PREFIX_CACHE, SPECULATIVE
+from routing.snapshots import (
+    CHUNKED_PREFILL,
+    FP8_KV_CACHE,
+    HOST_KV_CACHE,
+    PREFIX_CACHE,
+    SPECULATIVE,
+)
 
-ROUTING_LEVERS = frozenset({PREFIX_CACHE, CHUNKED_PREFILL, SPECULATIVE})
+ROUTING_LEVERS = frozenset({PREFIX_CACHE, CHUNKED_PREFILL, SPECULATIVE, FP8_KV_CACHE,
+                            HOST_KV_CACHE})
 """The facts that are router levers: one found off where it is declared on is *missing*."""
 
 
@@ -66,7 +77,9 @@ def declared_facts(pool: Pool) -> dict[str, Fact]:
     levers = pool.levers
     declared: dict[str, Fact] = {PREFIX_CACHE: levers.prefix_caching,
                                  CHUNKED_PREFILL: False,
-                                 SPECULATIVE: levers.speculative is not None}
+                                 SPECULATIVE: levers.speculative is not None,
+                                 FP8_KV_CACHE: levers.kv_dtype_bytes is not None,
+                                 HOST_KV_CACHE: levers.host_kv_cache is not None}
     chunked = levers.chunked_prefill
     if chunked is not None and chunked.enabled:
         declared[CHUNKED_PREFILL] = True

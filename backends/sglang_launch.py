@@ -10,7 +10,11 @@ Source of :data:`DOCUMENTED` and of every choice list below: SGLang's
 ``docs/advanced_features/server_arguments.md`` (sgl-project/sglang, commit 004813e1dd46), and
 for the meaning of the speculative settings ``docs/advanced_features/speculative_decoding.md``
 (commit 067ad4d335bb); for LoRA, ``docs/advanced_features/lora`` (LoRA serving: its server
-arguments).
+arguments); for the capacity levers, ``python/sglang/srt/server_args.py`` (``kv_cache_dtype``
+choices; the "Hierarchical cache" section: ``enable_hierarchical_cache``, ``hicache_ratio``,
+``hicache_size`` "in gigabytes, which will override the hicache_ratio",
+``hicache_write_policy`` default ``write_through``) and
+``docs/advanced_features/hicache_best_practices.md``.
 
 Rules:
 - every lever is rendered both ways, as for vLLM: prefix caching off is
@@ -34,6 +38,14 @@ Rules:
 - ``--served-model-name`` takes ONE name in SGLang: the pool's first model. SGLang's OpenAI
   routes do not check a request's ``model`` (sgl-project/sglang issue 31404), so the pool's other
   names still reach it; ``--enable-metrics`` is always on (ridge polls ``/metrics``);
+- capacity levers: an 8-bit ``kv_cache_dtype`` is ``--kv-cache-dtype`` as SGLang names it
+  (:data:`KV_CACHE_DTYPES`: SGLang has no plain ``fp8``; vLLM's ``fp8`` is ``fp8_e4m3``;
+  ``auto`` renders no flag); a ``host_kv_cache`` (mechanism ``hicache``) is
+  ``--enable-hierarchical-cache --hicache-size SIZE_GB`` (whole GB of 1e9 B: SGLang sizes the
+  host pool as ``int(size · 1e9 // bytes per token)`` and refuses to start when it is not
+  larger than the device pool). ``--hicache-ratio`` is never rendered (the size overrides it)
+  and, like the other two, is refused in ``engine_args``; the write policy, I/O backend and
+  layout stay SGLang's defaults unless ``engine_args`` set them;
 - LoRA adapters (:data:`LORA_FLAGS`): a pool with ``adapters`` gets ``--enable-lora``,
   ``--lora-paths NAME=PATH ...`` for each adapter with a ``path`` (the documented
   ``<NAME>=<PATH>`` form) and ``--max-lora-rank R`` when an adapter declares its rank (R the
@@ -87,12 +99,18 @@ DOCUMENTED: Mapping[str, str] = MappingProxyType({
     "--speculative-num-draft-tokens": "Speculative decoding: draft tokens verified per step",
     "--speculative-ngram-max-bfs-breadth": "Ngram speculative decoding: maximum BFS breadth",
     "--disable-radix-cache": "Optimization/debug options: disable RadixAttention prefix caching",
+    "--enable-cache-report": "Logging: report cached prompt tokens in usage "
+                             "(prompt_tokens_details.cached_tokens)",
     "--disaggregation-mode": "PD disaggregation: prefill or decode (unset: not disaggregated)",
     "--disaggregation-transfer-backend": "PD disaggregation: mooncake, nixl, ascend or fake",
     "--disaggregation-bootstrap-port": "PD disaggregation: bootstrap server port (prefill)",
     "--enable-lora": "LoRA: enable LoRA support (implied by --lora-paths)",
     "--lora-paths": "LoRA: adapters to load, each PATH, NAME=PATH or a JSON object",
     "--max-lora-rank": "LoRA: the largest LoRA rank supported (else inferred from --lora-paths)",
+    "--kv-cache-dtype": "Quantization and data type: KV cache dtype (auto, fp8_e5m2, fp8_e4m3)",
+    "--enable-hierarchical-cache": "Hierarchical cache: enable the host-memory KV tier",
+    "--hicache-size": "Hierarchical cache: host KV pool in GB; overrides --hicache-ratio",
+    "--hicache-ratio": "Hierarchical cache: host KV pool size ÷ device pool size (default 2.0)",
 })  # fmt: skip
 """SGLang's documented server arguments this module relies on → where the docs describe them."""
 
@@ -106,6 +124,7 @@ FLAGS: Mapping[str, str] = MappingProxyType({
     "metrics": "--enable-metrics",
     "api_key": "--api-key",
     "radix_off": "--disable-radix-cache",
+    "cache_report": "--enable-cache-report",
     "chunk_tokens": "--chunked-prefill-size",
     "spec_algorithm": "--speculative-algorithm",
     "spec_draft_model": "--speculative-draft-model-path",
@@ -116,8 +135,22 @@ FLAGS: Mapping[str, str] = MappingProxyType({
     "pd_mode": "--disaggregation-mode",
     "pd_backend": "--disaggregation-transfer-backend",
     "pd_bootstrap_port": "--disaggregation-bootstrap-port",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "hicache_on": "--enable-hierarchical-cache",
+    "hicache_size": "--hicache-size",
+    "hicache_ratio": "--hicache-ratio",
 })  # fmt: skip
 """Lever or setting → SGLang flag; every value is in :data:`DOCUMENTED`."""
+
+KV_CACHE_DTYPES: Mapping[str, str | None] = MappingProxyType({
+    "auto": None, "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+})  # fmt: skip
+"""Fleet-file ``kv_cache_dtype`` → ``--kv-cache-dtype`` (None: no flag, SGLang's ``auto``)."""
+
+DOCUMENTED_KV_CACHE_DTYPES: frozenset[str] = frozenset({
+    "auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1",
+})  # fmt: skip
+"""The documented choices of ``--kv-cache-dtype`` (server_args.py)."""
 
 LORA_FLAGS: Mapping[str, str] = MappingProxyType({
     "lora_on": "--enable-lora",
@@ -219,12 +252,24 @@ def lora_args(pool: Pool) -> list[Arg]:
 def lever_args(pool: Pool) -> list[Arg]:
     """The flags that set the pool's levers, each lever explicitly on or off."""
     levers = pool.levers
-    args: list[Arg] = [] if levers.prefix_caching else [FLAGS["radix_off"]]
+    # with the radix cache, report cached prompt tokens in usage (the lost-reuse figure)
+    args: list[Arg] = [FLAGS["cache_report"] if levers.prefix_caching else FLAGS["radix_off"]]
     chunked = levers.chunked_prefill
     budget = chunked.token_budget if chunked is not None and chunked.enabled else None
     args += [FLAGS["chunk_tokens"], str(CHUNKED_PREFILL_OFF if budget is None else budget)]
     if levers.speculative is not None:
         args += speculative_args(levers.speculative)
+    return args + capacity_args(pool)
+
+
+def capacity_args(pool: Pool) -> list[Arg]:
+    """The capacity levers' flags: KV dtype and hierarchical cache (module docstring)."""
+    levers = pool.levers
+    dtype = KV_CACHE_DTYPES[levers.kv_cache_dtype]
+    args: list[Arg] = [] if dtype is None else [FLAGS["kv_cache_dtype"], dtype]
+    tier = levers.host_kv_cache
+    if tier is not None:  # the fleet file allows SGLang only hicache, in whole GB
+        args += [FLAGS["hicache_on"], FLAGS["hicache_size"], str(int(tier.size_gb))]
     return args
 
 

@@ -18,6 +18,17 @@ Rules:
   prompt and the output so far);
 - ``--served-model-name`` lists every name of the pool's ``models``; vLLM answers to each and
   reports the first one in responses and metric labels;
+- capacity levers (vLLM 0.32 ``vllm/config/cache.py`` ``CacheConfig``, ``vllm/config/vllm.py``
+  ``_post_init_kv_transfer_config``): an 8-bit ``kv_cache_dtype`` is ``--kv-cache-dtype`` with
+  the same name (vLLM takes ``fp8`` = ``fp8_e4m3``, and ``fp8_e5m2``; ``auto`` renders no
+  flag); a ``host_kv_cache`` is ``--kv-offloading-size GIB --kv-offloading-backend
+  native|lmcache``. The size is in GiB (vLLM multiplies it by 2**30: ``cpu_bytes_to_use``),
+  so the fleet file's ``size_gb`` [1e9 B] is written as size_gb · 1e9 / 2**30. ``native`` is
+  vLLM's own CPU offloading (the ``OffloadingConnector``, LRU); ``lmcache`` starts the
+  ``LMCacheMPConnector``, whose capacity is the separate LMCache server's own setting (vLLM does
+  not pass the size on), which this module does not launch. Either way vLLM installs the
+  connector as its ``--kv-transfer-config``, replacing a prefill or decode pool's NIXL
+  connector: a P/D pool with a host tier is refused;
 - a prefill or decode pool (P/D disaggregation) gets ``--kv-transfer-config`` with the NIXL
   connector in role ``kv_both`` (:data:`KV_TRANSFER`): the connector whose
   ``kv_transfer_params`` hand-off ridge drives (:mod:`backends.pd_client`);
@@ -57,7 +68,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from backends.fleet_file import Pool, Role, Speculative, load_fleet
+from backends.fleet_file import HostKvCache, Pool, Role, Speculative, load_fleet
 from backends.launch_args import (
     Arg,
     Launcher,
@@ -70,6 +81,7 @@ from backends.launch_args import (
 )
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+GIB = float(1 << 30)  # bytes per GiB, the unit of --kv-offloading-size
 DEFAULT_PORT = 8000  # vLLM's own --port default
 
 FLAGS: Mapping[str, str] = MappingProxyType(
@@ -83,12 +95,16 @@ FLAGS: Mapping[str, str] = MappingProxyType(
         "enforce_eager": "--enforce-eager",
         "prefix_caching_on": "--enable-prefix-caching",
         "prefix_caching_off": "--no-enable-prefix-caching",
+        "cache_report": "--enable-prompt-tokens-details",
         "chunked_prefill_on": "--enable-chunked-prefill",
         "chunked_prefill_off": "--no-enable-chunked-prefill",
         "chunk_tokens": "--max-num-batched-tokens",
         "speculative": "--speculative-config",
         "kv_transfer": "--kv-transfer-config",
         "api_key": "--api-key",
+        "kv_cache_dtype": "--kv-cache-dtype",
+        "host_kv_size": "--kv-offloading-size",
+        "host_kv_backend": "--kv-offloading-backend",
     }
 )
 """Lever or setting → vLLM flag (vLLM 0.32 ``python -m vllm.entrypoints.openai.api_server``)."""
@@ -209,6 +225,8 @@ def lever_args(pool: Pool) -> list[Arg]:
     args: list[Arg] = [
         FLAGS["prefix_caching_on" if levers.prefix_caching else "prefix_caching_off"]
     ]
+    if levers.prefix_caching:  # usage.prompt_tokens_details.cached_tokens: the lost-reuse figure
+        args.append(FLAGS["cache_report"])
     if levers.chunked_prefill is not None and levers.chunked_prefill.enabled:
         budget = str(levers.chunked_prefill.token_budget)
         args += [FLAGS["chunked_prefill_on"], FLAGS["chunk_tokens"], budget]
@@ -216,7 +234,29 @@ def lever_args(pool: Pool) -> list[Arg]:
         args.append(FLAGS["chunked_prefill_off"])
     if levers.speculative is not None:
         args += [FLAGS["speculative"], json.dumps(speculative_config(levers.speculative))]
-    return args
+    return args + capacity_args(pool)
+
+
+def capacity_args(pool: Pool) -> list[Arg]:
+    """The capacity levers' flags: KV dtype and host tier (module docstring); none when off."""
+    levers = pool.levers
+    args: list[Arg] = []
+    if levers.kv_cache_dtype != "auto":
+        args += [FLAGS["kv_cache_dtype"], levers.kv_cache_dtype]
+    tier, mechanism = levers.host_kv_cache, pool.host_kv_mechanism()
+    if tier is None or mechanism is None:
+        return args
+    if pool.role is not Role.MIXED:
+        raise LaunchError(f"pool {pool.name!r}: vLLM's KV offloading installs its own KV "
+                          "connector, replacing the NIXL one a prefill or decode pool needs; "
+                          "give the host tier to a mixed pool")
+    return args + [FLAGS["host_kv_size"], offloading_gib(tier),
+                   FLAGS["host_kv_backend"], mechanism]
+
+
+def offloading_gib(tier: HostKvCache) -> str:
+    """``--kv-offloading-size`` [GiB] = size_gb · 1e9 / 2**30, exactly as a float."""
+    return repr(tier.size_bytes / GIB)
 
 
 def pd_args(pool: Pool) -> list[Arg]:

@@ -34,6 +34,7 @@ from backends.client import BackendClient, Timeouts
 from backends.fleet_file import Fleet
 from backends.http1_client import Http1Client
 from backends.httpx_client import HttpxClient
+from backends.kv_capacity import engine_kv_tokens
 from backends.probe import HeadersFor, HttpProbe, MetricsSource
 from backends.prompt_tokenizers import fleet_tokenizers
 from backends.registry import BreakerConfig, EndpointRegistry, Poller
@@ -61,14 +62,16 @@ from gateway.services import Gateway
 from gateway.settings import AdmissionSettings, Settings, StateSettings, UpstreamSettings
 from gateway.shutdown import Lifecycle
 from gateway.slos import slo_policy
+from gateway.state_gauges import StateGauges
 from gateway.telemetry import Telemetry
 from gateway.trace import build_recorder
 from gateway.worker_metrics import serve_own_page
 from gateway.worker_state import WorkerContext, WorkerState
 from routing.admission import CapacityConfig
 from routing.features import FeatureConfig, FeatureExtractor
-from routing.memory_state import MemoryState, StateLimits
+from routing.memory_state import MemoryState, StateLimits, StateSizes
 from routing.policy import LeverPolicy
+from routing.prefix_index import BYTES_PER_ENTRY, entries_to_remember
 from routing.router import Router
 from routing.scheduler.catalog import build_scheduler
 from routing.snapshots import PoolSnapshot
@@ -276,9 +279,11 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
         settings.registry.breaker_max_open_s), drain_timeout_s=settings.registry.drain_timeout_s)
     telemetry = Telemetry(parts.metrics, frozenset(
         m for p in fleet.pools for m in (*p.models, *p.adapter_names())))
-    state = await build_state(settings, telemetry, parts.worker)
+    state = await build_state(settings, telemetry, fleet, parts.worker)
     telemetry.bind_fleet(fleet, registry.snapshot, state)
     telemetry.registry.register(CircuitGauges(registry))
+    telemetry.registry.register(StateGauges(state_limits(settings.state, fleet).max_prefix_entries,
+                                            state_sizes(state)))
     client = parts.client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
@@ -360,23 +365,60 @@ def build_access(settings: Settings, fleet: Fleet, state: RouterState,
                   settings.request_timeout_s)
 
 
-def state_limits(state: StateSettings) -> StateLimits:
+def state_sizes(state: RouterState) -> Callable[[], StateSizes] | None:
+    """How to read the sizes of this process's index: a memory state's, a worker's replica's;
+    None for a Redis state (its index is in Redis)."""
+    if isinstance(state, MemoryState):
+        return state.sizes
+    if isinstance(state, WorkerState):
+        return state.local.sizes
+    return None
+
+
+FALLBACK_PREFIX_ENTRIES = 500_000
+"""The prefix index's cap when the fleet file does not give every engine's KV capacity."""
+MIN_PREFIX_ENTRIES = 10_000
+"""The smallest derived cap (a tiny fleet still keeps its recent prompts)."""
+
+
+def prefix_index_entries(state: StateSettings, fleet: Fleet) -> int:
+    """The prefix index's cap: ``state.max_prefix_entries`` when set, else enough entries for
+    every block the fleet's engines can hold (:func:`routing.prefix_index.entries_to_remember`
+    over every endpoint's :func:`backends.kv_capacity.engine_kv_tokens`, in the fleet's router
+    blocks), at least :data:`FALLBACK_PREFIX_ENTRIES` when an endpoint's capacity is unknown,
+    and at most ``state.prefix_index_max_bytes`` of memory."""
+    if state.max_prefix_entries is not None:
+        return state.max_prefix_entries
+    capacities = [engine_kv_tokens(p) for p in fleet.pools for _ in p.endpoints]
+    known = [c for c in capacities if c is not None]
+    entries = entries_to_remember(known, fleet.routing.features.block_tokens)
+    if len(known) < len(capacities):
+        entries = max(entries, FALLBACK_PREFIX_ENTRIES)
+    return max(MIN_PREFIX_ENTRIES, min(entries, state.prefix_index_max_bytes // BYTES_PER_ENTRY))
+
+
+def state_limits(state: StateSettings, fleet: Fleet) -> StateLimits:
     return StateLimits(
-        max_prefix_entries=state.max_prefix_entries, prefix_max_age_s=state.prefix_max_age_s,
+        max_prefix_entries=prefix_index_entries(state, fleet),
+        prefix_max_age_s=state.prefix_max_age_s,
         max_sessions=state.max_sessions, session_max_age_s=state.session_max_age_s,
         reservation_ttl_s=state.reservation_ttl_s, max_reservations=state.max_reservations,
         window_requests=state.window_requests, max_models=state.max_models,
     )
 
 
-async def build_state(settings: Settings, telemetry: Telemetry,
+async def build_state(settings: Settings, telemetry: Telemetry, fleet: Fleet,
                       worker: WorkerContext | None = None) -> RouterState:
     """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside), Redis checked
     once (:meth:`RedisState.start`); else, in a worker of ``ridge serve --workers``, the
     workers' shared :class:`WorkerState`; else memory. Raises
     :class:`~gateway.redis_state.RedisUnavailable` when Redis fails that check and
     ``state.redis_required`` is set."""
-    limits = state_limits(settings.state)
+    limits = state_limits(settings.state, fleet)
+    entries = limits.max_prefix_entries
+    log.info("prefix index: up to %d (block, endpoint) entries, ~%.0f MB%s", entries,
+             entries * BYTES_PER_ENTRY / 1e6, "" if settings.state.max_prefix_entries else
+             " (derived from the fleet's KV capacity)")
     if settings.redis_url is None:
         if worker is not None:
             return WorkerState(worker.region, worker.index, limits)

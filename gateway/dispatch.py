@@ -146,6 +146,16 @@ class Dispatched:
         best = max(self.view.matched_blocks.values(), default=0)
         return self.features.matched_tokens(best)
 
+    @property
+    def predicted_tokens(self) -> int | None:
+        """Prompt tokens the prefix index said the chosen endpoint held when the request was
+        placed (tokens): the reuse the router counted on there. None for a prefill/decode
+        pair (the engine's cached count is not one endpoint's)."""
+        if self.plan.prefill is not None:
+            return None
+        blocks = self.view.matched_blocks.get(self.plan.endpoint.url, 0)
+        return self.features.matched_tokens(blocks)
+
 
 @dataclass
 class Attempts:

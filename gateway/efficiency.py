@@ -36,6 +36,9 @@ source} (so PromQL can take its own ``rate()``), and the facts
 work it did, rejected speculative drafts and recomputation after preemption included, so on
 speculative pools the engine's figure is the higher one.
 
+:func:`pool_utilisation` gives ridge's own pool MFU/MBU straight from a ledger (the binding-wall
+diagnosis reads it, :mod:`gateway.walls`); :func:`pool_ratios` is the one Σ achieved ÷ Σ peak.
+
 A pool without model or hardware facts in the fleet file (:mod:`backends.fleet_file`) has no
 MFU/MBU from either source, nor fact gauges: :func:`endpoint_facts` leaves its endpoints out and
 logs one line per such pool, naming it and what it lacks.
@@ -351,7 +354,8 @@ def _endpoint_families(readings: Iterable[Reading]) -> Iterator[Metric]:
     yield from (mfu, mbu, flops, read, write)
 
 
-def _pool_families(readings: Iterable[Reading]) -> Iterator[Metric]:
+def pool_ratios(readings: Iterable[Reading]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(pool, source) → (MFU, MBU) = Σ achieved ÷ Σ peak over the pool's readings."""
     achieved: dict[tuple[str, str], Totals] = {}
     peaks: dict[tuple[str, str], tuple[float, float]] = {}
     for r in readings:
@@ -359,13 +363,30 @@ def _pool_families(readings: Iterable[Reading]) -> Iterator[Metric]:
         achieved[key] = achieved.get(key, Totals()).plus(r.rates)
         flops, bandwidth = peaks.get(key, (0.0, 0.0))
         peaks[key] = (flops + r.facts.rates.peak_flops, bandwidth + r.facts.rates.mem_bandwidth)
+    return {key: (utilisation(rates.flops, peaks[key][0]),
+                  utilisation(rates.read + rates.write, peaks[key][1]))
+            for key, rates in achieved.items()}
+
+
+def pool_utilisation(ledger: TokenLedger, now: float | None = None
+                     ) -> dict[str, tuple[float, float]]:
+    """Per pool, ridge's own (MFU, MBU) over the ledger's window ending ``now`` (default: the
+    ledger's clock), from the first request priced on (:func:`pool_ratios`)."""
+    now = ledger.now() if now is None else now
+    since = now if ledger.began is None else ledger.began
+    readings = [Reading(f, RIDGE, ledger.rates(url, now, since), ledger.totals(url))
+                for url, f in ledger.facts.items()]
+    return {pool: ratios for (pool, _), ratios in pool_ratios(readings).items()}
+
+
+def _pool_families(readings: Iterable[Reading]) -> Iterator[Metric]:
     mfu = GaugeMetricFamily("ridge_pool_mfu_ratio", "Pool MFU: Σ achieved FLOP/s ÷ Σ peak over "
                             "the pool's endpoints", labels=("pool", "source"))
     mbu = GaugeMetricFamily("ridge_pool_mbu_ratio", "Pool MBU: Σ achieved bytes/s ÷ Σ memory "
                             "bandwidth over the pool's endpoints", labels=("pool", "source"))
-    for key, rates in sorted(achieved.items()):
-        mfu.add_metric(list(key), utilisation(rates.flops, peaks[key][0]))
-        mbu.add_metric(list(key), utilisation(rates.read + rates.write, peaks[key][1]))
+    for key, (pool_mfu, pool_mbu) in sorted(pool_ratios(readings).items()):
+        mfu.add_metric(list(key), pool_mfu)
+        mbu.add_metric(list(key), pool_mbu)
     yield from (mfu, mbu)
 
 

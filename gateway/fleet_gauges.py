@@ -10,7 +10,8 @@ From the endpoint registry's snapshot (engine figures normalised across engines,
   ``ridge_engine_kv_cache_usage_ratio`` (0–1), and the counters
   ``ridge_engine_prefix_cache_queries_total`` / ``ridge_engine_prefix_cache_hits_total``
   (prompt tokens looked up / found in the engine's prefix cache; their rates' ratio is the
-  engine's cache hit rate). A figure the engine does not export is left out.
+  engine's cache hit rate) and ``ridge_engine_preemptions_total`` (requests preempted for want
+  of KV cache). A figure the engine does not export is left out.
 
 From the registry itself: ``ridge_endpoint_circuit_open`` {pool, endpoint} (1 while the
 endpoint's circuit breaker is open or half-open) and ``ridge_lever_mismatch`` {pool, endpoint,
@@ -36,7 +37,7 @@ Model names from clients are not labels: only configured models (and ``*``) are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -59,6 +60,8 @@ class StateReadout(Protocol):
 
     def in_flight(self) -> InFlight: ...
 
+    def held_blocks(self) -> Mapping[str, int]: ...
+
 _EP = ("pool", "endpoint")
 _ENGINE_GAUGES = (
     ("ridge_engine_requests_running", "Requests in the engine's running batch", "running"),
@@ -71,6 +74,8 @@ _ENGINE_COUNTERS = (
      "prefix_cache_queries_total"),
     ("ridge_engine_prefix_cache_hits", "Prompt tokens found in the engine's prefix cache",
      "prefix_cache_hits_total"),
+    ("ridge_engine_preemptions", "Requests the engine preempted (SGLang: retracted) for want "
+     "of KV cache", "preemptions_total"),
 )
 
 

@@ -319,6 +319,7 @@ class Proxy:
             max_tokens=parsed.max_tokens if parsed else None,
             slo_class=call.slo_class,
             ttfb_s=call.ttfb_s,
+            predicted_cached_tokens=sent.predicted_tokens if sent else None,
         )
 
 

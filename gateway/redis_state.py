@@ -426,6 +426,11 @@ class RedisState:
         """This gateway's own reservations (mirrored locally)."""
         return self._local.in_flight()
 
+    def held_blocks(self) -> Mapping[str, int]:
+        """The prompt blocks per endpoint of this gateway's local prefix index (its own
+        traffic's share; the shared index's is not read at scrape time)."""
+        return self._local.held_blocks()
+
     def measures(self) -> WorkloadMeasures:
         """This gateway's window measures; in-flight counts: the last shared ones seen."""
         local = self._local.measures()

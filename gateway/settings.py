@@ -86,7 +86,15 @@ class StateSettings(BaseModel):
     """The router state's bounds (:class:`routing.memory_state.StateLimits`, same names) and
     the shared (Redis) state's connection. Sizes are entries; times in seconds."""
 
-    max_prefix_entries: int = Field(default=500_000, gt=0)
+    max_prefix_entries: int | None = Field(
+        default=None, gt=0, description="the prefix index's cap [(block, endpoint) entries]; "
+        "unset: enough to remember every block the fleet's engines can hold (from the pools' "
+        "model and hardware facts), within prefix_index_max_bytes"
+    )
+    prefix_index_max_bytes: int = Field(
+        default=1 << 30, gt=0, description="[B] the memory the derived prefix index cap may "
+        "take (routing.prefix_index.BYTES_PER_ENTRY per entry)"
+    )
     prefix_max_age_s: float = Field(default=600.0, gt=0)
     max_sessions: int = Field(default=100_000, gt=0)
     session_max_age_s: float = Field(default=1800.0, gt=0)

@@ -28,11 +28,21 @@ Per finished request (:meth:`Telemetry.record`; a request that ran no model, suc
   had unnamed, counted in ``ridge_slo_class_unknown_requests_total`` {model} and logged once
   per (model, class) (:class:`UnknownClasses`);
 - its work priced for MFU/MBU by the :class:`~gateway.efficiency.TokenLedger` (once bound to a
-  fleet, see :meth:`Telemetry.bind_fleet`).
+  fleet, see :meth:`Telemetry.bind_fleet`);
+- the reuse the router counted on and the engine threw away, when the engine reports its cached
+  prompt tokens (:func:`routing.binding_wall.lost_tokens`): ``ridge_prefix_predicted_tokens_total``
+  {pool} (prompt tokens the prefix index said the chosen endpoint held when the request was
+  placed, at most P − 1) and ``ridge_prefix_lost_tokens_total`` {pool} (of those, the tokens
+  the engine did not serve from its cache: max(0, predicted − cached)). Two increments of
+  pre-bound children; no series for a pool whose engines do not report cached tokens.
 
 Per route decision (:meth:`Telemetry.route`): ``ridge_route_decisions_total`` {pool, lever,
 reason}, and ``ridge_scheduler_plugin_duration_seconds`` {plugin}: how long each scheduler
 plugin instance that ran took (label: its configured name, a bounded set).
+
+Once bound to a fleet, at scrape time (:mod:`gateway.walls`): the pools' KV demand against
+capacity and the wall that binds each (``ridge_pool_binding_wall`` {pool, wall}), from these
+counters over a window, the MFU/MBU accounting and the router state.
 
 Admission control (:mod:`gateway.admission`): ``ridge_admission_rejected_total`` {pool, reason}
 (``reason`` one of :data:`gateway.admission.REASONS`), ``ridge_admission_queue_depth`` {pool}
@@ -56,7 +66,9 @@ from backends.fleet_file import Fleet
 from gateway.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
 from gateway.fleet_gauges import FleetGauges, StateReadout
 from gateway.slos import SloPolicy, slo_policy
-from routing.fleet_math import Measured, RequestTokens, evaluate
+from gateway.walls import PoolCounts, PoolWalls
+from routing.binding_wall import lost_tokens
+from routing.fleet_math import TPOT, Measured, RequestTokens, evaluate
 from routing.router import RoutePlan
 
 # Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
@@ -132,6 +144,9 @@ class RequestRecord:
     slo_class: str | None = None
     ttfb_s: float | None = None
     """Non-streamed answers: from arrival until the engine's response headers, seconds."""
+    predicted_cached_tokens: int | None = None
+    """Prompt tokens the router's prefix index said ``endpoint`` held when it placed the
+    request (None: not known, or a prefill/decode pair)."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -162,10 +177,12 @@ class Telemetry:
         self.slos = SloPolicy()
         self.ledger: TokenLedger | None = None
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
-        self._collectors: tuple[EfficiencyCollector, FleetGauges] | None = None
+        self._reuse_children: dict[str, tuple[Any, Any]] = {}
+        self._collectors: tuple[EfficiencyCollector, FleetGauges, PoolWalls] | None = None
         self._unknown_classes = UnknownClasses()
         self._request_metrics(registry)
         self._token_metrics(registry)
+        self._reuse_metrics(registry)
         self._goodput_metrics(registry)
         self._admission_metrics(registry)
         self.use_slos(slos or SloPolicy())
@@ -235,6 +252,17 @@ class Telemetry:
         self.completion_lengths = Histogram(
             "ridge_request_completion_tokens", "Output length of finished requests (tokens)",
             ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
+        )
+
+    def _reuse_metrics(self, registry: CollectorRegistry) -> None:
+        self.prefix_predicted = Counter(
+            "ridge_prefix_predicted_tokens", "Prompt tokens the router's prefix index said the "
+            "chosen endpoint held when it placed the request (requests whose engine reports "
+            "its cached tokens)", ("pool",), registry=registry,
+        )
+        self.prefix_lost = Counter(
+            "ridge_prefix_lost_tokens", "Of the predicted prompt tokens, those the engine "
+            "recomputed (not in its cache any more: evicted)", ("pool",), registry=registry,
         )
 
     def _goodput_metrics(self, registry: CollectorRegistry) -> None:
@@ -317,10 +345,23 @@ class Telemetry:
         self.ledger = TokenLedger(endpoint_facts(fleet), clock=self._clock)
         efficiency = EfficiencyCollector(self.ledger, snapshot)
         gauges = FleetGauges(snapshot, self._models, state)
-        self.registry.register(efficiency)
-        self.registry.register(gauges)
-        self._collectors = (efficiency, gauges)
+        walls = PoolWalls(snapshot, fleet, self.pool_totals, lambda: self.ledger, state,
+                          clock=self._clock)
+        for collector in (efficiency, gauges, walls):
+            self.registry.register(collector)
+        self._collectors = (efficiency, gauges, walls)
         return efficiency
+
+    def pool_totals(self) -> dict[str, PoolCounts]:
+        """Per pool, the totals the binding-wall rule reads from these counters: predicted and
+        lost prefix tokens, prompt, cached and completion tokens, SLO-evaluated requests and
+        TPOT violations (read from the metrics' samples: a scrape's work)."""
+        sums = [_by_pool(self.prefix_predicted), _by_pool(self.prefix_lost),
+                _by_pool(self.prompt_tokens), _by_pool(self.cached_tokens),
+                _by_pool(self.completion_tokens), _by_pool(self.slo_evaluated),
+                _by_pool(self.slo_violations, slo=TPOT)]
+        pools = set().union(*sums) - {NO_POOL}
+        return {pool: PoolCounts(*(s.get(pool, 0.0) for s in sums)) for pool in pools}
 
     def child(self, metric: MetricWrapperBase, *values: str) -> Any:
         """``metric.labels(*values)``, bound once and kept (label values are bounded sets):
@@ -386,6 +427,22 @@ class Telemetry:
             self.child(self.completion_lengths, model, rec.pool).observe(rec.completion_tokens)
         if rec.cached_tokens is not None:
             self.child(self.cached_tokens, *labels).inc(rec.cached_tokens)
+            if rec.predicted_cached_tokens is not None:
+                self._reuse(rec.pool, rec.predicted_cached_tokens, rec.cached_tokens,
+                            rec.prompt_tokens)
+
+    def _reuse(self, pool: str, predicted: int, cached: int, prompt: int | None) -> None:
+        """Count one request's predicted and lost prefix tokens (one look-up of the pool's two
+        bound counters)."""
+        bound = self._reuse_children.get(pool)
+        if bound is None:
+            bound = self._reuse_children[pool] = (self.prefix_predicted.labels(pool),
+                                                  self.prefix_lost.labels(pool))
+        predicted, lost = lost_tokens(predicted, cached, prompt)
+        if predicted:  # the series exist from their first look-up, at 0
+            bound[0].inc(predicted)
+            if lost:
+                bound[1].inc(lost)
 
     def _goodput(self, rec: RequestRecord, model: str, lever: str) -> None:
         slo_class, bounds = self.slos.bounds_for(rec.model, rec.max_tokens, rec.slo_class)
@@ -401,3 +458,17 @@ class Telemetry:
             self.child(self.goodput, *labels).inc()
         for slo in verdict.violated:
             self.child(self.slo_violations, *labels, slo).inc()
+
+
+def _by_pool(metric: MetricWrapperBase, **only: str) -> dict[str, float]:
+    """A counter's ``_total`` samples summed by their ``pool`` label, over those whose labels
+    match ``only``."""
+    out: dict[str, float] = {}
+    for family in metric.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name.endswith("_total") and all(labels.get(k) == v
+                                                      for k, v in only.items()):
+                pool = labels["pool"]
+                out[pool] = out.get(pool, 0.0) + sample.value
+    return out

@@ -42,7 +42,7 @@ import os
 import struct
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -179,6 +179,10 @@ class WorkerState:
     def in_flight(self) -> InFlight:
         """This worker's own reservations."""
         return self._local.in_flight()
+
+    def held_blocks(self) -> Mapping[str, int]:
+        """The prompt blocks per endpoint of the replicated prefix index."""
+        return self._local.held_blocks()
 
     def measures(self) -> WorkloadMeasures:
         """The (replicated) workload windows; in-flight: every worker's, summed."""

@@ -316,6 +316,11 @@ class MemoryState:
         return WorkloadMeasures(window=self._windows.size, overall=self._windows.overall(),
                                 by_model=self._windows.by_model(), in_flight=self.in_flight())
 
+    def held_blocks(self) -> dict[str, int]:
+        """Per endpoint URL, the distinct prompt blocks the prefix index holds for it (counted
+        as cached now). O(entries): for scrape-time gauges."""
+        return self._prefix.held_blocks()
+
     def sizes(self) -> StateSizes:
         return StateSizes(prefix_entries=len(self._prefix), sessions=len(self._sessions),
                           reservations=len(self._in_flight), models=self._windows.models())

@@ -33,14 +33,26 @@ The default table (:data:`DEFAULT_RULES`), in order:
   work, so a cached prefix saves little of it while speculation speeds up the rest — and the
   prefix rule also fires on the model-wide prefix share f, which says nothing about a short
   unique chat prompt arriving among agent traffic.
-``prefix`` — shared prefixes. Fires when the model's prefix share f ≥ ``high_prefix_share``
-  or the longest match on an endpoint of a prefix-caching pool is ≥ ``long_match_blocks`` or
-  ≥ ``long_match_fraction`` of the prompt's blocks. Pools: mixed pools with prefix caching,
-  cheapest first: the pool whose best endpoint has the lowest cache cost, max(uncached
-  prompt tokens there, 1) × (load + 1) (:func:`routing.cache_cost.cache_cost`, the replica
-  scorer's own measure) — the pool holding the longest match, unless its replicas are so busy
-  that recomputing the prompt on an idler pool is cheaper. Reason ``long_match`` (the match
-  test held) or ``high_prefix_share``; detail ``f=0.82,match=14/16``.
+``prefix`` — shared prefixes, on the request's own evidence first. Fires on the first of:
+  ``long_match`` — the longest match on an endpoint of a prefix-caching pool is ≥
+  ``long_match_blocks`` or ≥ ``long_match_fraction`` of the prompt's blocks; pools: every mixed
+  pool with prefix caching, cheapest first: the pool whose best endpoint has the lowest cache
+  cost, max(uncached prompt tokens there, 1) × (load + 1) (:func:`routing.cache_cost.cache_cost`,
+  the replica scorer's own measure) — the pool holding the longest match, unless its replicas
+  are so busy that recomputing the prompt on an idler pool is cheaper.
+  ``session_follow_up`` — no long match, but the request's session last ran on an endpoint
+  (that caches prefixes) of a prefix-caching pool serving the model: its history is probably
+  still there, even where the prefix index has forgotten it. Pools: that pool, then the
+  general prefix-caching pools (without speculative decoding) cheapest first.
+  ``high_prefix_share`` — neither, but the model's prefix share f ≥ ``high_prefix_share``: the
+  workload shares prefixes, so a request that brings nothing of its own seeds a cache its
+  follow-ups will hit. Pools: the general prefix-caching pools only, cheapest first — f is
+  other requests' evidence, and speculation slows ordinary work, so a speculative pool never
+  takes a request on f alone (a model whose prefix-caching pools all speculate gets no
+  target here: the next rule places it).
+  Detail ``f=0.82,match=14/16`` (the model's prefix share, the longest match in the chosen
+  pool / the prompt's blocks; ``match=0/N`` says nothing is cached), plus
+  ``,session=POOL`` for a session follow-up.
 ``default`` — everything else. Pools: the general pools — mixed pools without speculative
   decoding (speculation slows ordinary traffic at load; prefix caching and chunked prefill do
   not hurt it) — least loaded first; if the model has no general pool, every mixed pool
@@ -70,7 +82,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from routing.cache_cost import best_match, cache_costs, uncached_tokens
 from routing.decision import (
@@ -84,6 +96,7 @@ from routing.decision import (
     LOW_LOAD_DECODE_HEAVY,
     NO_LEVER,
     ONLY_POOL,
+    SESSION_FOLLOW_UP,
     RouteDecision,
     fallback_reason,
 )
@@ -121,11 +134,15 @@ class PolicyConfig:
 
 @dataclass(frozen=True, slots=True)
 class PolicyInput:
-    """What the policy decides over: the request, every pool, and the router state's view."""
+    """What the policy decides over: the request, every pool, and the router state's view.
+    ``memo``: measures the rules share within one decision, with the configuration they were
+    computed under (computed once, on first use)."""
 
     features: RequestFeatures
     pools: tuple[PoolSnapshot, ...]
     view: StateView
+    memo: dict[str, tuple[PolicyConfig, str | None]] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,20 +291,59 @@ def _cheapest(inp: PolicyInput, pool: PoolSnapshot) -> float:
     return min(cache_costs(healthy, inp.features, inp.view).values(), default=math.inf)
 
 
+def _session_pool(inp: PolicyInput) -> PoolSnapshot | None:
+    """The prefix-caching pool serving the model whose caching endpoint the request's session
+    last used (None without a session, or when that endpoint is elsewhere)."""
+    url = inp.view.session_endpoint
+    if url is None or inp.features.session is None:
+        return None
+    for pool in _serving(inp, MIXED, PREFIX_CACHE):
+        if url not in pool.lacking.get(PREFIX_CACHE, ()) and any(
+                e.url == url for e in pool.endpoints):
+            return pool
+    return None
+
+
+def _prefix_evidence(inp: PolicyInput, cfg: PolicyConfig) -> str | None:
+    """The prefix rule's reason: the strongest evidence the request brings (module docstring);
+    computed once per decision."""
+    known = inp.memo.get("prefix")
+    if known is not None and known[0] is cfg:
+        return known[1]
+    evidence = (LONG_MATCH if _long_match(inp, cfg)
+                else SESSION_FOLLOW_UP if _session_pool(inp) is not None
+                else HIGH_PREFIX_SHARE if _high_share(inp, cfg) else None)
+    inp.memo["prefix"] = (cfg, evidence)
+    return evidence
+
+
+def _by_cost(inp: PolicyInput, pools: Sequence[PoolSnapshot]) -> list[PoolSnapshot]:
+    return sorted(pools, key=lambda p: _cheapest(inp, p))  # stable: ties keep fleet order
+
+
 def _prefix_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    evidence = _prefix_evidence(inp, cfg)
     pools = _serving(inp, MIXED, PREFIX_CACHE)
-    pools.sort(key=lambda p: _cheapest(inp, p))
-    return tuple(Target(p, PREFIX_CACHE) for p in pools)
+    if evidence == LONG_MATCH:
+        return tuple(Target(p, PREFIX_CACHE) for p in _by_cost(inp, pools))
+    general = _by_cost(inp, [p for p in pools if SPECULATIVE not in p.offered])
+    home = _session_pool(inp) if evidence == SESSION_FOLLOW_UP else None
+    ordered = [home, *(p for p in general if p is not home)] if home is not None else general
+    return tuple(Target(p, PREFIX_CACHE) for p in ordered)
 
 
 def _prefix_reason(inp: PolicyInput, cfg: PolicyConfig) -> str:
-    return LONG_MATCH if _long_match(inp, cfg) else HIGH_PREFIX_SHARE
+    return _prefix_evidence(inp, cfg) or HIGH_PREFIX_SHARE
 
 
 def _prefix_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
     share = inp.view.prefix_share
     f = "na" if share is None else f"{share:.2f}"
-    return f"f={f},match={_prefix_match(inp, t.pool)}/{len(inp.features.block_hashes)}"
+    detail = f"f={f},match={_prefix_match(inp, t.pool)}/{len(inp.features.block_hashes)}"
+    if _prefix_evidence(inp, cfg) == SESSION_FOLLOW_UP:
+        home = _session_pool(inp)
+        detail += f",session={home.name if home is not None else 'na'}"
+    return detail
 
 
 def _spec_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
@@ -323,7 +379,7 @@ def _load_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("pd", PD_DISAGGREGATION, _pd_when, _pd_targets,
          lambda i, c: LONG_UNCACHED_UNDER_LOAD, _pd_detail),
-    Rule("prefix", PREFIX_CACHE, lambda i, c: _high_share(i, c) or _long_match(i, c),
+    Rule("prefix", PREFIX_CACHE, lambda i, c: _prefix_evidence(i, c) is not None,
          _prefix_targets, _prefix_reason, _prefix_detail),
     Rule("spec", SPECULATIVE, _spec_when, _spec_targets,
          lambda i, c: LOW_LOAD_DECODE_HEAVY, _spec_detail,

@@ -26,7 +26,10 @@ PREFIX_CACHE = "prefix_cache"
 CHUNKED_PREFILL = "chunked_prefill"
 SPECULATIVE = "speculative"
 PD_DISAGGREGATION = "pd_disaggregation"
-LEVERS = frozenset({PREFIX_CACHE, CHUNKED_PREFILL, SPECULATIVE, PD_DISAGGREGATION})
+FP8_KV_CACHE = "fp8_kv_cache"  # capacity: 1-byte KV elements, twice the tokens per byte
+HOST_KV_CACHE = "host_kv_cache"  # capacity: a host-memory tier of the KV cache
+LEVERS = frozenset({PREFIX_CACHE, CHUNKED_PREFILL, SPECULATIVE, PD_DISAGGREGATION,
+                    FP8_KV_CACHE, HOST_KV_CACHE})
 
 # Pool roles, as in the fleet file.
 MIXED = "mixed"

@@ -151,4 +151,9 @@ class RouterState(Protocol):
         """The workload windows and the in-flight counts the router routes by."""
         ...
 
+    def held_blocks(self) -> Mapping[str, int]:
+        """Per endpoint URL, the distinct prompt blocks this process's prefix index holds for
+        it, counted as cached now (for scrape-time gauges: may cost O(entries))."""
+        ...
+
     async def aclose(self) -> None: ...

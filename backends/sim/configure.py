@@ -3,34 +3,54 @@
 * Facts: a pool needs both ``model`` and ``hardware`` facts (a catalogue name or full facts)
   to be simulated; without them :func:`engine_config` raises
   :class:`~backends.fleet_file.FleetConfigError` naming the pool and what it lacks.
-* Device: the pool's ``model`` and ``hardware`` facts, calibrated by a hardware profile
-  (``simulator.profile``, else the profile named by ``hardware.name`` or by another name the
-  catalogue knows that accelerator by (:func:`backends.catalog.accelerator_names`), else a
-  generic GPU, with the catalogue's memory size when the catalogue knows the accelerator): its
-  attention efficiency, KV dtype and overheads (the pool's ``simulator.step_overhead_s`` is added
-  to the profile's per-step overhead).
+* Device: the pool's ``model`` and ``hardware`` facts, calibrated by a hardware profile of
+  :data:`backends.sim.profiles.HARDWARE` (:func:`profile_for`): ``simulator.profile``, else the
+  profile named by ``hardware.name`` or by another name the catalogue knows that accelerator by
+  (:func:`backends.catalog.accelerator_names`; names in any case). Never a silent fall-back: a
+  ``simulator.profile`` that is no profile, or a ``hardware.name`` that names none, raises
+  :class:`~backends.fleet_file.FleetConfigError` at start-up naming the pool, the name and the
+  known profiles; generic GPU overheads are had only by asking, ``simulator.profile:
+  generic-gpu``. The profile gives memory, device kind, attention efficiency, KV dtype and
+  overheads (the pool's ``simulator.step_overhead_s`` is added to the profile's per-step
+  overhead).
 * KV cache [B]: ``hardware.kv_cache_bytes``, else the profile's, else the engine's share of device
   memory minus the weights: ``memory_fraction · memory_bytes − N · dtype_bytes`` (vLLM's
   ``gpu_memory_utilization`` 0.9, SGLang's ``mem_fraction_static`` ≈ 0.88).
   Blocks = ⌊KV bytes ÷ (KV bytes per token · block size)⌋; fewer than ``max_context`` tokens is
   an error, as it is for vLLM at start-up.
+* Capacity levers: ``levers.kv_cache_dtype`` fp8 makes the KV element 1 byte (else the
+  profile's KV dtype, else the model's ``dtype_bytes``): KV bytes per token halve for a 16-bit
+  model, so the same KV bytes hold twice the blocks, and the decode step's KV-read bytes (and the
+  prefill's KV writes) halve with them; weights and FLOPs do not change. ``levers.host_kv_cache``
+  gives the engine a host tier of ⌊size_gb · 1e9 ÷ (KV bytes per token · block size)⌋ blocks
+  (:func:`backends.sim.kvcache.host_tier_blocks`), reloaded at ``hardware.host_link_bandwidth``
+  [B/s]; SGLang refuses a host pool not larger than its device pool (:data:`HOST_LARGER`).
 * Token budget per step: ``levers.chunked_prefill.token_budget`` when chunked prefill is on, else
   ``max(max_context, engine minimum)`` so a whole prompt fits one step.
-* Speculative decoding: K = ``levers.speculative.num_draft_tokens``,
-  α = ``simulator.acceptance_rate``, c = ``simulator.draft_cost``.
+* Speculative decoding: K = ``levers.speculative.num_draft_tokens``, c = ``simulator.draft_cost``
+  (default 0 for n-gram, whose drafts are a look-up, else :data:`DRAFT_MODEL_COST`).
+  n-gram: drafts looked up in each request's own text with the window ridge renders for the
+  engines (``backends.vllm_launch.NGRAM_LOOKUP``), accepted where they equal the answer
+  (:mod:`backends.sim.ngram`, :mod:`backends.sim.answers`). Other methods: the per-position
+  acceptance ``simulator.acceptance_by_position``, else ``simulator.acceptance_rate`` at every
+  position (:mod:`backends.sim.speculative`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from backends.catalog import ACCELERATORS, accelerator_names
-from backends.fleet_file import FleetConfigError, HardwareFacts, ModelFacts, Pool
+from backends.catalog import accelerator_names
+from backends.fleet_file import Engine, FleetConfigError, HardwareFacts, ModelFacts, Pool
 from backends.sim.behaviour import DIALECTS, Dialect
 from backends.sim.device import Device, Overheads
 from backends.sim.engine import EngineConfig
-from backends.sim.profiles import GENERIC_GPU, HARDWARE, HardwareProfile, hardware_profile
+from backends.sim.kvcache import host_tier_blocks
+from backends.sim.profiles import GENERIC, HARDWARE, HardwareProfile
 from backends.sim.scheduler import SchedulerConfig
+from backends.vllm_launch import NGRAM_LOOKUP
+
+HOST_LARGER: frozenset[Engine] = frozenset({Engine.SGLANG})
+"""Engines whose host KV tier must hold more tokens than the device pool (SGLang's
+``HostKVCache`` asserts it: "The host memory should be larger than the device memory")."""
 
 
 def facts_of(pool: Pool) -> tuple[ModelFacts, HardwareFacts]:
@@ -45,17 +65,27 @@ def facts_of(pool: Pool) -> tuple[ModelFacts, HardwareFacts]:
 
 
 def profile_for(pool: Pool) -> HardwareProfile:
-    """The calibration profile of ``pool`` (see the module docstring)."""
+    """The calibration profile of ``pool``; FleetConfigError for a name that is no profile (see
+    the module docstring)."""
+    known = ", ".join(sorted(HARDWARE))
     if pool.simulator.profile is not None:
-        return hardware_profile(pool.simulator.profile)
+        asked = pool.simulator.profile
+        if asked.strip().lower() in HARDWARE:
+            return HARDWARE[asked.strip().lower()]
+        raise FleetConfigError(
+            f"pool {pool.name!r}: simulator.profile {asked!r} is not a hardware profile of the "
+            f"simulator; known profiles: {known}"
+        )
     name = facts_of(pool)[1].name
-    catalogued = accelerator_names(name)  # () when the catalogue does not know it
-    for known in (name, *catalogued):
-        if known in HARDWARE:
-            return HARDWARE[known]
-    if catalogued:  # no calibration, but the datasheet's memory size
-        return replace(GENERIC_GPU, memory_bytes=ACCELERATORS[catalogued[0]].memory_bytes)
-    return GENERIC_GPU
+    for candidate in (name.strip().lower(), *accelerator_names(name)):
+        if candidate in HARDWARE:
+            return HARDWARE[candidate]
+    raise FleetConfigError(
+        f"pool {pool.name!r}: hardware.name {name!r} names no hardware profile of the "
+        f"simulator, which would guess its overheads and memory; known profiles: {known} "
+        f"(name one as hardware.name or simulator.profile, or write 'simulator.profile: "
+        f"{GENERIC}' for generic GPU overheads)"
+    )
 
 
 def device_for(pool: Pool) -> Device:
@@ -63,7 +93,7 @@ def device_for(pool: Pool) -> Device:
     prof = profile_for(pool)
     base = prof.overheads
     overheads = Overheads(base.request_s, base.step_s + pool.simulator.step_overhead_s, base.seq_s)
-    kv_dtype = prof.kv_dtype_bytes if prof.kv_dtype_bytes is not None else model.dtype_bytes
+    kv_dtype = pool.levers.kv_dtype_bytes or prof.kv_dtype_bytes or model.dtype_bytes
     return Device(
         shape=model.to_shape(kv_dtype),
         rates=hardware.to_rates(),
@@ -82,6 +112,50 @@ def kv_cache_bytes(pool: Pool, dialect: Dialect) -> float:
         return prof.facts.kv_cache_bytes
     weights = model.to_shape().weight_bytes
     return max(0.0, dialect.memory_fraction * prof.memory_bytes - weights)
+
+
+def _acceptance(pool: Pool) -> tuple[float, ...]:
+    """The per-position acceptance of a draft-model pool (module docstring)."""
+    knobs = pool.simulator
+    if knobs.acceptance_by_position is not None:
+        return tuple(knobs.acceptance_by_position)
+    return (knobs.acceptance_rate,)
+
+
+DRAFT_MODEL_COST = 0.05
+"""c for a draft model when the fleet file does not say: a one-layer head (EAGLE) costs ~5 %
+of a target decode step per drafted token."""
+
+
+def _draft_cost(pool: Pool) -> float:
+    """c, drafting time per draft token as a fraction of a decode step (module docstring)."""
+    spec, given = pool.levers.speculative, pool.simulator.draft_cost
+    if given is not None:
+        return given
+    return 0.0 if spec is not None and spec.method == "ngram" else DRAFT_MODEL_COST
+
+
+def _ngram(pool: Pool) -> tuple[int, int] | None:
+    """(min_n, max_n) of an n-gram pool: the look-up window ridge renders for its engines."""
+    spec = pool.levers.speculative
+    if spec is None or spec.method != "ngram":
+        return None
+    return NGRAM_LOOKUP["prompt_lookup_min"], NGRAM_LOOKUP["prompt_lookup_max"]
+
+
+def host_blocks(pool: Pool, num_blocks: int, block: int, per_token: float) -> int:
+    """Blocks of ``pool``'s host KV tier (0 without one); ValueError where the engine would
+    refuse the size (:data:`HOST_LARGER`)."""
+    tier = pool.levers.host_kv_cache
+    if tier is None:
+        return 0
+    host = host_tier_blocks(tier.size_bytes, per_token, block)
+    if pool.engine in HOST_LARGER and host <= num_blocks:
+        raise ValueError(
+            f"pool {pool.name!r}: the host KV tier holds {host * block} tokens, not more than "
+            f"the device's {num_blocks * block} (SGLang would refuse to start)"
+        )
+    return host
 
 
 def engine_config(pool: Pool) -> EngineConfig:
@@ -110,6 +184,7 @@ def engine_config(pool: Pool) -> EngineConfig:
         max_num_seqs=dialect.max_num_seqs,
         chunked=chunked,
         mixed_batches=dialect.mixed_batches,
+        wake_takes_one=dialect.wake_takes_one,
         spec_k=spec.num_draft_tokens if spec is not None else 0,
         kv_bytes_per_token=per_token,
     )
@@ -119,6 +194,9 @@ def engine_config(pool: Pool) -> EngineConfig:
         block_size=block,
         prefix_caching=pool.levers.prefix_caching,
         scheduler=scheduler,
-        spec_alpha=pool.simulator.acceptance_rate,
-        draft_cost=pool.simulator.draft_cost,
+        spec_acceptance=_acceptance(pool),
+        ngram=_ngram(pool),
+        draft_cost=_draft_cost(pool),
+        host_blocks=host_blocks(pool, num_blocks, block, per_token),
+        host_link_bandwidth=facts_of(pool)[1].host_link_bandwidth,
     )

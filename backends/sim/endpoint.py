@@ -10,22 +10,22 @@ else by the endpoint's seeded stream (fleet seed, pool seed, pool name, replica 
 
 Prompt tokens: the model's own (its tokenizer and chat template, :func:`tokens.model_tokens`)
 when the endpoint has the pool model's tokenizer, else the 4-character estimate. With its own
-tokens the request is parsed as usual, then its context check (prompt too long, ``max_tokens``
-too large, the default ``max_tokens``) is made on the exact count, not on the estimate.
+tokens the request is parsed as usual, its context checks (prompt too long, ``max_tokens``
+cut or refused, the default ``max_tokens``) made on the exact count, not on the estimate.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from backends.fleet_file import Pool
 from backends.sim import tokens
+from backends.sim.answers import Answer, Style
 from backends.sim.behaviour import DIALECTS, Dialect
 from backends.sim.clock import Clock
 from backends.sim.configure import engine_config, facts_of, kv_cache_bytes
@@ -34,16 +34,16 @@ from backends.sim.exposition import Exposition, render
 from backends.sim.faults import Faults
 from backends.sim.metric_tables import METRIC_TABLES, VLLM_CACHE_CONFIG_STATIC, resolve_buckets
 from backends.sim.openai_api import ApiError, Generation, ModelInfo, parse_chat, parse_completion
-from backends.sim.openai_api import _max_tokens as context_max_tokens
 from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDProtocolError
 from backends.sim.request import SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle
 from backends.sim.stats import EngineStats
+from backends.vllm_launch import offloading_gib
 from routing.prompt_tokens import PromptTokenizer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
-Parser = Callable[[dict[str, Any], Dialect, ModelInfo], Generation]
+Parser = Callable[[dict[str, Any], Dialect, ModelInfo, int | None], Generation]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,9 @@ class SimEndpoint:
     ) -> None:
         self.pool = pool
         self.tokenizer = tokenizer
+        knobs = pool.simulator
+        self.style = Style(knobs.copy_slip, knobs.repeat_share, knobs.repeat_run_tokens,
+                           knobs.repeat_after_tokens)
         self.dialect = DIALECTS[pool.engine]
         self.config = engine_config(pool)  # FleetConfigError for a pool without facts
         max_context = facts_of(pool)[0].max_context
@@ -100,23 +103,16 @@ class SimEndpoint:
         parser: Parser = parse_chat if kind == "chat" else parse_completion
         pieces = tokens.model_tokens(self.tokenizer, kind, body) if self.tokenizer else None
         if pieces is None:
-            return parser(body, self.dialect, self.info)
+            return parser(body, self.dialect, self.info, None)
         return self._tokenized(kind, body, parser, pieces)
 
     def _tokenized(
         self, kind: str, body: dict[str, Any], parser: Parser, pieces: list[str]
     ) -> TokenizedGeneration:
-        """``body`` parsed with no context limit, then checked against the context with the
-        exact prompt count (module docstring)."""
-        gen = parser(body, self.dialect, replace(self.info, max_context=sys.maxsize))
-        if kind == "chat":
-            requested, default = body.get("max_completion_tokens", body.get("max_tokens")), None
-        else:
-            requested = body.get("max_tokens")
-            default = self.dialect.completion_default_max_tokens
-        max_tokens = context_max_tokens(requested, default, len(pieces), self.dialect, self.info)
+        """``body`` parsed and checked against the context with the exact prompt count (module
+        docstring)."""
+        gen = parser(body, self.dialect, self.info, len(pieces))
         values = {f.name: getattr(gen, f.name) for f in fields(gen)}
-        values.update(prompt_tokens=len(pieces), max_tokens=max_tokens)
         return TokenizedGeneration(**values, pieces=tuple(pieces))
 
     def intent(self, body: dict[str, Any]) -> Intent | None:
@@ -142,11 +138,12 @@ class SimEndpoint:
     def _request(self, gen: Generation, rid: str) -> SimRequest:
         seed = gen.seed if gen.seed is not None else self.rng.getrandbits(64)
         rng = random.Random(seed)
-        target, reason = self._target_length(gen, rng)
         if isinstance(gen, TokenizedGeneration):
             toks = list(gen.pieces)
         else:
             toks = tokens.stream_tokens(gen.prompt)
+        answer = Answer.for_prompt(toks, rng, self.style)
+        target, reason = self._target_length(gen, rng, answer.natural_length())
         return SimRequest(
             rid=rid,
             tokens=toks,
@@ -156,13 +153,18 @@ class SimEndpoint:
             arrival=0.0,
             rng=rng,
             requested_max_tokens=gen.max_tokens,
+            answer=answer,
         )
 
-    def _target_length(self, gen: Generation, rng: random.Random) -> tuple[int, str]:
+    def _target_length(self, gen: Generation, rng: random.Random,
+                       copy: int | None) -> tuple[int, str]:
+        """Tokens to generate and the finish reason: ``max_tokens`` with ``ignore_eos``, else
+        a copy's own length (``copy``), else a draw of the pool's stop law, when shorter."""
         mean = self.pool.simulator.mean_output_tokens
-        if mean is None or gen.ignore_eos:
+        if gen.ignore_eos or (mean is None and copy is None):
             return gen.max_tokens, "length"
-        natural = max(_geometric(rng, mean), gen.min_tokens, 1)
+        natural = copy if copy is not None else _geometric(rng, mean or 1.0)
+        natural = max(natural, gen.min_tokens, 1)
         if natural < gen.max_tokens:
             return natural, "stop"
         return gen.max_tokens, "length"
@@ -217,24 +219,30 @@ class SimEndpoint:
 
     def _counters(self, st: EngineStats) -> dict[str, Any]:
         cached = st.prompt_tokens_cached + st.prompt_tokens_transferred
+        device = st.prompt_tokens_cached - st.prompt_tokens_host  # the rest came from the host
         return {
             "prefix_queries": st.prefix_queries,
-            "prefix_hits": st.prefix_hits,
+            "prefix_hits": st.prefix_hits - st.host_hits,
+            **self._host_tier(st),
             "preemptions": st.preemptions,
             "prompt_tokens": st.prompt_tokens,
             "generation_tokens": st.generation_tokens,
             "prompt_cached": cached,
             "prompt_by_source": {
                 "local_compute": st.prompt_tokens_computed,
-                "local_cache_hit": st.prompt_tokens_cached,
-                "external_kv_transfer": st.prompt_tokens_transferred,
+                "local_cache_hit": device,
+                "external_kv_transfer": st.prompt_tokens_transferred + st.prompt_tokens_host,
             },
             "cached_by_source": {
-                "device": st.prompt_tokens_cached,
-                "host": 0,
+                "device": device,
+                "host": st.prompt_tokens_host,
                 "p2p": st.prompt_tokens_transferred,
                 "disk": 0,
                 "external_unspecified": 0,
+            },
+            "cached_by_cache_source": {
+                "device": device + st.prompt_tokens_transferred,
+                **({"host": st.prompt_tokens_host} if self.core.pool.host else {}),
             },
             "realtime_tokens": {
                 "prefill_compute": st.prompt_tokens_computed,
@@ -256,6 +264,21 @@ class SimEndpoint:
             "spec_accept_rate": st.spec_accept_rate(),
         }
 
+    def _host_tier(self, st: EngineStats) -> dict[str, Any]:
+        """The host KV tier's values: vLLM counts its hits as a KV connector's (external)
+        prefix-cache hits, queried on the tokens the device cache did not hold."""
+        pool = self.core.pool
+        on = pool.host is not None
+        return {
+            "host_tier": on,
+            "external_queries": st.prefix_queries - (st.prefix_hits - st.host_hits) if on else 0,
+            "external_hits": st.host_hits,
+            "host_used_tokens": pool.host_used_blocks * pool.block_size,
+            "host_total_tokens": pool.host_capacity_blocks * pool.block_size,
+            "host_load_bytes": st.host_load_bytes,
+            "host_load_seconds": st.host_load_seconds,
+        }
+
     def _cache_config(self) -> dict[str, str]:
         """vLLM's ``cache_config_info`` labels, with this engine's values."""
         cfg = self.config
@@ -264,7 +287,7 @@ class SimEndpoint:
             **VLLM_CACHE_CONFIG_STATIC,
             "block_size": str(cfg.block_size),
             "effective_attention_block_size": str(cfg.block_size),
-            "cache_dtype": "auto",
+            "cache_dtype": self.pool.levers.kv_cache_dtype,
             "enable_prefix_caching": str(cfg.prefix_caching),
             "gpu_memory_utilization": str(self.dialect.memory_fraction),
             "kv_cache_max_concurrency": str(round(capacity / self.info.max_context, 2)),
@@ -275,7 +298,15 @@ class SimEndpoint:
             "num_gpu_blocks_override": "None",
             "prefix_caching_hash_algo": "sha256",
             "sliding_window": "None",
+            **self._offloading_labels(),
         }
+
+    def _offloading_labels(self) -> dict[str, str]:
+        """``kv_offloading_size`` [GiB, as vLLM prints the float] and ``_backend``."""
+        tier, mechanism = self.pool.levers.host_kv_cache, self.pool.host_kv_mechanism()
+        if tier is None or mechanism is None:
+            return {"kv_offloading_backend": "native", "kv_offloading_size": "None"}
+        return {"kv_offloading_backend": mechanism, "kv_offloading_size": offloading_gib(tier)}
 
 
 def _geometric(rng: random.Random, mean: float) -> int:

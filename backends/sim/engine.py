@@ -3,9 +3,19 @@
 ``EngineCore.step(now)`` schedules a batch (:mod:`backends.sim.scheduler`), prices it with the
 roofline (:mod:`backends.sim.device`, plus c·K target-decode steps of drafting when speculating),
 and applies its outcome as of ``now + duration``: prefill progress, sampled tokens (one per
-request, or 1 + accepted drafts when speculating, :mod:`backends.sim.speculative`), finished
+request, or 1 + accepted drafts when speculating: n-gram drafts checked against the request's
+answer, :mod:`backends.sim.ngram`, else drawn from the pool's acceptance curve,
+:mod:`backends.sim.speculative`), finished
 requests and every counter. The caller (a real-time runner or a virtual-clock test) then waits
 ``duration`` before stepping again. Nothing here sleeps or knows about HTTP.
+
+Host KV tier (``host_blocks`` > 0, :mod:`backends.sim.kvcache`): blocks a step's admissions
+reload from host memory are host hits, counted apart from device hits, and their copy takes
+:func:`backends.sim.kvcache.reload_seconds` = tokens · KV bytes per token ÷
+``host_link_bandwidth``. The copy runs on the host link alongside the step's compute (SGLang
+loads layer by layer ahead of the forward pass, vLLM asynchronously while other requests
+step), so a step lasts max(roofline time, reload time) + drafting: the reloading requests wait
+for their KV, and the batch waits only for the part that does not overlap.
 
 A request becomes schedulable ``request_s`` after it arrives (the API server's work before the
 engine sees it: template, tokenising). A request that finishes with ``hold_kv`` keeps its KV
@@ -18,9 +28,11 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from backends.sim import speculative, tokens
+from backends.sim import speculative
+from backends.sim.answers import Answer
 from backends.sim.device import Device
-from backends.sim.kvcache import BlockPool
+from backends.sim.kvcache import BlockPool, reload_seconds
+from backends.sim.ngram import NgramIndex, accepted_drafts
 from backends.sim.request import Phase, SimRequest
 from backends.sim.scheduler import Scheduled, Scheduler, SchedulerConfig
 from backends.sim.stats import EngineStats
@@ -36,8 +48,17 @@ class EngineConfig:
     block_size: int
     prefix_caching: bool
     scheduler: SchedulerConfig
-    spec_alpha: float = 0.0
+    spec_acceptance: tuple[float, ...] = ()
+    """Draft-model methods: per draft position, the chance it is accepted once the drafts
+    before it were (:func:`backends.sim.speculative.sample_accepted`)."""
+    ngram: tuple[int, int] | None = None
+    """n-gram speculation: (min_n, max_n), and acceptance comes from the text
+    (:mod:`backends.sim.ngram`); None for the other methods."""
     draft_cost: float = 0.0
+    host_blocks: int = 0
+    """Blocks (of ``block_size`` tokens) of the host KV tier; 0 = none."""
+    host_link_bandwidth: float = 0.0
+    """Host memory ↔ device bandwidth [B/s], for the host tier's reloads."""
 
 
 @dataclass(slots=True)
@@ -68,7 +89,11 @@ class EngineCore:
     def __init__(self, config: EngineConfig, stats: EngineStats, seed: int = 0) -> None:
         self.config = config
         self.stats = stats
-        self.pool = BlockPool(config.num_blocks, config.block_size, config.prefix_caching)
+        if config.host_blocks and config.host_link_bandwidth <= 0:
+            raise ValueError("a host KV tier needs a positive host_link_bandwidth")
+        self.pool = BlockPool(config.num_blocks, config.block_size, config.prefix_caching,
+                              config.host_blocks)
+        self._host_tokens: dict[str, int] = {}  # rid → prompt tokens reloaded from the host
         self.scheduler = Scheduler(config.scheduler, self.pool, stats)
         self.held: dict[str, list[int]] = {}
         self._rng = random.Random(seed)
@@ -81,6 +106,12 @@ class EngineCore:
         self.stats.requests_received += 1
         self.stats.observe("max_tokens", req.requested_max_tokens)
         self.stats.observe("n", 1)
+        if req.answer is None:
+            req.answer = Answer(req.rng)
+        if self.config.ngram is not None and self.config.scheduler.spec_k:
+            req.drafter = NgramIndex(*self.config.ngram)
+            req.drafter.extend(req.tokens)
+            req.drafts = []
         self.scheduler.waiting.append(req)
 
     def abort(self, req: SimRequest, now: float) -> None:
@@ -114,15 +145,43 @@ class EngineCore:
     def step(self, now: float) -> StepOutcome:
         """Run one step starting at ``now``; the outcome holds as of ``now + seconds``."""
         batch = self.scheduler.schedule(now)
+        reload_s = self._reloads(batch, now)
         if not batch:
             return StepOutcome(0.0, [])
         work = [SeqWork(q, req.num_computed) for req, q in batch]
         cost = self.config.device.step_cost(work)
-        seconds = cost.seconds + self._draft_seconds(batch)
+        seconds = max(cost.seconds, reload_s) + self._draft_seconds(batch)
         end = now + seconds
         emissions = [e for req, q in batch if (e := self._advance(req, q, end)) is not None]
         self._count_step(cost, batch, emissions, now, end)
         return StepOutcome(seconds, emissions, cost)
+
+    def _reloads(self, batch: list[Scheduled], now: float) -> float:
+        """The host tier's reloads during this step's scheduling: claimed as host hits by the
+        requests admitted now, and their copy time [s] (module docstring)."""
+        pool = self.pool
+        if pool.host is None:
+            return 0.0
+        tokens = pool.take_reloaded_tokens()
+        if tokens:
+            for req in [r for r, _ in batch] + self.scheduler.transferring:
+                if req.first_scheduled == now:
+                    self._claim_host_hits(req)
+        pool.forget_reloaded()
+        if not tokens:
+            return 0.0
+        kv = self.config.device.shape.kv_bytes_per_token
+        seconds = reload_seconds(tokens, kv, self.config.host_link_bandwidth)
+        self.stats.host_load_bytes += tokens * kv
+        self.stats.host_load_seconds += seconds
+        return seconds
+
+    def _claim_host_hits(self, req: SimRequest) -> None:
+        cached_blocks = req.blocks[: req.cached_tokens // self.pool.block_size]
+        hits = self.pool.claim_reloaded(cached_blocks) * self.pool.block_size
+        if hits:
+            self.stats.host_hits += hits
+            self._host_tokens[req.rid] = hits
 
     def _draft_seconds(self, batch: list[Scheduled]) -> float:
         """Drafting time [s] = c · K · (roofline time of a plain decode step of the speculating
@@ -144,10 +203,14 @@ class EngineCore:
             req.num_computed += q
             self._name_blocks(req)
             return None
+        answer = req.answer if req.answer is not None else Answer(req.rng)
         drafts = q - pending
-        accepted = self._verify(drafts)
-        new = tokens.words(req.rng, min(accepted + 1, req.remaining))
+        accepted = self._verify(req, answer, drafts)
+        new = answer.tokens(req.generated, min(accepted + 1, req.remaining))
         req.tokens.extend(new)
+        if req.drafter is not None:
+            req.drafter.extend(new)
+            req.drafts = req.drafter.propose(self.config.scheduler.spec_k)
         req.num_computed = len(req.tokens) - 1
         self._name_blocks(req)
         self._observe_tokens(req, len(new), end)
@@ -156,10 +219,15 @@ class EngineCore:
         self._finish(req, end)
         return Emission(req, new, req.finish_reason)
 
-    def _verify(self, drafts: int) -> int:
+    def _verify(self, req: SimRequest, answer: Answer, drafts: int) -> int:
+        """Drafts accepted of the ``drafts`` verified: n-gram drafts where they equal the
+        answer's next tokens, else drawn from the pool's per-position acceptance."""
         if not drafts:
             return 0
-        accepted = speculative.sample_accepted(self._rng, self.config.spec_alpha, drafts)
+        if req.drafts is not None:
+            accepted = accepted_drafts(req.drafts[:drafts], answer.tokens(req.generated, drafts))
+        else:
+            accepted = speculative.sample_accepted(self._rng, self.config.spec_acceptance, drafts)
         st = self.stats
         st.spec_drafts += 1
         st.spec_draft_tokens += drafts
@@ -193,6 +261,7 @@ class EngineCore:
         req.phase = Phase.FINISHED
         req.final_reason = reason
         req.finished_at = t
+        self._host_tokens.pop(req.rid, None)
         self.stats.finished[reason] += 1
         self._observe_finish(req, t)
         if req.on_finish is not None:
@@ -216,6 +285,7 @@ class EngineCore:
         st = self.stats
         st.prompt_tokens += req.prompt_tokens
         st.prompt_tokens_cached += req.cached_tokens
+        st.prompt_tokens_host += self._host_tokens.pop(req.rid, 0)
         st.prompt_tokens_transferred += req.transferred_tokens
         local = req.prompt_tokens - req.cached_tokens - req.transferred_tokens
         st.prompt_tokens_computed += max(0, local)

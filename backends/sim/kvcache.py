@@ -16,14 +16,70 @@ Algorithm (vLLM's block manager; SGLang's radix cache is the same with one-token
 * Usage = blocks held by requests / all blocks (a free block that still caches a prefix counts as
   free, as in vLLM's ``kv_cache_usage_perc`` and SGLang's ``token_usage``).
 
+Host tier (vLLM's CPU KV offloading, SGLang's hierarchical cache), when ``host_blocks`` > 0:
+
+* Write-through, as both engines do by default (vLLM's ``OffloadingConnector`` stores each
+  newly computed full block; SGLang's ``--hicache-write-policy`` defaults to ``write_through``):
+  a block named in the device cache is also stored in the host tier, which keeps the
+  ``host_blocks`` most recently stored or hit prefix blocks (LRU; a hit refreshes a block). A
+  block evicted from the device is thus still in the host tier if it was used recently enough.
+  Storing costs no step time (both engines copy to the host asynchronously).
+* A prefix match continues past the device-cached blocks into blocks the host tier holds: each
+  is *reloaded*, given a fresh device block (evicting as any allocation does) and its name
+  back, and counts as cached. The caller charges the copy (:func:`reload_seconds` of
+  :meth:`BlockPool.take_reloaded_tokens`) instead of recomputing the prefill of those tokens.
+  Reloaded blocks are tracked until a request claims them (:meth:`BlockPool.claim_reloaded`:
+  its host hits, which the engines' metrics count apart from device hits) or they are forgotten.
+
 Parameters: ``num_blocks`` (blocks), ``block_size`` (tokens per block: 16 for vLLM on GPUs, 128
-on its CPU backend, 1 for SGLang's default page size), ``caching`` (prefix caching on or off).
+on its CPU backend, 1 for SGLang's default page size), ``caching`` (prefix caching on or off),
+``host_blocks`` (blocks of the same size the host tier holds; 0 = no host tier).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import takewhile
+
+
+def reload_seconds(tokens: int, kv_bytes_per_token: float, host_link_bandwidth: float) -> float:
+    """Time to copy ``tokens`` tokens of KV from host memory to the device [s]
+    = tokens · KV bytes per token [B/token] ÷ host link bandwidth [B/s]."""
+    return tokens * kv_bytes_per_token / host_link_bandwidth
+
+
+def host_tier_blocks(host_bytes: float, kv_bytes_per_token: float, block_size: int) -> int:
+    """Blocks a host tier of ``host_bytes`` [B] holds = ⌊bytes ÷ (KV bytes per token [B/token]
+    · block size [tokens])⌋ (host blocks store the device's KV, same dtype, same block)."""
+    return int(host_bytes // (kv_bytes_per_token * block_size))
+
+
+class HostTier:
+    """The host tier: names of prefix blocks, least recently stored or hit first (LRU), at
+    most ``capacity`` of them."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("a host tier holds at least one block")
+        self.capacity = capacity
+        self._names: OrderedDict[int, None] = OrderedDict()
+
+    def __contains__(self, name: int) -> bool:
+        return name in self._names
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def store(self, name: int) -> None:
+        """Hold ``name`` as the most recently used block, dropping the least recent if full."""
+        names = self._names
+        if name in names:
+            names.move_to_end(name)
+            return
+        names[name] = None
+        if len(names) > self.capacity:
+            names.popitem(last=False)
 
 
 def chain_hashes(tokens: Sequence[str], block_size: int, start: int, parent: int) -> list[int]:
@@ -39,17 +95,21 @@ def chain_hashes(tokens: Sequence[str], block_size: int, start: int, parent: int
 class BlockPool:
     """Blocks, their holders and the prefix-cache map (see the module docstring)."""
 
-    def __init__(self, num_blocks: int, block_size: int, caching: bool) -> None:
+    def __init__(self, num_blocks: int, block_size: int, caching: bool,
+                 host_blocks: int = 0) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be positive")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.caching = caching
+        self.host = HostTier(host_blocks) if caching and host_blocks > 0 else None
         self._ref = [0] * num_blocks
         self._name: list[int | None] = [None] * num_blocks
         self._cached: dict[int, int] = {}
         self._free: OrderedDict[int, None] = OrderedDict()
         self._fresh = 0  # blocks [_fresh, num_blocks) were never used: they head the free queue
+        self._reloaded: set[int] = set()  # device blocks loaded from the host tier, unclaimed
+        self._reload_tokens = 0  # tokens reloaded since take_reloaded_tokens last ran
 
     @property
     def num_free(self) -> int:
@@ -69,13 +129,63 @@ class BlockPool:
         ``limit_tokens`` tokens. Does not take them: see :meth:`take`."""
         if not self.caching:
             return []
+        run = hashes[: limit_tokens // self.block_size]
         found: list[int] = []
-        for h in hashes[: limit_tokens // self.block_size]:
+        for h in run:
             block = self._cached.get(h)
             if block is None:
                 break
             found.append(block)
-        return found
+        if self.host is None:
+            return found
+        for h in run[: len(found)]:
+            self.host.store(h)  # a hit refreshes the host copy too
+        return self._reload(found, run[len(found):])
+
+    def _reload(self, found: list[int], rest: Sequence[int]) -> list[int]:
+        """``found`` extended by the blocks of ``rest`` the host tier (or, past a gap, the
+        device) holds, each host block reloaded into a fresh device block while any is free."""
+        host = self.host
+        assert host is not None
+        wanted = list(takewhile(lambda h: h in host or h in self._cached, rest))
+        if not wanted:
+            return found
+        on_device = [self._cached.get(h) for h in wanted]
+        kept = [b for b in on_device if b is not None]
+        self.take(found + kept)  # the reloads' allocation must not evict the match's blocks
+        fresh = iter(self.allocate(min(on_device.count(None), self.num_free)) or [])
+        blocks, cut = list(found), None
+        for h, block in zip(wanted, on_device, strict=True):
+            if block is None:
+                block = next(fresh, None)
+                if block is None:
+                    cut = len(blocks) if cut is None else cut
+                    continue
+                self._cached[h], self._name[block] = block, h
+                self._reloaded.add(block)
+                self._reload_tokens += self.block_size
+                host.store(h)
+            blocks.append(block)
+        self.release(blocks)  # held again by the caller's take, as any match
+        return blocks if cut is None else blocks[:cut]
+
+    def take_reloaded_tokens(self) -> int:
+        """Tokens reloaded from the host tier since the last call (the copies to charge)."""
+        tokens, self._reload_tokens = self._reload_tokens, 0
+        return tokens
+
+    def claim_reloaded(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` were reloaded from the host tier and not claimed yet (a
+        request's host hits, counted once); they are claimed."""
+        if not self._reloaded:
+            return 0
+        hit = self._reloaded.intersection(blocks)
+        self._reloaded -= hit
+        return len(hit)
+
+    def forget_reloaded(self) -> None:
+        """Stop tracking unclaimed reloads (they now count as device-cached blocks)."""
+        self._reloaded.clear()
 
     def take(self, blocks: Sequence[int]) -> None:
         """Become a holder of ``blocks`` (cached blocks found by :meth:`match`)."""
@@ -95,6 +205,7 @@ class BlockPool:
             self._ref[b] = 1
         for _ in range(count - fresh):
             block, _ = self._free.popitem(last=False)
+            self._reloaded.discard(block)
             name = self._name[block]
             if name is not None:
                 self._name[block] = None
@@ -113,10 +224,24 @@ class BlockPool:
 
     def name(self, block: int, block_hash: int) -> None:
         """Record that ``block`` (full, held) now caches the prefix named ``block_hash``."""
-        if self.caching and block_hash not in self._cached:
+        if not self.caching:
+            return
+        if block_hash not in self._cached:
             self._cached[block_hash] = block
             self._name[block] = block_hash
+        if self.host is not None:
+            self.host.store(block_hash)  # write-through
 
     def cached_blocks(self) -> int:
         """Blocks whose contents are reusable by name."""
         return len(self._cached)
+
+    @property
+    def host_used_blocks(self) -> int:
+        """Blocks the host tier holds (0 without one)."""
+        return 0 if self.host is None else len(self.host)
+
+    @property
+    def host_capacity_blocks(self) -> int:
+        """Blocks the host tier can hold (0 without one)."""
+        return 0 if self.host is None else self.host.capacity

@@ -10,6 +10,17 @@ FLOPs and bytes. SGLang's table follows its production-metrics documentation and
 ``tp_rank``, ``pp_rank``, ``moe_ep_rank``; tokenizer counters and latency histograms labelled
 ``model_name``).
 
+Hits per KV tier, as each engine names them. vLLM (``vllm/v1/metrics/loggers.py``,
+``cache_hit_source.py``, the offloading connector's ``offloading/metrics.py``): device hits are
+``vllm:prefix_cache_hits``; a host tier is a KV connector, whose hits are
+``vllm:external_prefix_cache_hits`` over ``vllm:external_prefix_cache_queries`` (the prompt
+tokens the device cache did not hold), ``source="host"`` of
+``vllm:prompt_tokens_cached_by_source`` and ``external_kv_transfer`` of
+``vllm:prompt_tokens_by_source``; the copies are ``vllm:kv_offload_load_bytes`` and
+``vllm:kv_offload_load_time`` [s]. SGLang (``metrics/collector.py`` of current releases):
+``sglang:cached_tokens_total{cache_source="device"|"host"}``, and with the hierarchical cache
+the gauges ``sglang:hicache_host_used_tokens`` / ``sglang:hicache_host_total_tokens``.
+
 Each :class:`MetricSpec` reads one *source* from the engine snapshot (see
 :meth:`backends.sim.endpoint.SimEndpoint.snapshot`) or, for histograms, one stat name of
 :mod:`backends.sim.stats`.
@@ -249,13 +260,25 @@ VLLM_TABLE = MetricTable(
             _P + "external_prefix_cache_queries",
             "External prefix cache queries from KV connector "
             "cross-instance cache sharing, in terms of number of queried tokens.",
-            "zero",
+            "external_queries",
         ),
         _c(
             _P + "external_prefix_cache_hits",
             "External prefix cache hits from KV connector "
             "cross-instance cache sharing, in terms of number of cached tokens.",
-            "zero",
+            "external_hits",
+        ),
+        _c(
+            _P + "kv_offload_load_bytes",
+            "Total bytes loaded from offload storage to GPU.",
+            "host_load_bytes",
+            only_if="host_tier",
+        ),
+        _c(
+            _P + "kv_offload_load_time",
+            "Total load time from offload storage to GPU, in seconds.",
+            "host_load_seconds",
+            only_if="host_tier",
         ),
         _c(
             _P + "mm_cache_queries",
@@ -576,7 +599,23 @@ SGLANG_TABLE = MetricTable(
         _c(_S + "prompt_tokens", _PREFILL_TOK, "prompt_tokens", labels="model"),
         _c(_S + "generation_tokens", _GEN_TOK, "generation_tokens", labels="model"),
         _c(
-            _S + "cached_tokens", "Number of cached prompt tokens.", "prompt_cached", labels="model"
+            _S + "cached_tokens",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            "cached_by_cache_source",
+            labels="model",
+            fanout="cache_source",
+        ),
+        _g(
+            _S + "hicache_host_used_tokens",
+            "Number of tokens currently used in the host KV cache.",
+            "host_used_tokens",
+            only_if="host_tier",
+        ),
+        _g(
+            _S + "hicache_host_total_tokens",
+            "Total capacity of the host KV cache in tokens.",
+            "host_total_tokens",
+            only_if="host_tier",
         ),
         _c(
             _S + "num_requests",
@@ -615,9 +654,7 @@ VLLM_CACHE_CONFIG_STATIC: Mapping[str, str] = MappingProxyType(
         "is_attention_free": "False",
         "kv_cache_dtype_skip_layers": "[]",
         "kv_cache_layout": "None",
-        "kv_offloading_backend": "native",
         "kv_sharing_fast_prefill": "False",
-        "kv_offloading_size": "None",
         "mamba_block_size": "None",
         "mamba_cache_dtype": "auto",
         "mamba_cache_mode": "none",

@@ -12,8 +12,17 @@ strings, or a list of token ids), ``max_tokens`` / ``max_completion_tokens`` (de
 the context for chat, 16 for completions), ``stream``, ``stream_options.include_usage`` and
 ``.continuous_usage_stats``, ``n`` (1 only), ``ignore_eos``, ``min_tokens``, ``seed``. Everything
 else (sampling parameters, ``stop``, ``logprobs``, tools beyond their text) is accepted and has no
-effect. A prompt that leaves no room for one generated token, or whose ``max_tokens`` would run
-past the model's context, is refused with the engine's own 400 message.
+effect.
+
+Refusals, in vLLM 0.32's order, with the engine's own texts (:class:`~backends.sim.behaviour.
+ErrorTexts`, captured from the real server): the body as JSON, then its fields as the engine's
+pydantic models check them (lax: ``"3"`` is 3, ``"yes"`` is true; :mod:`backends.sim.validation`),
+after ``stream_options`` without ``stream`` (and, for completions, an empty ``prompt``), which
+its models check first; the model's name (404); a requested output longer than the whole
+context; no messages or no prompt; then the context: a prompt longer than the context is
+refused; vLLM cuts ``max_tokens`` to the context left (a prompt that fills the context leaves 0:
+"max_tokens must be at least 1, got 0"), SGLang refuses a prompt and output that do not fit;
+last ``max_tokens`` < 1 and ``min_tokens`` out of range.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from backends.sim import tokens
-from backends.sim.behaviour import Dialect
+from backends.sim import tokens, validation
+from backends.sim.behaviour import PROMPT_FORMS, Dialect, ErrorText, ErrorTexts
+from backends.sim.validation import BodyInvalid, BodyKind, BodyUnreadable
 
 ERROR_TYPES: Mapping[int, str] = MappingProxyType(
     {
@@ -38,13 +48,16 @@ ERROR_TYPES: Mapping[int, str] = MappingProxyType(
 
 
 class ApiError(Exception):
-    """An error answer: HTTP ``status``, message, error type and the offending parameter."""
+    """An error answer: HTTP ``status``, message, the offending parameter and the error type
+    (by default the one of :data:`ERROR_TYPES` for the status)."""
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, err_type: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.err_type = ERROR_TYPES.get(status, "InternalServerError")
+        self.err_type = err_type or ERROR_TYPES.get(status, "InternalServerError")
         self.param = param
 
 
@@ -80,46 +93,90 @@ class Generation:
     seed: int | None
 
 
-def parse_chat(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> Generation:
-    model = _model(body, dialect, info)
-    messages = body.get("messages")
-    if (
-        not isinstance(messages, list)
-        or not messages
-        or not all(isinstance(m, dict) for m in messages)
-    ):
-        raise ApiError(400, "messages must be a non-empty list of message objects", "messages")
-    prompt = tokens.render_chat(messages, body.get("tools"))
-    requested = body.get("max_completion_tokens", body.get("max_tokens"))
-    return _generation("chat", body, model, prompt, requested, None, dialect, info)
+@dataclass(frozen=True, slots=True)
+class Requested:
+    """The output a request asks for [tokens] (None: as much as the context leaves) and the
+    field that asked."""
+
+    tokens: int | None
+    param: str
 
 
-def parse_completion(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> Generation:
-    model = _model(body, dialect, info)
-    prompt = tokens.completion_prompt_text(body.get("prompt"))
-    if prompt is None:
-        raise ApiError(
-            400,
-            "prompt must be a string, one string in a list, or a list of token ids "
-            "(the simulator serves one prompt per request)",
-            "prompt",
-        )
-    default = dialect.completion_default_max_tokens
-    return _generation(
-        "completion", body, model, prompt, body.get("max_tokens"), default, dialect, info
-    )
+def refusal(text: ErrorText, status: int = 400, **fields: Any) -> ApiError:
+    """The answer ``text`` with ``fields`` filled in."""
+    param = text.param.format(**fields) if text.param is not None else None
+    return ApiError(status, text.message.format(**fields), param)
+
+
+def body_error(exc: BodyInvalid, dialect: Dialect) -> ApiError:
+    """The 400 of a body the engine's pydantic models refuse: vLLM's rendering
+    (:func:`backends.sim.validation.render_errors`), or SGLang's, whose message ends with the
+    list of errors and whose ``param`` is null."""
+    texts = dialect.errors
+    if texts.body_style == "vllm":
+        message, param = validation.render_errors(exc.errors)
+    else:
+        message, param = str(exc.errors), None
+    return ApiError(400, message, param, texts.body_error_type)
+
+
+def read_body(raw: bytes, dialect: Dialect) -> dict[str, Any]:
+    """A request's body as the JSON object every API takes; the engine's 400 otherwise (not
+    JSON, empty, ``null``, or a JSON value that is no object)."""
+    try:
+        return validation.json_object(validation.parse_json(raw))
+    except BodyUnreadable as exc:
+        raise ApiError(400, str(exc), None, dialect.errors.body_error_type) from None
+    except BodyInvalid as exc:
+        raise body_error(exc, dialect) from None
+
+
+def parse_chat(
+    body: Mapping[str, Any], dialect: Dialect, info: ModelInfo, prompt_tokens: int | None = None
+) -> Generation:
+    """A chat request (``prompt_tokens``: the model's own count of the rendered prompt, when the
+    endpoint has its tokenizer; else the estimate)."""
+    values = _fields("chat", body, dialect)
+    model = _model(values["model"], dialect, info)
+    requested = _requested(values, "max_completion_tokens", "max_tokens")
+    _check_output(requested, dialect.errors, info.max_context)
+    if not values["messages"]:
+        raise refusal(dialect.errors.empty_messages)
+    prompt = tokens.render_chat(values["messages"], body.get("tools"))
+    return _generation("chat", values, model, prompt, requested, dialect, info, prompt_tokens)
+
+
+def parse_completion(
+    body: Mapping[str, Any], dialect: Dialect, info: ModelInfo, prompt_tokens: int | None = None
+) -> Generation:
+    """A completions request (``prompt_tokens`` as for :func:`parse_chat`)."""
+    values = _fields("completion", body, dialect)
+    model = _model(values["model"], dialect, info)
+    asked = values["max_tokens"]  # vLLM: absent or null is its default, 16
+    if asked is None or "max_tokens" not in body:
+        asked = dialect.completion_default_max_tokens
+    requested = Requested(asked, "max_tokens")
+    _check_output(requested, dialect.errors, info.max_context)
+    if values["prompt"] == []:
+        raise refusal(dialect.errors.no_prompts)
+    prompt = tokens.completion_prompt_text(values["prompt"])
+    if prompt is None:  # several prompts: the simulator serves one per request
+        raise ApiError(400, PROMPT_FORMS, "prompt")
+    ids = isinstance(values["prompt"], list) and isinstance(values["prompt"][0], int)
+    return _generation("completion", values, model, prompt, requested, dialect, info,
+                       prompt_tokens, counted_exactly=ids)
 
 
 def parse_responses(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> Generation:
-    model = _model(body, dialect, info)
-    prompt = tokens.render_chat(responses_messages(body), body.get("tools"))
-    prompt_tokens = tokens.estimate_tokens(prompt)
-    max_tokens = _max_tokens(body.get("max_output_tokens"), None, prompt_tokens, dialect, info)
-    seed = body.get("seed")
-    return Generation(kind="chat", model=model, prompt=prompt, prompt_tokens=prompt_tokens,
-                      max_tokens=max_tokens, stream=_flag(body, "stream"), include_usage=False,
-                      continuous_usage=False, ignore_eos=False, min_tokens=0,
-                      seed=seed if isinstance(seed, int) else None)
+    """A Responses API request, as a chat one (module docstring)."""
+    values = _fields("responses", body, dialect)
+    model = _model(values["model"], dialect, info)
+    requested = Requested(values["max_output_tokens"], "max_output_tokens")
+    _check_output(requested, dialect.errors, info.max_context)
+    if values["input"] == []:
+        raise refusal(dialect.errors.empty_messages)
+    prompt = tokens.render_chat(responses_messages(values), body.get("tools"))
+    return _generation("chat", values, model, prompt, requested, dialect, info, None)
 
 
 def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -143,11 +200,8 @@ def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def model_of(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> str:
-    """The request's model as the engine checks it (vLLM: 404 for a name it does not serve)."""
-    return _model(body, dialect, info)
-
-
-def _model(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> str:
+    """The model of a request outside the generation APIs (vLLM: 404 for a name it does not
+    serve, without the list of served names its generation APIs add)."""
     model = body.get("model")
     if model is None:
         return info.served[0]
@@ -158,73 +212,117 @@ def _model(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> str:
     return model
 
 
+def _fields(kind: BodyKind, body: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """The honoured fields of ``body``, coerced as the engine's models coerce them; first the
+    checks its models make before the fields (the one declared last runs first)."""
+    texts = dialect.errors
+    if kind == "completion" and body.get("prompt") in (None, ""):
+        raise refusal(texts.empty_prompt)
+    if kind != "responses" and body.get("stream_options") and not body.get("stream"):
+        raise refusal(texts.stream_options_without_stream)
+    try:
+        return validation.validate_body(kind, _tool_choice_filled(kind, body))
+    except BodyInvalid as exc:
+        raise body_error(exc, dialect) from None
+
+
+def _tool_choice_filled(kind: BodyKind, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``body`` with the ``tool_choice`` vLLM's ``check_tool_usage`` writes into it before the
+    fields are validated (so an error's ``<dict of N items>`` counts it): chat with tools and
+    none chosen: ``auto``; Responses without tools: ``none``."""
+    tools, choice = body.get("tools"), body.get("tool_choice", "auto")
+    if kind == "chat" and tools and "tool_choice" not in body:
+        return {**body, "tool_choice": "auto"}
+    if kind == "responses" and not tools and choice in ("auto", "none"):
+        return {**body, "tool_choice": "none"}
+    return body
+
+
+def _model(model: str | None, dialect: Dialect, info: ModelInfo) -> str:
+    if not model:
+        return info.served[0]
+    if dialect.rejects_unknown_model and not info.answers_to(model):
+        raise refusal(dialect.errors.unknown_model, 404, model=model,
+                      served=", ".join(info.served))
+    return model
+
+
+def _requested(values: Mapping[str, Any], *fields: str) -> Requested:
+    """The first of ``fields`` that is set (vLLM: ``max_completion_tokens`` over ``max_tokens``)."""
+    for name in fields:
+        if values.get(name) is not None:
+            return Requested(values[name], name)
+    return Requested(None, fields[-1])
+
+
+def _check_output(requested: Requested, texts: ErrorTexts, limit: int) -> None:
+    """An output longer than the whole context [tokens], refused before the prompt is read."""
+    wanted = requested.tokens
+    if texts.output_over_context is not None and wanted is not None and wanted > limit:
+        raise refusal(texts.output_over_context, param=requested.param, max_tokens=wanted,
+                      limit=limit)
+
+
 def _generation(
     kind: Literal["chat", "completion"],
-    body: Mapping[str, Any],
+    values: Mapping[str, Any],
     model: str,
     prompt: str,
-    requested: Any,
-    default_max: int | None,
+    requested: Requested,
     dialect: Dialect,
     info: ModelInfo,
+    prompt_tokens: int | None,
+    counted_exactly: bool = False,
 ) -> Generation:
-    if body.get("n", 1) not in (1, None):
+    if values.get("n") not in (1, None):
         raise ApiError(400, "n must be 1: the simulator generates one choice", "n")
-    stream = _flag(body, "stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict) or (options and not stream):
-        raise ApiError(
-            400, "Stream options can only be defined when `stream=True`.", "stream_options"
-        )
-    prompt_tokens = tokens.estimate_tokens(prompt)
-    max_tokens = _max_tokens(requested, default_max, prompt_tokens, dialect, info)
+    count = prompt_tokens if prompt_tokens is not None else tokens.estimate_tokens(prompt)
+    max_tokens = context_max_tokens(requested, count, dialect, info, counted_exactly)
+    min_tokens = int(values.get("min_tokens", 0))
+    _check_min_tokens(min_tokens, max_tokens, dialect.errors)
+    options = values.get("stream_options")
+    usage = bool(options is not None and options.include_usage)
     return Generation(
         kind=kind,
         model=model,
         prompt=prompt,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=count,
         max_tokens=max_tokens,
-        stream=stream,
-        include_usage=bool(options.get("include_usage")),
-        continuous_usage=bool(
-            options.get("include_usage") and options.get("continuous_usage_stats")
-        ),
-        ignore_eos=_flag(body, "ignore_eos"),
-        min_tokens=_int(body, "min_tokens", 0),
-        seed=body.get("seed") if isinstance(body.get("seed"), int) else None,
+        stream=bool(values.get("stream")),
+        include_usage=usage,
+        continuous_usage=bool(usage and options is not None and options.continuous_usage_stats),
+        ignore_eos=bool(values.get("ignore_eos")),
+        min_tokens=min_tokens,
+        seed=values.get("seed"),
     )
 
 
-def _max_tokens(
-    requested: Any, default: int | None, prompt: int, dialect: Dialect, info: ModelInfo
+def context_max_tokens(
+    requested: Requested, prompt: int, dialect: Dialect, info: ModelInfo,
+    counted_exactly: bool = False,
 ) -> int:
-    limit = info.max_context
-    msgs = dialect.context_messages
-    if prompt >= limit:
-        raise ApiError(400, msgs.prompt_too_long.format(limit=limit, prompt=prompt))
-    if requested is None:
-        return min(default, limit - prompt) if default is not None else limit - prompt
-    if not isinstance(requested, int) or isinstance(requested, bool) or requested < 1:
-        raise ApiError(400, f"max_tokens must be at least 1, got {requested}.", "max_tokens")
-    if prompt + requested > limit:
-        text = msgs.max_tokens_too_large.format(
-            limit=limit, prompt=prompt, max_tokens=requested, total=prompt + requested
-        )
-        raise ApiError(400, text, "max_tokens")
-    return requested
+    """The tokens a request of ``prompt`` tokens may generate, or the engine's refusal: a prompt
+    longer than the context; SGLang: a prompt and output that do not fit (vLLM cuts the output
+    to the context left); an output below one token. ``counted_exactly``: the prompt came as
+    token ids, so vLLM states its whole count, not where its tokenizer stopped."""
+    texts, limit = dialect.errors, info.max_context
+    if prompt > limit or (prompt == limit and texts.full_context_refused):
+        capped = texts.prompt_count_capped and not counted_exactly
+        stated = min(prompt, limit + 1) if capped else prompt
+        qualifier = "at least " if texts.prompt_count_capped and stated == limit + 1 else ""
+        raise refusal(texts.prompt_too_long, limit=limit, count=stated, qualifier=qualifier)
+    room, wanted = limit - prompt, requested.tokens
+    over = texts.prompt_plus_output_over_context
+    if over is not None and wanted is not None and wanted > room:
+        raise refusal(over, limit=limit, prompt=prompt, max_tokens=wanted, total=prompt + wanted)
+    max_tokens = room if wanted is None else min(wanted, room)
+    if max_tokens < 1:
+        raise refusal(texts.max_tokens_below_one, max_tokens=max_tokens)
+    return max_tokens
 
 
-def _flag(body: Mapping[str, Any], name: str) -> bool:
-    value = body.get(name, False)
-    if value is not None and not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be a boolean", name)
-    return bool(value)
-
-
-def _int(body: Mapping[str, Any], name: str, default: int) -> int:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ApiError(400, f"{name} must be a non-negative integer", name)
-    return value
+def _check_min_tokens(min_tokens: int, max_tokens: int, texts: ErrorTexts) -> None:
+    if min_tokens < 0:
+        raise refusal(texts.min_tokens_negative, min_tokens=min_tokens)
+    if texts.min_tokens_over_max is not None and min_tokens > max_tokens:
+        raise refusal(texts.min_tokens_over_max, min_tokens=min_tokens, max_tokens=max_tokens)

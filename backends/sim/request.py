@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from backends.sim.answers import Answer
+from backends.sim.ngram import NgramIndex
+
 
 class Phase(Enum):
     WAITING = "waiting"
@@ -39,7 +42,11 @@ class RemoteKV:
 
 @dataclass(eq=False, slots=True)
 class SimRequest:
-    """A generation request (n = 1) and its progress."""
+    """A generation request (n = 1) and its progress. ``answer``: the tokens its model samples
+    (:mod:`backends.sim.answers`; the engine gives one of fresh words when None). n-gram
+    speculation: ``drafter`` indexes the sequence for prompt look-up (:mod:`backends.sim.ngram`)
+    and ``drafts`` holds the drafts proposed for the next step (None for other methods: the
+    engine drafts K)."""
 
     rid: str
     tokens: list[str]
@@ -67,6 +74,9 @@ class SimRequest:
     finished_at: float | None = None
     final_reason: str | None = None
     preemptions: int = 0
+    answer: Answer | None = None
+    drafter: NgramIndex | None = None
+    drafts: list[str] | None = None
 
     @property
     def generated(self) -> int:

@@ -15,15 +15,28 @@ Algorithm (vLLM V1's scheduler, with SGLang's prefill-first variant):
 4. ``mixed_batches`` (vLLM): prefill chunks and decodes share every step. Otherwise (SGLang's
    default, no ``--enable-mixed-chunk``): a step is either a prefill step (chunk continuations and
    new admissions) or, when there is nothing to prefill, a decode step over the whole batch.
+5. ``wake_takes_one`` (vLLM): the first step after the engine was idle admits only the first
+   request that became available while it was idle; requests that became available at the same
+   instant wait for the next step (which takes them all, within the budget). vLLM's engine core
+   blocks on its input queue while idle and starts a step as soon as one request is there, and
+   its API server hands requests over one at a time, so of a burst of new requests the first is
+   prefilled alone and the rest arrive while that step runs (``vllm/v1/engine/core.py``,
+   ``_process_input_queue``). Requests that were already waiting when the engine went idle
+   (blocked on KV blocks) are admitted as usual.
+
+So with 4 new prompts of 330 tokens and a 512-token budget, vLLM runs: step 1 = prompt 1 (330);
+step 2 = decode 1 + prompt 2 (330) + the first 181 tokens of prompt 3; step 3 = 2 decodes + the
+last 149 of prompt 3 + prompt 4 (330): first tokens after steps 1, 2, 3, 3.
 
 Parameters (:class:`SchedulerConfig`): ``token_budget`` (tokens per step: the chunk size with
 chunked prefill, else the engine's unchunked maximum), ``max_num_seqs`` (running requests),
 ``chunked`` (split prompts), ``mixed_batches`` (see 4), ``spec_k`` (K draft tokens, 0 = off),
-``kv_bytes_per_token`` (B, for transfer times).
+``kv_bytes_per_token`` (B, for transfer times), ``wake_takes_one`` (see 5).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -42,6 +55,7 @@ class SchedulerConfig:
     mixed_batches: bool
     spec_k: int = 0
     kv_bytes_per_token: float = 0.0
+    wake_takes_one: bool = False
 
 
 Scheduled = tuple[SimRequest, int]
@@ -58,6 +72,8 @@ class Scheduler:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.transferring: list[SimRequest] = []
+        self.idle_since: float | None = -math.inf
+        """Since when the engine has had nothing to run (None while it is busy)."""
 
     def schedule(self, now: float) -> list[Scheduled]:
         """The next step's batch (possibly empty)."""
@@ -68,8 +84,17 @@ class Scheduler:
             )
             if not preempted:
                 batch += self._admit(now, budget)
-            return self._alive(batch)
-        return self._schedule_prefill_first(now)
+            batch = self._alive(batch)
+        else:
+            batch = self._schedule_prefill_first(now)
+        self._note_idle(now, batch)
+        return batch
+
+    def _note_idle(self, now: float, batch: list[Scheduled]) -> None:
+        if batch or self.running or self.transferring:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
 
     def _schedule_prefill_first(self, now: float) -> list[Scheduled]:
         prefilling = [r for r in self.running if r.is_prefilling]
@@ -99,7 +124,8 @@ class Scheduler:
     def _wanted(self, req: SimRequest) -> int:
         q = len(req.tokens) - req.num_computed
         if q == 1 and req.generated > 0 and self.config.spec_k:
-            q += max(0, min(self.config.spec_k, req.remaining - 1))
+            drafts = self.config.spec_k if req.drafts is None else len(req.drafts)
+            q += max(0, min(drafts, req.remaining - 1))
         return q
 
     def _reserve(self, req: SimRequest, q: int) -> bool:
@@ -130,10 +156,15 @@ class Scheduler:
     def _admit(self, now: float, budget: int) -> list[Scheduled]:
         batch: list[Scheduled] = []
         queried = hits = 0
+        woken = 0  # requests admitted that became available while the engine was idle
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.waiting[0]
             if req.available_at > now:
                 break
+            if self._woke_on(req):
+                if woken:
+                    break
+                woken += 1
             q = self._start(req, budget, now)
             if q is None:
                 break
@@ -146,6 +177,12 @@ class Scheduler:
         if queried and self.pool.caching:
             self.stats.last_prefill_hit_rate = hits / queried
         return batch
+
+    def _woke_on(self, req: SimRequest) -> bool:
+        """Whether ``req`` became available while the engine was idle (and so woke it), when
+        the engine takes only one such request into its first step (see 5 above)."""
+        idle = self.idle_since
+        return self.config.wake_takes_one and idle is not None and req.available_at > idle
 
     def _start(self, req: SimRequest, budget: int, now: float) -> int | None:
         """Admit ``req`` if it fits: its tokens this step, 0 if it awaits remote KV, else None."""

@@ -16,13 +16,23 @@ import json
 from types import MappingProxyType
 from typing import Literal
 
+from backends.fleet_file import Engine, Pool
+from backends.sglang_launch import FLAGS as SGLANG_FLAGS
 from backends.sim.behaviour import JSON, Dialect
 from backends.sim.openai_api import ApiError, ModelInfo
+from backends.vllm_launch import FLAGS as VLLM_FLAGS
 
 Kind = Literal["chat", "completion"]
 DONE = b"data: [DONE]\n\n"
 OBJECTS = MappingProxyType({"chat": "chat.completion", "completion": "text_completion"})
 CHUNK_OBJECTS = MappingProxyType({"chat": "chat.completion.chunk", "completion": "text_completion"})
+CACHE_REPORT_FLAGS = MappingProxyType({
+    Engine.VLLM: VLLM_FLAGS["cache_report"],  # vLLM cli_args.py, default off
+    Engine.SGLANG: SGLANG_FLAGS["cache_report"],  # SGLang server_args.py, default off
+})
+"""The flag with which each engine reports its cached prompt tokens as
+``usage.prompt_tokens_details.cached_tokens`` (without it the field is null). ridge's launchers
+render it for every pool with prefix caching; a pool's ``engine_args`` may add it to others."""
 
 
 def sse(obj: JSON) -> bytes:
@@ -99,6 +109,17 @@ def usage(dialect: Dialect, prompt: int, completion: int, *, drop_none: bool = F
     }
     out.update((k, v) for k, v in dialect.usage_extra.items() if not (drop_none and v is None))
     return out
+
+
+def reported_cached(pool: Pool, cached: int) -> int | None:
+    """The cached prompt tokens the pool's engines report in usage (None: they do not)."""
+    reports = pool.levers.prefix_caching or CACHE_REPORT_FLAGS[pool.engine] in pool.engine_args
+    return cached if reports else None
+
+
+def with_cached(use: JSON, cached: int | None) -> JSON:
+    """``use`` with ``prompt_tokens_details.cached_tokens`` when the engine reports it."""
+    return use if cached is None else {**use, "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def response(dialect: Dialect, kind: Kind, head: JSON, text: str, finish: str, use: JSON) -> JSON:

@@ -1,24 +1,41 @@
-"""Speculative decoding in the simulator: drawing how many drafts one verify pass accepts.
+"""Speculative decoding with a draft model in the simulator: how many drafts one verify pass
+accepts.
 
-The law is the fleet arithmetic's (:mod:`routing.fleet_math`): each of the K draft tokens is
-accepted independently with probability α, in order, until the first rejection, so the
-number of accepted drafts A follows a geometric law truncated at K
-(:func:`routing.fleet_math.accepted_pmf`) and a pass emits A + 1 tokens, E[A + 1] =
-(1 − α^(K+1)) / (1 − α) (:func:`routing.fleet_math.expected_tokens_per_pass`). The engine loop
-draws A per verify pass with :func:`sample_accepted`; drafting time (c·K target-decode steps'
-worth) is the engine's.
+For draft-model methods (EAGLE, EAGLE-3, Medusa, MTP, a draft model) acceptance is a fact of
+the pool's draft and target models: a per-position curve α_1..α_K, α_i the chance draft i is
+accepted once drafts 1..i−1 were (the per-position acceptance vLLM reports,
+``vllm:spec_decode_num_accepted_tokens_per_pos`` ÷ ``vllm:spec_decode_num_drafts``, is the
+running product α_1·…·α_i). A verify pass accepts drafts in order until the first rejection,
+so the accepted count A satisfies P(A ≥ i) = α_1·…·α_i, and a pass emits A + 1 tokens. With a
+constant α this is the fleet arithmetic's truncated geometric law
+(:func:`routing.fleet_math.accepted_pmf`; E[A + 1] = (1 − α^(K+1)) / (1 − α)). A curve shorter
+than K repeats its last value. n-gram speculation has no curve: its drafts are checked against
+the text (:mod:`backends.sim.ngram`).
 
-Parameters: ``alpha`` (α, per-token acceptance rate in [0, 1)), ``k`` (K ≥ 0 draft tokens).
+Parameters: ``curve`` (α_i in [0, 1), i = 1..), ``k`` (drafts verified in the pass, ≥ 0).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 
-def sample_accepted(rng: random.Random, alpha: float, k: int) -> int:
-    """Draw A, the number of accepted draft tokens (0..K), from the truncated geometric law."""
+def sample_accepted(rng: random.Random, curve: Sequence[float], k: int) -> int:
+    """Draw A, the number of accepted draft tokens (0..K), from the per-position curve."""
     accepted = 0
-    while accepted < k and rng.random() < alpha:
+    while accepted < k and curve:
+        if rng.random() >= curve[min(accepted, len(curve) - 1)]:
+            break
         accepted += 1
     return accepted
+
+
+def position_rates(curve: Sequence[float], k: int) -> list[float]:
+    """P(A ≥ i) for i = 1..k: the fraction of verify passes that accept draft i (what vLLM's
+    per-position counter divided by its drafts counter reports)."""
+    rates, running = [], 1.0
+    for i in range(k):
+        running *= curve[min(i, len(curve) - 1)] if curve else 0.0
+        rates.append(running)
+    return rates

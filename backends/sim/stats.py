@@ -70,6 +70,10 @@ class EngineStats:
     generation_tokens: int = 0
     prefix_queries: int = 0
     prefix_hits: int = 0
+    host_hits: int = 0  # of prefix_hits, tokens reloaded from the host tier (at admission)
+    prompt_tokens_host: int = 0  # of prompt_tokens_cached, reloaded from the host tier
+    host_load_bytes: float = 0.0  # KV copied host → device [B]
+    host_load_seconds: float = 0.0  # time of those copies [s]
     preemptions: int = 0
     requests_received: int = 0
     finished: Counter[str] = field(default_factory=Counter)

@@ -29,7 +29,7 @@ from backends.sim.behaviour import JSON
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.exposition import CONTENT_TYPE
 from backends.sim.faults import parse_command
-from backends.sim.openai_api import ApiError, Generation, parse_responses
+from backends.sim.openai_api import ApiError, Generation, parse_responses, read_body
 from backends.sim.pd import Intent
 from backends.sim.runner import RequestHandle
 
@@ -124,13 +124,8 @@ async def _generate(request: web.Request, kind: shapes.Kind) -> web.StreamRespon
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(400, "The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    return body
+    """The body as a JSON object, or the engine's 400 (:func:`openai_api.read_body`)."""
+    return read_body(await request.read(), request.app[ENDPOINT].dialect)
 
 
 async def _complete(
@@ -148,7 +143,8 @@ async def _complete(
         return web.Response()
     if finish == "abort":
         return _error(ep, ApiError(503, "the request was aborted before it finished"))
-    use = shapes.usage(ep.dialect, gen.prompt_tokens, len(pieces))
+    use = shapes.with_cached(shapes.usage(ep.dialect, gen.prompt_tokens, len(pieces)),
+                             shapes.reported_cached(ep.pool, handle.request.cached_tokens))
     body = shapes.response(ep.dialect, gen.kind, head, "".join(pieces), finish, use)
     if (
         intent is not None
@@ -190,7 +186,8 @@ async def _stream(
         if finish is not None:
             break
     if gen.include_usage and not await writer.send(
-        shapes.usage_chunk(ep.dialect, gen.kind, head, use)
+        shapes.usage_chunk(ep.dialect, gen.kind, head, shapes.with_cached(
+            use, shapes.reported_cached(ep.pool, handle.request.cached_tokens)))
     ):
         return resp
     await resp.write(shapes.DONE)

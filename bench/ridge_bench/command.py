@@ -24,9 +24,12 @@ lengths; the bounds default to the whole trace. ``--max-requests`` and ``--max-s
 ``ridge bench overhead ...`` runs the gateway overhead benchmark instead
 (:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``), ``ridge bench scaling ...`` the
 worker-scaling benchmark (:mod:`ridge_bench.scaling`), ``ridge bench routing-cost ...`` the
-cost of the routing work alone (:mod:`ridge_bench.routing_cost`) and ``ridge bench overload
+cost of the routing work alone (:mod:`ridge_bench.routing_cost`), ``ridge bench overload
 ...`` one pool at a multiple of its capacity, admission control off and on
-(:mod:`ridge_bench.overload`).
+(:mod:`ridge_bench.overload`), ``ridge bench fidelity ...`` the simulator against the real vLLM
+CPU engines, side by side (:mod:`ridge_bench.fidelity`), and ``ridge bench calibrate ...`` a new
+measurement of the real engine and the simulator's CPU profile refitted to it
+(:mod:`ridge_bench.calibrate`).
 
 Entry point for the ``ridge`` command (entry-point group ``ridge.commands``, name ``bench``):
 :func:`run` (``argv`` without the ``bench`` word).
@@ -213,6 +216,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         from ridge_bench import overload
 
         return overload.main(argv[1:])
+    if argv[:1] == ["fidelity"]:
+        from ridge_bench import fidelity
+
+        return fidelity.main(argv[1:])
+    if argv[:1] == ["calibrate"]:
+        from ridge_bench import calibrate
+
+        return calibrate.main(argv[1:])
     if argv[:1] == ["routing-cost"]:
         from ridge_bench import routing_cost
 

@@ -60,8 +60,10 @@ def build_fleet() -> Fleet:
     p = free_ports(4)
     return parse_fleet({
         "pools": [
-            _pool("general", "vllm", p[0:1], ["m"], levers={"prefix_caching": True}),
-            _pool("radix", "sglang", p[1:2], ["m"], levers={"prefix_caching": True}),
+            _pool("general", "vllm", p[0:1], ["m"], levers={"prefix_caching": True},
+                  engine_args=["--enable-prompt-tokens-details"]),  # usage's cached tokens
+            _pool("radix", "sglang", p[1:2], ["m"], levers={"prefix_caching": True},
+                  engine_args=["--enable-cache-report"]),
             _pool("edge", "vllm", p[2:4], ["m2"]),
         ],
         "slos": SLOS,
@@ -199,10 +201,20 @@ async def _chat(session: aiohttp.ClientSession, ridge: RunningRidge, model: str,
         return r.status
 
 
+async def _shared(session: aiohttp.ClientSession, ridge: RunningRidge, k: int) -> int:
+    """A question under a long system prompt every such request shares (prefix reuse)."""
+    system = " ".join(f"Rule {j}: keep to the topic." for j in range(80))
+    body = {"model": "m", "max_tokens": 8, "messages": [
+        {"role": "system", "content": system}, {"role": "user", "content": f"Question {k}?"}]}
+    async with session.post(ridge.url + "/v1/chat/completions", json=body) as r:
+        await r.read()
+        return r.status
+
+
 async def drive_load(stack: Stack) -> list[int]:
     """≈40 requests to model m (streamed and not, short and long, some over their SLO, two
-    answered 500 by the engine — a 503 would be retried elsewhere), then model m2 with one of
-    its two endpoints shut."""
+    answered 500 by the engine — a 503 would be retried elsewhere), four sharing a prefix,
+    then model m2 with one of its two endpoints shut."""
     general = stack.sim.server(stack.fleet.pool("general").endpoint_urls()[0])
     general.endpoint.faults.set("error", 500, count=2)
     timeout = aiohttp.ClientTimeout(total=BOUND_S)
@@ -213,6 +225,7 @@ async def drive_load(stack: Stack) -> list[int]:
                     for k in range(7)]
         statuses = [s for batch in await asyncio.gather(*(worker(w) for w in range(6)))
                     for s in batch]
+        statuses += [await _shared(session, stack.ridge, k) for k in range(4)]
         edge = stack.sim.server(stack.fleet.pool("edge").endpoint_urls()[0])
         await edge.close()  # refuses connections: ridge retries on the other, then sees it down
         statuses += await asyncio.gather(*(

@@ -153,3 +153,49 @@ async def _prefix_hits(ridge: RunningRidge, pool: str) -> float:
                 metrics = normalise(await r.text(), dialect_for(config.engine))
             total += metrics.prefix_cache_hits_total or 0.0
     return total
+
+
+def caching_spec_fleet() -> Fleet:
+    """A speculative pool that also caches prefixes (as the demo's), listed first, beside a
+    radix pool: on cache cost alone, an idle spec pool ties with radix and wins by order."""
+    p = free_ports(3)
+    return parse_fleet({"pools": [
+        _pool("spec", "vllm", p[0:1], levers={
+            "prefix_caching": True, "speculative": {"method": "ngram", "num_draft_tokens": 4}}),
+        _pool("radix", "sglang", p[1:3], levers={"prefix_caching": True}),
+    ]})
+
+
+async def _chat_as(ridge: RunningRidge, content: str, session: str | None = None
+                   ) -> dict[str, str]:
+    headers = {"x-session-id": session} if session else {}
+    body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
+    async with aiohttp.ClientSession() as http, http.post(
+            ridge.url + "/v1/chat/completions", json=body, headers=headers) as r:
+        assert r.status == 200, await r.text()
+        header = r.headers["x-ridge-route"]
+    route = _route(header)
+    detail = header.rsplit("; ", 1)[-1]  # f=0.80,match=0/160[,session=radix]
+    return {**route, **dict(f.split("=", 1) for f in detail.split(","))}
+
+
+async def test_request_evidence_decides_the_prefix_lever_not_the_workloads_f() -> None:
+    fleet = caching_spec_fleet()
+    sim = await start_fleet(fleet, speed=20.0, seed=3)
+    try:
+        async with running_ridge(fleet) as ridge:
+            for i in range(4):  # shared-prefix traffic raises the model's prefix share f
+                await _chat_as(ridge, f"{SYSTEM} Question {i}?")
+            # a long unique prompt with a short answer: nothing cached, no session
+            unique = " ".join(f"Clause {i} of a contract nobody sent before." for i in range(240))
+            route = await _chat_as(ridge, unique)
+            assert (route["pool"], route["lever"], route["reason"]) == (
+                "radix", "prefix_cache", "high_prefix_share"), route
+            assert route["match"].startswith("0/") and float(route["f"]) >= 0.5, route
+            # a session's follow-up, with no prefix shared, returns to where it last ran
+            first = await _chat_as(ridge, "Hello there, first turn.", session="conv-7")
+            again = await _chat_as(ridge, "Something else entirely.", session="conv-7")
+            assert again["reason"] == "session_follow_up", again
+            assert again["pool"] == first["pool"] == again["session"], (first, again)
+    finally:
+        await sim.stop()

@@ -141,14 +141,34 @@ async def test_errors_look_like_the_engine(fleet: RunningFleet) -> None:
     with pytest.raises(openai.NotFoundError) as nf:
         await client.completions.create(model="gpt-x", prompt="a", max_tokens=1)
     assert nf.value.body == {
-        "message": "The model `gpt-x` does not exist.",
+        "message": "The model `gpt-x` does not exist. Valid aliases: smollm2-135m.",
         "type": "NotFoundError",
         "param": "model",
         "code": 404,
     }
     with pytest.raises(openai.BadRequestError) as br:
-        await client.completions.create(model=MODEL, prompt="a" * 4 * 8000, max_tokens=500)
-    assert "maximum context length is 8192 tokens" in str(br.value)
+        await client.completions.create(model=MODEL, prompt="a" * 4 * 9000, max_tokens=500)
+    assert br.value.body == {
+        "message": "This model's maximum context length is 8192 tokens. However, your prompt "
+                   "contains at least 8193 input tokens, which exceeds this limit even without "
+                   "any output tokens. Please reduce the length of the input prompt. "
+                   "(parameter=input_tokens, value=8193)",
+        "type": "BadRequestError",
+        "param": "input_tokens",
+        "code": 400,
+    }
+    # 8000 prompt tokens + 500 do not fit: vLLM generates the 192 that do
+    cut = await client.completions.create(model=MODEL, prompt="a" * 4 * 8000, max_tokens=500,
+                                          extra_body={"ignore_eos": True})
+    assert cut.usage is not None and cut.usage.completion_tokens == 192
+    url = f"{_url(fleet, 0)}/v1/chat/completions"
+    async with aiohttp.ClientSession() as http, http.post(
+            url, data=b"{not json", headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400 and await resp.json() == {"error": {
+            "message": "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', 'msg': "
+                       "'JSON decode error', 'input': '<dict of 0 items>', 'ctx': {'error': "
+                       "'Expecting property name enclosed in double quotes'}}",
+            "type": "Bad Request", "param": "body.1", "code": 400}}
 
 
 async def test_metrics_carry_the_real_vllm_names(fleet: RunningFleet) -> None:

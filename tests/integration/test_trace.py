@@ -28,6 +28,7 @@ def sim_fleet() -> Fleet:
     return parse_fleet({"pools": [{
         "name": "radix", "engine": "sglang", "models": ["m"], "model": MODEL_FACTS,
         "hardware": HARDWARE, "levers": {"prefix_caching": True},
+        "simulator": {"profile": "generic-gpu"},  # the harness's test hardware has no profile
         "endpoints": [f"http://127.0.0.1:{p}" for p in free_ports(2)]}]})
 
 

@@ -34,6 +34,7 @@ import httpx
 import yaml
 
 from backends.fleet_file import Fleet, Pool, parse_fleet
+from backends.sim.profiles import HARDWARE
 from backends.vllm_launch import vllm_command, vllm_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +48,11 @@ SMOLLM2_FACTS: Mapping[str, float] = {
 }  # fmt: skip
 """SmolLM2-135M as served here: counts, and bytes per element (float32)."""
 
-CPU_FACTS: Mapping[str, Any] = {"name": "cpu", "peak_flops": 2e11, "mem_bandwidth": 2e10}
-"""This machine kind: FLOP/s and bytes/s (rough; the simulator profile holds calibrated ones)."""
+CPU_FACTS: Mapping[str, Any] = {"name": "cpu-smollm2",
+                                "peak_flops": HARDWARE["cpu-smollm2"].facts.peak_flops,
+                                "mem_bandwidth": HARDWARE["cpu-smollm2"].facts.mem_bandwidth}
+"""This machine kind: effective FLOP/s and bytes/s of one core, the simulator's profile
+calibrated on these engines (``backends/sim/profiles``; ``ridge bench calibrate`` refits it)."""
 
 
 class MissingEngines(RuntimeError):

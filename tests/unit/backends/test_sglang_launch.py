@@ -15,7 +15,9 @@ from backends.sglang_launch import (
     ALGORITHMS,
     DOCUMENTED,
     DOCUMENTED_ALGORITHMS,
+    DOCUMENTED_KV_CACHE_DTYPES,
     FLAGS,
+    KV_CACHE_DTYPES,
     LAUNCHER,
     LORA_FLAGS,
     PARALLEL_FLAGS,
@@ -140,7 +142,8 @@ def test_engine_args_may_not_contradict_the_levers(arg: str) -> None:
 
 LEVERS = [{}, {"prefix_caching": True, "chunked_prefill": {"token_budget": 64}},
           {"chunked_prefill": {"enabled": False}},
-          *(spec(m) for m in ALGORITHMS)]
+          *(spec(m) for m in ALGORITHMS),
+          {"prefix_caching": True, "kv_cache_dtype": "fp8", "host_kv_cache": {"size_gb": 64}}]
 
 
 @pytest.mark.parametrize(("levers", "role"), product(LEVERS, ["mixed", "prefill", "decode"]))
@@ -174,3 +177,32 @@ def test_adapters_render_lora_flags_all_documented() -> None:
     assert "--enable-lora" in sglang_args(pool({}, engine_args=["--enable-lora"]), 1, "m")
     with pytest.raises(LaunchError, match="--lora-paths"):
         sglang_args(pool({}, adapters=adapters, engine_args=["--lora-paths", "y=z"]), 1, "m")
+
+
+def test_capacity_levers_render_as_sglang_names_them() -> None:
+    levers = {"prefix_caching": True, "kv_cache_dtype": "fp8", "host_kv_cache": {"size_gb": 64}}
+    args = sglang_args(pool(levers), 1, "m")
+    assert after(args, "--kv-cache-dtype") == ["fp8_e4m3"]  # SGLang has no plain fp8
+    assert after(args, "--enable-hierarchical-cache") == []
+    assert after(args, "--hicache-size") == ["64"]  # GB, as the fleet file's size_gb
+    assert "--hicache-ratio" not in args  # the size overrides it
+    e5m2 = sglang_args(pool({"kv_cache_dtype": "fp8_e5m2"}), 1, "m")
+    assert after(e5m2, "--kv-cache-dtype") == ["fp8_e5m2"]
+    assert "--enable-hierarchical-cache" not in e5m2
+    plain = sglang_args(pool({}), 1, "m")
+    assert not {"--kv-cache-dtype", "--enable-hierarchical-cache"} & set(map(str, plain))
+
+
+def test_every_kv_dtype_is_a_documented_choice() -> None:
+    assert {d for d in KV_CACHE_DTYPES.values() if d is not None} <= DOCUMENTED_KV_CACHE_DTYPES
+
+
+@pytest.mark.parametrize("arg", ["--kv-cache-dtype", "--enable-hierarchical-cache",
+                                 "--hicache-size", "--hicache-ratio=4"])
+def test_engine_args_may_not_set_a_capacity_lever(arg: str) -> None:
+    with pytest.raises(LaunchError, match="engine_args may not set"):
+        sglang_args(pool({}, engine_args=[arg, "x"]), 1, "m")
+    # tuning the hierarchical cache stays open
+    tuned = pool({"prefix_caching": True, "host_kv_cache": {"size_gb": 64}},
+                 engine_args=["--hicache-write-policy", "write_back"])
+    assert sglang_args(tuned, 1, "m")[-2:] == ["--hicache-write-policy", "write_back"]

@@ -199,12 +199,19 @@ def test_gpus_per_engine_multiply_the_parallel_sizes() -> None:
         LAUNCHER.gpus(pool({}, engine_args=["--tensor-parallel-size", "two"]))
 
 
-LEVER_CASES = [
+LEVER_CASES: list[dict[str, Any]] = [
     {}, {"prefix_caching": True, "chunked_prefill": {"token_budget": 256}},
     {"chunked_prefill": {"enabled": False}},
     *({"speculative": {"method": m, "num_draft_tokens": 3, "draft_model": "d/m"}}
       for m in ("ngram", "eagle", "eagle3", "medusa", "mtp", "draft_model")),
+    *({"kv_cache_dtype": d} for d in ("fp8", "fp8_e4m3", "fp8_e5m2")),
 ]
+
+HOST_TIER_CASES: list[dict[str, Any]] = [
+    {"prefix_caching": True, "kv_cache_dtype": "fp8", "host_kv_cache": {"size_gb": 64}},
+    {"prefix_caching": True, "host_kv_cache": {"size_gb": 2, "mechanism": "lmcache"}},
+]
+"""Host tiers render on mixed pools only (a P/D pool's NIXL connector is refused with them)."""
 
 
 @pytest.mark.parametrize("levers", LEVER_CASES)
@@ -253,3 +260,40 @@ def test_every_lora_flag_is_in_the_real_help() -> None:
                  LAUNCHER.args(pool({}, **LORA_POOL), "0.0.0.0", 8000, "d")):
         emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
         assert emitted <= known, emitted - known
+
+
+def test_capacity_levers_render_as_vllm_names_them() -> None:
+    args = vllm_args(pool(HOST_TIER_CASES[0]), 1, "d")
+    assert after(args, "--kv-cache-dtype") == ["fp8"]
+    # 64 GB = 64e9 B = 59.604644775390625 GiB, exactly: vLLM multiplies by 2**30 again
+    assert after(args, "--kv-offloading-size") == ["59.604644775390625"]
+    assert float(str(after(args, "--kv-offloading-size")[0])) * 2**30 == 64e9
+    assert after(args, "--kv-offloading-backend") == ["native"]
+    lmcache = vllm_args(pool(HOST_TIER_CASES[1]), 1, "d")
+    assert after(lmcache, "--kv-offloading-backend") == ["lmcache"]
+    assert "--kv-cache-dtype" not in lmcache  # auto: vLLM's default, no flag
+    plain = vllm_args(pool({}), 1, "d")
+    assert not {"--kv-cache-dtype", "--kv-offloading-size"} & set(map(str, plain))
+
+
+def test_a_pd_pool_cannot_take_a_host_tier() -> None:
+    with pytest.raises(LaunchError, match="replacing the NIXL one"):
+        vllm_args(pool(HOST_TIER_CASES[0], role="decode"), 1, "d")
+    fp8 = vllm_args(pool({"kv_cache_dtype": "fp8"}, role="decode"), 1, "d")
+    assert after(fp8, "--kv-cache-dtype") == ["fp8"] and "--kv-transfer-config" in fp8
+
+
+@pytest.mark.parametrize("arg", ["--kv-cache-dtype", "--kv-offloading-size",
+                                 "--kv-offloading-backend=lmcache"])
+def test_engine_args_may_not_set_a_capacity_lever(arg: str) -> None:
+    with pytest.raises(LaunchError, match="engine_args may not set"):
+        vllm_args(pool({}, engine_args=[arg, "x"]), 1, "d")
+
+
+@pytest.mark.parametrize("levers", HOST_TIER_CASES)
+def test_every_capacity_flag_is_in_the_real_help(levers: dict[str, Any]) -> None:
+    known = {line for line in HELP_FLAGS.read_text().splitlines() if not line.startswith("#")}
+    for args in (vllm_args(pool(levers), 1, "d"), LAUNCHER.args(pool(levers), "0.0.0.0", 8000,
+                                                                  "d")):
+        emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
+        assert {"--kv-offloading-size", "--kv-offloading-backend"} <= emitted <= known

@@ -19,6 +19,8 @@ from gateway.settings import Settings
 from routing.features import RequestInfo
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, fleet_of
 
+ROOT = Path(__file__).resolve().parents[3]
+
 tokenizers = pytest.importorskip("tokenizers")
 
 
@@ -133,3 +135,23 @@ def test_a_route_called_with_another_method_is_a_405_with_allow(http: TestClient
 
 def test_the_version_is_ridges_own(http: TestClient) -> None:
     assert http.get("/version").json() == {"version": ridge_version()}
+
+
+def test_the_prefix_index_remembers_what_the_fleets_engines_can_hold() -> None:
+    from backends.kv_capacity import engine_kv_tokens
+    from gateway.app import FALLBACK_PREFIX_ENTRIES, prefix_index_entries
+    from gateway.settings import StateSettings
+    from routing.prefix_index import BYTES_PER_ENTRY
+
+    demo = load_fleet(ROOT / "gateway" / "demo" / "demo-fleet.yaml")
+    blocks = sum(-(-engine_kv_tokens(p) // 16) * len(p.endpoints)  # type: ignore[operator]
+                 for p in demo.pools)
+    assert prefix_index_entries(StateSettings(), demo) == 2 * blocks
+    # set by hand: as set
+    assert prefix_index_entries(StateSettings(max_prefix_entries=1234), demo) == 1234
+    # a memory budget caps the derived size
+    small = StateSettings(prefix_index_max_bytes=20_000 * BYTES_PER_ENTRY)
+    assert prefix_index_entries(small, demo) == 20_000 < 2 * blocks
+    # an engine of unknown capacity (no catalogue accelerator, no kv_cache_bytes): the fallback
+    real = load_fleet(ROOT / "gateway" / "demo" / "demo-real-fleet.yaml")
+    assert prefix_index_entries(StateSettings(), real) == FALLBACK_PREFIX_ENTRIES

@@ -221,3 +221,42 @@ def test_unknown_slo_classes_logged_are_bounded(caplog: pytest.LogCaptureFixture
             unknown.seen("m", name, SLOS, "default")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3 and "not logging" in lines[-1]
+
+
+# -- reuse lost to eviction ----------------------------------------------------------------------
+
+
+def test_lost_reuse_is_the_predicted_match_the_engine_did_not_serve_from_its_cache() -> None:
+    t, registry = _telemetry()
+    t.record(_rec(prompt_tokens=2000, cached_tokens=1024, predicted_cached_tokens=1024))  # kept
+    t.record(_rec(prompt_tokens=2000, cached_tokens=256, predicted_cached_tokens=1024))  # 768
+    t.record(_rec(prompt_tokens=2000, cached_tokens=1900, predicted_cached_tokens=512))  # more
+    t.record(_rec(prompt_tokens=1024, cached_tokens=0, predicted_cached_tokens=1024))  # ≤ P − 1
+    get = registry.get_sample_value
+    assert get("ridge_prefix_predicted_tokens_total", {"pool": "p"}) == 1024 + 1024 + 512 + 1023
+    assert get("ridge_prefix_lost_tokens_total", {"pool": "p"}) == 768 + 1023
+
+
+def test_no_lost_reuse_series_where_the_engine_does_not_report_cached_tokens() -> None:
+    t, registry = _telemetry()
+    t.record(_rec(prompt_tokens=2000, predicted_cached_tokens=1024))  # no cached_tokens
+    t.record(_rec(pool="q", prompt_tokens=2000, cached_tokens=64))  # no prediction (P/D)
+    get = registry.get_sample_value
+    assert get("ridge_prefix_predicted_tokens_total", {"pool": "p"}) is None
+    assert get("ridge_prefix_lost_tokens_total", {"pool": "q"}) is None
+    t.record(_rec(prompt_tokens=100, cached_tokens=0, predicted_cached_tokens=0))
+    assert get("ridge_prefix_lost_tokens_total", {"pool": "p"}) == 0  # reported: a series
+
+
+def test_pool_totals_sum_the_counters_the_wall_rule_reads() -> None:
+    t, _ = _telemetry()
+    t.record(_rec(prompt_tokens=2000, cached_tokens=256, predicted_cached_tokens=1024,
+                  completion_tokens=10, ttft_s=0.1, e2e_s=1.0))
+    t.record(_rec(lever="none", prompt_tokens=500, cached_tokens=0, completion_tokens=11,
+                  ttft_s=0.1, e2e_s=2.1))  # TPOT (2.1 − 0.1) ÷ 10 = 0.2 s > 0.1 s
+    t.record(RequestRecord("m", "none", 503, e2e_s=0.01))  # refused before routing: no pool
+    totals = t.pool_totals()
+    assert set(totals) == {"p"}
+    p = totals["p"]
+    assert (p.predicted, p.lost, p.prompt, p.cached, p.completion) == (1024, 768, 2500, 256, 21)
+    assert (p.evaluated, p.tpot_violations, p.preemptions) == (2, 1, None)

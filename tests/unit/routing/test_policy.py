@@ -344,3 +344,79 @@ def test_a_lever_no_healthy_engine_of_a_pool_runs_is_not_counted_on(
         expected: tuple[str, str, str]) -> None:
     got = LeverPolicy().decide(PolicyInput(inp_features, pools, state))
     assert got is not None and (got.pool, got.lever, got.reason) == expected, got
+
+
+# -- the request's own evidence (long match, session, or only the workload's f) ----------------
+
+
+def spec_caches_too() -> tuple[PoolSnapshot, ...]:
+    """The standard fleet with the speculative pool also caching prefixes (as the demo's)."""
+    return tuple(replace(p, levers=frozenset({SPECULATIVE, PREFIX_CACHE})) if p.name == "spec"
+                 else p for p in fleet())
+
+
+RADIX_BUSY = view(prefix_share=0.73, load={"r1": 3, "r2": 3})
+LONG_UNIQUE = features(prompt_tokens=2600, output=64)
+
+
+def test_a_long_unique_prompt_never_goes_to_speculation_on_the_workloads_f() -> None:
+    # the spec pool is idle and caches prefixes, so on cache cost alone it would win; but the
+    # request brings no match and no session: f is other traffic's evidence
+    got = LeverPolicy().decide(PolicyInput(LONG_UNIQUE, spec_caches_too(), RADIX_BUSY))
+    assert got is not None
+    assert got.header_value() == ("pool=radix; lever=prefix_cache; reason=high_prefix_share; "
+                                  "f=0.73,match=0/26")
+
+
+def test_with_only_speculative_prefix_pools_f_alone_places_nothing_there() -> None:
+    pools = tuple(p for p in spec_caches_too() if p.name != "radix")
+    got = LeverPolicy().decide(PolicyInput(LONG_UNIQUE, pools, view(prefix_share=0.9)))
+    assert got is not None and (got.pool, got.lever, got.reason) == ("general", "none", "default")
+
+
+def test_a_long_match_held_by_the_speculative_pool_is_evidence_for_it() -> None:
+    got = LeverPolicy().decide(PolicyInput(LONG_UNIQUE, spec_caches_too(),
+                                           view(prefix_share=0.73, matched={"s1": 20})))
+    assert got is not None and (got.pool, got.reason, got.detail) == \
+        ("spec", "long_match", "f=0.73,match=20/26")
+
+
+@pytest.mark.parametrize(("session_endpoint", "share", "expected", "detail"), [
+    # the session last ran on the speculative pool, which caches: its history is there
+    ("s1", None, ("spec", PREFIX_CACHE, "session_follow_up"), "f=na,match=0/26,session=spec"),
+    ("r2", 0.9, ("radix", PREFIX_CACHE, "session_follow_up"), "f=0.90,match=0/26,session=radix"),
+    # a session on a pool without prefix caching is no evidence for the prefix lever
+    ("g1", None, ("general", "none", "default"), None),
+    ("g1", 0.9, ("radix", PREFIX_CACHE, "high_prefix_share"), "f=0.90,match=0/26"),
+    ("gone", None, ("general", "none", "default"), None),
+])
+def test_a_session_follow_up_returns_to_the_pool_it_last_used(
+        session_endpoint: str, share: float | None, expected: tuple[str, str, str],
+        detail: str | None) -> None:
+    feats = features(prompt_tokens=2600, output=64, session="abc")
+    got = LeverPolicy().decide(PolicyInput(
+        feats, spec_caches_too(), view(prefix_share=share, session_endpoint=session_endpoint)))
+    assert got is not None and (got.pool, got.lever, got.reason) == expected, got
+    if detail is not None:
+        assert got.detail == detail
+
+
+def test_a_session_endpoint_is_no_evidence_without_a_session_on_the_request() -> None:
+    got = LeverPolicy().decide(PolicyInput(LONG_UNIQUE, spec_caches_too(),
+                                           view(session_endpoint="s1")))
+    assert got is not None and got.reason == "default"
+
+
+def test_a_saturated_session_pool_hands_the_follow_up_to_a_general_caching_pool() -> None:
+    pools = tuple(replace(p, levers=frozenset({SPECULATIVE, PREFIX_CACHE})) if p.name == "spec"
+                  else p for p in fleet(state=saturated("s1")))
+    feats = features(prompt_tokens=2600, output=64, session="abc")
+    got = LeverPolicy().decide(PolicyInput(feats, pools, view(session_endpoint="s1")))
+    assert got is not None and (got.pool, got.reason) == ("radix", "session_follow_up")
+
+
+def test_a_session_on_an_endpoint_that_does_not_cache_is_no_evidence() -> None:
+    pools = lacking(spec_caches_too(), s1=(PREFIX_CACHE,))
+    feats = features(prompt_tokens=2600, output=64, session="abc")
+    got = LeverPolicy().decide(PolicyInput(feats, pools, view(session_endpoint="s1")))
+    assert got is not None and got.reason == "default"

