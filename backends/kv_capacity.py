@@ -32,6 +32,12 @@ ENGINE_MEMORY_FRACTION: Mapping[Engine, float] = MappingProxyType({
 """The share of accelerator memory an engine takes for weights and KV by default."""
 
 
+def engine_kv_bytes(engine: Engine, memory_bytes: float, weight_bytes: float) -> float:
+    """KV bytes [B] an engine keeps on an accelerator of ``memory_bytes``: its default share of
+    the memory (:data:`ENGINE_MEMORY_FRACTION`) less the weights, at least 0."""
+    return max(0.0, ENGINE_MEMORY_FRACTION[engine] * memory_bytes - weight_bytes)
+
+
 def engine_kv_tokens(pool: Pool) -> int | None:
     """KV tokens one engine of ``pool`` holds (module docstring), or None when unknown."""
     model, hardware = pool.model, pool.hardware
@@ -44,5 +50,5 @@ def engine_kv_tokens(pool: Pool) -> int | None:
         if not names:
             return None
         memory = ACCELERATORS[names[0]].memory_bytes
-        kv_bytes = ENGINE_MEMORY_FRACTION[pool.engine] * memory - model.to_shape().weight_bytes
-    return max(0, int(kv_bytes // per_token))
+        kv_bytes = engine_kv_bytes(pool.engine, memory, model.to_shape().weight_bytes)
+    return int(kv_bytes // per_token)

@@ -279,11 +279,11 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
         settings.registry.breaker_max_open_s), drain_timeout_s=settings.registry.drain_timeout_s)
     telemetry = Telemetry(parts.metrics, frozenset(
         m for p in fleet.pools for m in (*p.models, *p.adapter_names())))
-    state = await build_state(settings, telemetry, fleet, parts.worker)
+    bounds = state_limits(settings.state, fleet)
+    state = await build_state(settings, telemetry, bounds, parts.worker)
     telemetry.bind_fleet(fleet, registry.snapshot, state)
     telemetry.registry.register(CircuitGauges(registry))
-    telemetry.registry.register(StateGauges(state_limits(settings.state, fleet).max_prefix_entries,
-                                            state_sizes(state)))
+    telemetry.registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
     client = parts.client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
@@ -398,8 +398,13 @@ def prefix_index_entries(state: StateSettings, fleet: Fleet) -> int:
 
 
 def state_limits(state: StateSettings, fleet: Fleet) -> StateLimits:
+    """The router state's bounds; logs the prefix index's cap."""
+    entries = prefix_index_entries(state, fleet)
+    log.info("prefix index: up to %d (block, endpoint) entries, ~%.0f MB%s", entries,
+             entries * BYTES_PER_ENTRY / 1e6, "" if state.max_prefix_entries else
+             " (derived from the fleet's KV capacity)")
     return StateLimits(
-        max_prefix_entries=prefix_index_entries(state, fleet),
+        max_prefix_entries=entries,
         prefix_max_age_s=state.prefix_max_age_s,
         max_sessions=state.max_sessions, session_max_age_s=state.session_max_age_s,
         reservation_ttl_s=state.reservation_ttl_s, max_reservations=state.max_reservations,
@@ -407,18 +412,13 @@ def state_limits(state: StateSettings, fleet: Fleet) -> StateLimits:
     )
 
 
-async def build_state(settings: Settings, telemetry: Telemetry, fleet: Fleet,
+async def build_state(settings: Settings, telemetry: Telemetry, limits: StateLimits,
                       worker: WorkerContext | None = None) -> RouterState:
     """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside), Redis checked
     once (:meth:`RedisState.start`); else, in a worker of ``ridge serve --workers``, the
     workers' shared :class:`WorkerState`; else memory. Raises
     :class:`~gateway.redis_state.RedisUnavailable` when Redis fails that check and
     ``state.redis_required`` is set."""
-    limits = state_limits(settings.state, fleet)
-    entries = limits.max_prefix_entries
-    log.info("prefix index: up to %d (block, endpoint) entries, ~%.0f MB%s", entries,
-             entries * BYTES_PER_ENTRY / 1e6, "" if settings.state.max_prefix_entries else
-             " (derived from the fleet's KV capacity)")
     if settings.redis_url is None:
         if worker is not None:
             return WorkerState(worker.region, worker.index, limits)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from backends.catalog import accelerator_names
 from backends.fleet_file import Engine, FleetConfigError, HardwareFacts, ModelFacts, Pool
+from backends.kv_capacity import engine_kv_bytes
 from backends.sim.behaviour import DIALECTS, Dialect
 from backends.sim.device import Device, Overheads
 from backends.sim.engine import EngineConfig
@@ -110,8 +111,7 @@ def kv_cache_bytes(pool: Pool, dialect: Dialect) -> float:
     prof = profile_for(pool)
     if prof.facts.kv_cache_bytes is not None:
         return prof.facts.kv_cache_bytes
-    weights = model.to_shape().weight_bytes
-    return max(0.0, dialect.memory_fraction * prof.memory_bytes - weights)
+    return engine_kv_bytes(dialect.engine, prof.memory_bytes, model.to_shape().weight_bytes)
 
 
 def _acceptance(pool: Pool) -> tuple[float, ...]:

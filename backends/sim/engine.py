@@ -203,7 +203,8 @@ class EngineCore:
             req.num_computed += q
             self._name_blocks(req)
             return None
-        answer = req.answer if req.answer is not None else Answer(req.rng)
+        answer = req.answer
+        assert answer is not None, "add() gives every request its answer"
         drafts = q - pending
         accepted = self._verify(req, answer, drafts)
         new = answer.tokens(req.generated, min(accepted + 1, req.remaining))
