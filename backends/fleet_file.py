@@ -34,6 +34,17 @@ endpoint per address its endpoints' host names resolve to, looked up again at ev
 (:mod:`backends.resolver`); only ``http`` endpoints may take it (a certificate issued for the
 name does not cover the addresses).
 
+KV-cache events: a pool's ``kv_events`` (:class:`KvEvents`) says where its engines publish
+what they store in and evict from their prefix cache (vLLM's ``--kv-events-config``: a ZMQ PUB
+socket on ``port``, an optional replay socket on ``replay_port``, a ``topic``), rendered into
+the engines' flags; the gateway subscribes to each endpoint's stream (:mod:`gateway.kv_events`)
+at the address :meth:`Pool.kv_event_sources` gives: the endpoint URL's host with those ports,
+or, where several engines share a host, the pool's explicit ``addresses`` (one per endpoint,
+with ``replay_addresses`` likewise). It needs ``prefix_caching`` (vLLM publishes nothing
+without it) and engine ``vllm``: SGLang's publisher sends another wire format
+(:data:`KV_EVENT_ENGINES`). A ``resolve: dns`` pool takes it without explicit addresses: each
+resolved address is the host of its engine's stream.
+
 Service-level objectives: ``slos`` maps a model name (or ``*``, every other model) to its
 bounds ``ttft_s`` / ``tpot_s`` / ``e2e_s`` [s] and optional request ``classes`` (chosen by the
 client's ``x-ridge-slo-class`` header or by ``max_tokens`` band); the rules, and the
@@ -61,11 +72,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -472,6 +484,105 @@ class Adapter(_Strict):
     rank: Annotated[int, Field(gt=0, le=LORA_RANKS[-1])] | None = None
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+TCP_ADDRESS = r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$"
+"""A ZMQ address a subscriber connects to: ``tcp://HOST:PORT`` (an IPv6 host in brackets)."""
+TcpAddress = Annotated[str, Field(pattern=TCP_ADDRESS)]
+
+KV_EVENT_ENGINES: frozenset[Engine] = frozenset({Engine.VLLM})
+"""Engines whose KV-cache events ridge decodes (:mod:`backends.kv_events_wire`). SGLang 0.5 has
+a ``--kv-events-config`` too, but its publisher (``sglang/srt/disaggregation/kv_events.py``)
+encodes each event as a msgpack array (``array_like``) where vLLM sends a map, and replays
+batches without the topic frame: not the format ridge reads."""
+
+
+class KvEventSource(NamedTuple):
+    """Where one engine publishes its KV-cache events: ``publish``, its PUB socket's address;
+    ``replay``, its replay (ROUTER) socket's, None without one; ``topic``, the stream's topic."""
+
+    publish: str
+    replay: str | None
+    topic: str
+
+
+def tcp_address(host: str, port: int) -> str:
+    """``tcp://host:port``, an IPv6 host in brackets."""
+    bare = host.strip("[]")
+    return f"tcp://[{bare}]:{port}" if ":" in bare else f"tcp://{bare}:{port}"
+
+
+class KvEvents(_Strict):
+    """The engines' KV-cache event streams (vLLM ``--kv-events-config``, ZMQ): ``port``, the
+    PUB socket's port on each engine's host; ``replay_port``, its replay socket's (None = no
+    replay: a missed batch then costs the router what it knew of that engine); ``topic``;
+    ``addresses`` / ``replay_addresses``: explicit ``tcp://HOST:PORT`` addresses, one per
+    endpoint in order, instead of each endpoint's host with the ports (engines sharing a host
+    publish on ports of their own; a rendered engine binds ``port`` and ``replay_port`` unless
+    given its own, :func:`backends.vllm_launch.engine_event_ports`)."""
+
+    port: Port
+    replay_port: Port | None = None
+    topic: str = ""
+    addresses: list[TcpAddress] | None = None
+    replay_addresses: list[TcpAddress] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KvEvents:
+        if self.replay_port == self.port:
+            raise ValueError("replay_port must differ from port (two sockets, one port each)")
+        if self.replay_addresses is not None and self.addresses is None:
+            raise ValueError("replay_addresses go with addresses (one of each per endpoint)")
+        for name in ("addresses", "replay_addresses"):
+            listed = getattr(self, name) or []
+            if len(set(listed)) != len(listed):
+                raise ValueError(f"{name}: an address listed twice")
+            wrong = [a for a in listed if not 1 <= address_port(a) <= 65535]
+            if wrong:
+                raise ValueError(f"{name}: {wrong[0]} has no port from 1 to 65535")
+        return self
+
+    def source(self, url: str, index: int | None) -> KvEventSource:
+        """The stream of the engine at endpoint ``url`` (``index``: its place among the
+        pool's endpoints, None for an address a ``resolve: dns`` name resolved to)."""
+        if self.addresses is None:
+            host = urlsplit(url).hostname
+            if not host:
+                raise ValueError(f"endpoint {url!r} names no host")
+            return KvEventSource(tcp_address(host, self.port), self._replay_on(host), self.topic)
+        if index is None:
+            raise ValueError(f"{url!r} is not one of the pool's endpoints, whose KV event "
+                             "addresses the fleet file lists")
+        publish = self.addresses[index]
+        replay = (self.replay_addresses[index] if self.replay_addresses is not None
+                  else self._replay_on(_address_host(publish)))
+        return KvEventSource(publish, replay, self.topic)
+
+    def _replay_on(self, host: str) -> str | None:
+        return None if self.replay_port is None else tcp_address(host, self.replay_port)
+
+    def ports(self) -> dict[str, int]:
+        """The ports the engines listen on for the streams, by name (``kv-events``,
+        ``kv-replay``)."""
+        named = {"kv-events": self.port, "kv-replay": self.replay_port}
+        return {name: port for name, port in named.items() if port is not None}
+
+
+def _address_host(address: str) -> str:
+    return _address_parts(address).group(1)
+
+
+def address_port(address: str) -> int:
+    """The port of a ``tcp://HOST:PORT`` address."""
+    return int(_address_parts(address).group(2))
+
+
+def _address_parts(address: str) -> re.Match[str]:
+    match = re.match(TCP_ADDRESS, address)
+    if match is None:
+        raise ValueError(f"not a tcp://HOST:PORT address: {address!r}")
+    return match
+
+
 class Pool(_Strict):
     """A set of identical engine replicas sharing one configuration (its levers)."""
 
@@ -521,6 +632,10 @@ class Pool(_Strict):
         default_factory=list, description="LoRA adapters the pool's engines serve besides "
         "its models (Adapter); requests naming one go only to endpoints that have it"
     )
+    kv_events: KvEvents | None = Field(
+        default=None, description="where the engines publish their KV-cache events (vLLM "
+        "--kv-events-config), which the gateway subscribes to (KvEvents); None = no stream"
+    )
 
     @field_validator("adapters", mode="before")
     @classmethod
@@ -553,6 +668,44 @@ class Pool(_Strict):
             raise ValueError(f"levers.host_kv_cache.size_gb {tier.size_gb}: SGLang's "
                              "--hicache-size takes whole GB")
         return self
+
+    @model_validator(mode="after")
+    def _kv_events_usable(self) -> Pool:
+        events = self.kv_events
+        if events is None:
+            return self
+        if self.engine not in KV_EVENT_ENGINES:
+            raise ValueError(f"kv_events: ridge reads vLLM's KV event format only; "
+                             f"{self.engine.value}'s publisher encodes events as msgpack "
+                             "arrays, not vLLM's maps, and replays without the topic frame")
+        if not self.levers.prefix_caching:
+            raise ValueError("kv_events: the engines publish what their prefix cache stores "
+                             "and evicts: it needs levers.prefix_caching: true")
+        if events.addresses is None:
+            _check_event_ports(events, self.endpoints)
+            return self
+        if self.resolve == "dns":
+            raise ValueError("kv_events.addresses name one engine per listed endpoint, but a "
+                             "resolve: dns pool's engines are the addresses its names resolve "
+                             "to: leave addresses out (each address then publishes on port)")
+        for name in ("addresses", "replay_addresses"):
+            listed = getattr(events, name)
+            if listed is not None and len(listed) != len(self.endpoints):
+                raise ValueError(f"kv_events.{name}: one per endpoint ({len(self.endpoints)}),"
+                                 f" not {len(listed)}")
+        return self
+
+    def kv_event_sources(self, urls: Iterable[str] | None = None) -> dict[str, KvEventSource]:
+        """Endpoint URL → where its engine publishes KV-cache events ({} without
+        ``kv_events``). ``urls``: the endpoint URLs as the registry has them now (for a
+        ``resolve: dns`` pool, the resolved ones); None = :meth:`endpoint_urls`."""
+        events = self.kv_events
+        if events is None:
+            return {}
+        declared = self.endpoint_urls()
+        index = {url: i for i, url in enumerate(declared)}
+        chosen = declared if urls is None else list(urls)
+        return {url: events.source(url, index.get(url)) for url in chosen}
 
     def host_kv_mechanism(self) -> HostKvMechanism | None:
         """The mechanism of the pool's host KV tier (the engine's default when the file names
@@ -624,6 +777,22 @@ class Pool(_Strict):
         """Which of ``model`` and ``hardware`` this pool has no facts for (in that order)."""
         return tuple(key for key, facts in (("model", self.model), ("hardware", self.hardware))
                      if facts is None)
+
+
+def _check_event_ports(events: KvEvents, endpoints: list[AnyHttpUrl]) -> None:
+    """Without explicit addresses each engine publishes on its endpoint's host: no two
+    endpoints share a host, and the event ports are not an endpoint's HTTP port."""
+    hosts = [u.host for u in endpoints]
+    shared = sorted({h for h in hosts if h is not None and hosts.count(h) > 1})
+    if shared:
+        raise ValueError(f"kv_events: endpoints share the host {shared[0]}, whose engines "
+                         "cannot all publish on one port: list kv_events.addresses, one per "
+                         "endpoint")
+    taken = {u.port for u in endpoints}
+    clash = sorted(p for p in events.ports().values() if p in taken)
+    if clash:
+        raise ValueError(f"kv_events: port {clash[0]} is also an endpoint's HTTP port, on "
+                         "the same host")
 
 
 _MODEL_FIELDS = frozenset({"params", "layers", "hidden_size", "kv_heads", "head_dim",

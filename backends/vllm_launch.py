@@ -40,6 +40,16 @@ Rules:
   lists each adapter in ``/v1/models`` with the pool's first model as its ``parent``. These
   flags are refused in ``engine_args`` only when rendered, so a pool that loads adapters at
   runtime may pass ``--enable-lora`` itself (with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``);
+- KV-cache events (vLLM 0.32 ``vllm/config/kv_events.py`` ``KVEventsConfig``,
+  ``vllm/distributed/kv_events.py`` ``ZmqEventPublisher``): a pool with ``kv_events`` gets
+  ``--kv-events-config`` with ``enable_kv_cache_events`` true, publisher ``zmq``, ``endpoint``
+  ``tcp://*:PORT``, ``replay_endpoint`` ``tcp://*:REPLAY_PORT`` when the pool has one, and its
+  ``topic`` (an engine whose address the fleet file lists binds that address's ports instead:
+  :attr:`LaunchSettings.kv_events_ports`, :func:`engine_event_ports`). The address is always
+  ``*``: vLLM binds an endpoint holding ``*`` (or ``::``) and *connects* to any other, so
+  ``tcp://127.0.0.1:PORT`` would not listen. An engine with
+  ``--data-parallel-size`` above 1 is refused: each rank publishes on PORT + its rank, one
+  stream per rank behind one endpoint;
 - the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch_args`),
   and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
 
@@ -68,13 +78,22 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from backends.fleet_file import HostKvCache, Pool, Role, Speculative, load_fleet
+from backends.fleet_file import (
+    HostKvCache,
+    KvEvents,
+    Pool,
+    Role,
+    Speculative,
+    address_port,
+    load_fleet,
+)
 from backends.launch_args import (
     Arg,
     Launcher,
     LaunchError,
     api_key_args,
     extra_args,
+    flag_values,
     flags_set,
     resolve,
     shell_join,
@@ -105,6 +124,7 @@ FLAGS: Mapping[str, str] = MappingProxyType(
         "kv_cache_dtype": "--kv-cache-dtype",
         "host_kv_size": "--kv-offloading-size",
         "host_kv_backend": "--kv-offloading-backend",
+        "kv_events": "--kv-events-config",
     }
 )
 """Lever or setting → vLLM flag (vLLM 0.32 ``python -m vllm.entrypoints.openai.api_server``)."""
@@ -136,10 +156,13 @@ KV_TRANSFER: Mapping[str, str] = MappingProxyType(
 """``--kv-transfer-config`` of a prefill or decode pool (vLLM docs, NixlConnector usage guide:
 both sides run the NIXL connector as ``kv_both``)."""
 
+DATA_PARALLEL_FLAGS: frozenset[str] = frozenset({"--data-parallel-size", "-dp"})
+"""Spellings of the data-parallel size (one scheduler, and one KV event stream, per rank)."""
+
 PARALLEL_FLAGS: tuple[frozenset[str], ...] = (
     frozenset({"--tensor-parallel-size", "-tp"}),
     frozenset({"--pipeline-parallel-size", "-pp"}),
-    frozenset({"--data-parallel-size", "-dp"}),
+    DATA_PARALLEL_FLAGS,
 )
 """Flags of ``engine_args`` whose values multiply into the GPUs one engine needs."""
 
@@ -162,12 +185,15 @@ ENV_KEYS: Mapping[str, str] = MappingProxyType(
 @dataclass(frozen=True, slots=True)
 class LaunchSettings:
     """Settings that are not levers. ``max_model_len`` is in tokens (prompt + output); a None
-    setting is left to vLLM (no flag)."""
+    setting is left to vLLM (no flag). ``kv_events_ports``: the (publish, replay) ports this
+    one engine binds for its KV events, for engines sharing a host whose addresses the fleet
+    file lists (:func:`engine_event_ports`); None = the pool's ``port`` and ``replay_port``."""
 
     host: str = "127.0.0.1"
     dtype: str | None = "float32"
     enforce_eager: bool = True
     max_model_len: int | None = 2048
+    kv_events_ports: tuple[int, int | None] | None = None
 
 
 DEPLOY_SETTINGS = LaunchSettings(host="0.0.0.0", dtype=None, enforce_eager=False,
@@ -192,7 +218,9 @@ def vllm_args(
     if settings.enforce_eager:
         args.append(FLAGS["enforce_eager"])
     lora = lora_args(pool)
-    args += lever_args(pool) + pd_args(pool) + lora + api_key_args(pool, FLAGS["api_key"])
+    args += lever_args(pool) + pd_args(pool) + kv_events_args(pool, settings.kv_events_ports)
+    args += lora
+    args += api_key_args(pool, FLAGS["api_key"])
     rendered = flags_set(lora, set(LORA_FLAGS.values()))
     return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
 
@@ -266,6 +294,46 @@ def pd_args(pool: Pool) -> list[Arg]:
     return [FLAGS["kv_transfer"], json.dumps(dict(KV_TRANSFER))]
 
 
+def kv_events_args(pool: Pool, ports: tuple[int, int | None] | None = None) -> list[Arg]:
+    """``--kv-events-config`` of a pool with ``kv_events`` (module docstring); nothing without.
+    ``ports``: this engine's (publish, replay) ports, None = the pool's."""
+    events = pool.kv_events
+    if events is None:
+        return []
+    sizes = flag_values(pool.engine_args, DATA_PARALLEL_FLAGS)
+    if sizes and sizes[-1] != "1":
+        raise LaunchError(f"pool {pool.name!r}: with --data-parallel-size {sizes[-1]} each "
+                          "rank publishes its KV events on a port of its own (PORT + rank), "
+                          "one endpoint with several streams: run one engine per endpoint")
+    if ports is not None:
+        events = events.model_copy(update={"port": ports[0], "replay_port": ports[1]})
+    return [FLAGS["kv_events"], json.dumps(kv_events_config(events))]
+
+
+def engine_event_ports(pool: Pool, url: str) -> tuple[int, int | None] | None:
+    """The (publish, replay) ports the engine of endpoint ``url`` binds, from the addresses the
+    fleet file lists for it; None when it lists none (every engine binds the pool's ports)."""
+    events = pool.kv_events
+    if events is None or events.addresses is None:
+        return None
+    source = pool.kv_event_sources([url])[url]
+    replay = None if source.replay is None else address_port(source.replay)
+    return address_port(source.publish), replay
+
+
+def kv_events_config(events: KvEvents) -> dict[str, Any]:
+    """The ``--kv-events-config`` object: vLLM's ZMQ publisher bound on every address."""
+    config: dict[str, Any] = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{events.port}",
+    }
+    if events.replay_port is not None:
+        config["replay_endpoint"] = f"tcp://*:{events.replay_port}"
+    config["topic"] = events.topic
+    return config
+
+
 def speculative_config(spec: Speculative) -> dict[str, Any]:
     """The ``--speculative-config`` object for a pool's speculative lever."""
     config: dict[str, Any] = {
@@ -281,10 +349,11 @@ def speculative_config(spec: Speculative) -> dict[str, Any]:
 
 
 def vllm_command(python: str, pool: Pool, port: int, model_dir: str,
-                 env: Mapping[str, str] | None = None) -> list[str]:
+                 env: Mapping[str, str] | None = None,
+                 settings: LaunchSettings = LaunchSettings()) -> list[str]:
     """The whole argv of a local process: ``python -m vllm.entrypoints.openai.api_server`` and
     :func:`vllm_args`, references (the API key) read from ``env`` (default: this process's)."""
-    argv = [python, "-m", SERVER_MODULE, *vllm_args(pool, port, model_dir)]
+    argv = [python, "-m", SERVER_MODULE, *vllm_args(pool, port, model_dir, settings)]
     return resolve(argv, os.environ if env is None else env)
 
 

@@ -48,6 +48,7 @@ from gateway.dispatch import (
     engine_headers,
     engine_model_names,
 )
+from gateway.engine_events import KvEventGauges, with_engine_events
 from gateway.errors import GatewayError, error_body, install_error_handlers
 from gateway.fleet_gauges import CircuitGauges
 from gateway.fleet_views import FleetBook
@@ -68,6 +69,7 @@ from gateway.trace import build_recorder
 from gateway.worker_metrics import serve_own_page
 from gateway.worker_state import WorkerContext, WorkerState
 from routing.admission import CapacityConfig
+from routing.event_state import unwrapped
 from routing.features import FeatureConfig, FeatureExtractor
 from routing.memory_state import MemoryState, StateLimits, StateSizes
 from routing.policy import LeverPolicy
@@ -280,10 +282,13 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     telemetry = Telemetry(parts.metrics, frozenset(
         m for p in fleet.pools for m in (*p.models, *p.adapter_names())))
     bounds = state_limits(settings.state, fleet)
-    state = await build_state(settings, telemetry, bounds, parts.worker)
+    state, events = with_engine_events(fleet, parts.extractor.config.block_tokens,
+                                       await build_state(settings, telemetry, bounds, parts.worker))
     telemetry.bind_fleet(fleet, registry.snapshot, state)
     telemetry.registry.register(CircuitGauges(registry))
     telemetry.registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
+    if events is not None:
+        telemetry.registry.register(KvEventGauges(events))
     client = parts.client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
@@ -320,6 +325,8 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
         if trace is not None:
             trace.start()
         poller.start()
+        if events is not None:
+            events.start(lambda: gateway.fleet, registry.snapshot)
         reloader.listen()
         if not await poller.wait_until_polled(settings.registry.startup_wait_s):
             log.warning("endpoints not all probed within %.1f s of start-up; serving anyway",
@@ -335,6 +342,8 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
             await trace.stop()
         await client.aclose()
         await probe_session.close()
+        if events is not None:
+            await events.aclose()
         await state.aclose()
 
 
@@ -353,6 +362,7 @@ def build_access(settings: Settings, fleet: Fleet, state: RouterState,
     if settings.keys_file:
         sources.append(KeysFile(settings.keys_file))
     limiter: RateLimiter
+    state = unwrapped(state)
     if isinstance(state, RedisState):
         sources.append(RedisKeys(state.client, settings.state.redis_prefix))
         limiter = RedisLimiter(state, settings.state.redis_prefix,
@@ -368,6 +378,7 @@ def build_access(settings: Settings, fleet: Fleet, state: RouterState,
 def state_sizes(state: RouterState) -> Callable[[], StateSizes] | None:
     """How to read the sizes of this process's index: a memory state's, a worker's replica's;
     None for a Redis state (its index is in Redis)."""
+    state = unwrapped(state)
     if isinstance(state, MemoryState):
         return state.sizes
     if isinstance(state, WorkerState):

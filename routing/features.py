@@ -297,10 +297,20 @@ def token_block_hashes(ids: Sequence[int], block_tokens: int,
     """Chained 64-bit hashes of the full ``block_tokens``-token blocks of ``ids``:
     ``h_i = XXH3-64(block_i as 4-byte little-endian ids, seed=h_{i-1})``, ``h_{-1}`` as in
     :func:`block_hashes`. A trailing partial block is not hashed."""
+    return chain_token_hashes(ids, block_tokens, chain_start(seed))
+
+
+def chain_start(seed: str) -> int:
+    """``h_{-1}`` of a chain: XXH3-64 of ``seed``, 0 when it is empty."""
+    return _xxh3(_utf8(seed)) if seed else 0
+
+
+def chain_token_hashes(ids: Sequence[int], block_tokens: int, h: int) -> tuple[int, ...]:
+    """The chained hashes of the full ``block_tokens``-token blocks of ``ids``, chained from
+    ``h`` (the hash of the block before them, or :func:`chain_start`)."""
     if block_tokens < 1:
         raise ValueError("block_tokens must be >= 1")
     view, step = memoryview(_little_endian(ids)), 4 * block_tokens
-    h = _xxh3(_utf8(seed)) if seed else 0
     return tuple([(h := _xxh3(view[end - step:end], h))
                   for end in range(step, len(view) + 1, step)])
 

@@ -343,6 +343,9 @@ def _prefix_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
     if _prefix_evidence(inp, cfg) == SESSION_FOLLOW_UP:
         home = _session_pool(inp)
         detail += f",session={home.name if home is not None else 'na'}"
+    exact = inp.view.exact_endpoints
+    if exact and any(e.url in exact for e in t.pool.endpoints):
+        detail += ",index=events"
     return detail
 
 

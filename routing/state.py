@@ -41,13 +41,16 @@ class StateView:
     (only endpoints with at least one). ``load``: in-flight counts per endpoint URL (missing =
     none). ``prefix_share``: the recent fraction of prompt tokens that matched somewhere, for
     the request's model, in [0, 1] (None before any observation). ``session_endpoint``: the
-    endpoint this request's session last used, if any.
+    endpoint this request's session last used, if any. ``exact_endpoints``: the endpoints whose
+    match comes from the engine's own KV events (:mod:`routing.event_state`); the others' is the
+    approximate index's guess from what was sent there.
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
     load: InFlight = field(default_factory=dict)
     prefix_share: float | None = None
     session_endpoint: str | None = None
+    exact_endpoints: frozenset[str] = frozenset()
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)

@@ -36,9 +36,11 @@ async def serve(config: str, speed: float, seed: int) -> None:
     running = await start_fleet(fleet, speed=speed, seed=seed)
     for server in running.servers:
         ep = server.endpoint
+        source = ep.pool.kv_event_sources([server.configured_url]).get(server.configured_url)
+        events = f" kv_events={source.publish}" if source is not None else ""
         print(
             f"{server.url}  pool={ep.pool.name} engine={ep.pool.engine.value} "
-            f"role={ep.pool.role.value} models={','.join(ep.pool.models)}",
+            f"role={ep.pool.role.value} models={','.join(ep.pool.models)}{events}",
             flush=True,
         )
     print(f"simulating {len(running.servers)} endpoints at speed {speed}; Ctrl-C stops", flush=True)

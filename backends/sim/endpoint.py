@@ -12,6 +12,9 @@ Prompt tokens: the model's own (its tokenizer and chat template, :func:`tokens.m
 when the endpoint has the pool model's tokenizer, else the 4-character estimate. With its own
 tokens the request is parsed as usual, its context checks (prompt too long, ``max_tokens``
 cut or refused, the default ``max_tokens``) made on the exact count, not on the estimate.
+
+KV-cache events (:mod:`backends.sim.kv_events`): :meth:`SimEndpoint.publish_kv_events` starts
+them; they need the model's tokenizer (the token ids the engine would report).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,6 +35,7 @@ from backends.sim.configure import engine_config, facts_of, kv_cache_bytes
 from backends.sim.engine import EngineCore
 from backends.sim.exposition import Exposition, render
 from backends.sim.faults import Faults
+from backends.sim.kv_events import Publisher, SimKvEvents, TokenIds
 from backends.sim.metric_tables import METRIC_TABLES, VLLM_CACHE_CONFIG_STATIC, resolve_buckets
 from backends.sim.openai_api import ApiError, Generation, ModelInfo, parse_chat, parse_completion
 from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDProtocolError
@@ -48,9 +52,11 @@ Parser = Callable[[dict[str, Any], Dialect, ModelInfo, int | None], Generation]
 
 @dataclass(frozen=True, slots=True)
 class TokenizedGeneration(Generation):
-    """A request whose prompt the model's own tokenizer counted: its tokens (each one's text)."""
+    """A request whose prompt the model's own tokenizer counted: its tokens (each one's text)
+    and their ids."""
 
     pieces: tuple[str, ...] = ()
+    ids: Sequence[int] = ()
 
 
 class SimEndpoint:
@@ -89,6 +95,19 @@ class SimEndpoint:
         link = Link(self.engine_id, "127.0.0.1", port, pool.simulator.kv_link_bandwidth)
         self.pd = PDAgent(hub, self.runner, clock, link)
         self.started = time.time()
+        self.kv_events: SimKvEvents | None = None
+
+    def publish_kv_events(self, publisher: Publisher) -> SimKvEvents:
+        """Publish the engine's KV-cache events through ``publisher`` after every step; raises
+        ValueError without the model's tokenizer (no token ids to report)."""
+        if self.tokenizer is None:
+            raise ValueError(f"pool {self.pool.name!r}: KV-cache events need the model's "
+                             "tokenizer (the token ids the engine reports)")
+        if self.kv_events is not None:
+            raise ValueError(f"pool {self.pool.name!r}: this endpoint already publishes")
+        self.kv_events = SimKvEvents(self.core.pool, TokenIds(self.tokenizer), publisher)
+        self.runner.after_step = self.kv_events.flush
+        return self.kv_events
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -101,19 +120,19 @@ class SimEndpoint:
     def parse(self, kind: str, body: dict[str, Any]) -> Generation:
         """Validate ``body`` (raises :class:`ApiError`)."""
         parser: Parser = parse_chat if kind == "chat" else parse_completion
-        pieces = tokens.model_tokens(self.tokenizer, kind, body) if self.tokenizer else None
-        if pieces is None:
+        prompt = tokens.model_prompt(self.tokenizer, kind, body) if self.tokenizer else None
+        if prompt is None:
             return parser(body, self.dialect, self.info, None)
-        return self._tokenized(kind, body, parser, pieces)
+        return self._tokenized(body, parser, *prompt)
 
     def _tokenized(
-        self, kind: str, body: dict[str, Any], parser: Parser, pieces: list[str]
+        self, body: dict[str, Any], parser: Parser, pieces: list[str], ids: Sequence[int]
     ) -> TokenizedGeneration:
         """``body`` parsed and checked against the context with the exact prompt count (module
         docstring)."""
         gen = parser(body, self.dialect, self.info, len(pieces))
         values = {f.name: getattr(gen, f.name) for f in fields(gen)}
-        return TokenizedGeneration(**values, pieces=tuple(pieces))
+        return TokenizedGeneration(**values, pieces=tuple(pieces), ids=ids)
 
     def intent(self, body: dict[str, Any]) -> Intent | None:
         try:
@@ -138,8 +157,9 @@ class SimEndpoint:
     def _request(self, gen: Generation, rid: str) -> SimRequest:
         seed = gen.seed if gen.seed is not None else self.rng.getrandbits(64)
         rng = random.Random(seed)
+        ids: Sequence[int] | None = None
         if isinstance(gen, TokenizedGeneration):
-            toks = list(gen.pieces)
+            toks, ids = list(gen.pieces), gen.ids
         else:
             toks = tokens.stream_tokens(gen.prompt)
         answer = Answer.for_prompt(toks, rng, self.style)
@@ -154,6 +174,7 @@ class SimEndpoint:
             rng=rng,
             requested_max_tokens=gen.max_tokens,
             answer=answer,
+            prompt_ids=ids,
         )
 
     def _target_length(self, gen: Generation, rng: random.Random,

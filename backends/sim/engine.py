@@ -246,7 +246,7 @@ class EngineCore:
             return
         self.scheduler.extend_hashes(req)
         for j in range(req.named_blocks, full):
-            self.pool.name(req.blocks[j], req.hashes[j])
+            self.pool.name(req.blocks[j], req.hashes[j], req, j)
         req.named_blocks = full
 
     def _finish(self, req: SimRequest, end: float) -> None:

@@ -7,6 +7,14 @@ loop, and a share of one :class:`~backends.sim.clock.ScaledClock` (``speed``) an
 order (ids, generated text, speculative acceptance and stop lengths are seeded). A pool whose model
 has a tokenizer under ``routing.features.tokenizers`` counts prompts with it
 (:mod:`backends.sim.tokens`), loaded once for the fleet.
+
+A pool with ``kv_events`` publishes each endpoint's KV-cache events as vLLM does
+(:mod:`backends.sim.kv_events`, :mod:`backends.sim.kv_publisher`), bound on exactly the addresses
+:meth:`~backends.fleet_file.Pool.kv_event_sources` gives (the endpoint URL's host with the
+pool's ports, or its explicit ``addresses``), from start-up until :meth:`SimServer.stop`. The
+events carry the model's token ids, so such a pool needs its model's tokenizer: without one
+:func:`start_fleet` refuses the fleet (:class:`~backends.fleet_file.FleetConfigError`) before
+starting anything. An address already taken raises OSError naming the pool.
 """
 
 from __future__ import annotations
@@ -19,10 +27,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from backends.fleet_file import Fleet, Pool
+from backends.fleet_file import Fleet, FleetConfigError, Pool
 from backends.prompt_tokenizers import fleet_tokenizers, pool_tokenizer
 from backends.sim.clock import Clock, ScaledClock
 from backends.sim.endpoint import SimEndpoint
+from backends.sim.kv_publisher import ZmqPublisher
 from backends.sim.pd import KVTransferHub
 from backends.sim.wire import CLOSER, build_app, hard_close
 from routing.prompt_tokens import PromptTokenizer
@@ -92,6 +101,8 @@ class SimServer:
         for task in list(self._tasks):
             task.cancel()
         await self.endpoint.runner.stop()
+        if self.endpoint.kv_events is not None:
+            self.endpoint.kv_events.close()
         await self.app_runner.cleanup()
 
 
@@ -127,6 +138,8 @@ async def start_fleet(fleet: Fleet, *, speed: float = 1.0, seed: int = 0) -> Run
     hub = KVTransferHub()
     running = RunningFleet([], clock, hub)
     tokenizers = fleet_tokenizers(fleet, report=False)  # the gateway's, for the same models
+    for pool in fleet.pools:
+        _check_kv_events(pool, pool_tokenizer(pool, tokenizers))
     try:
         for pool in fleet.pools:
             tokenizer = pool_tokenizer(pool, tokenizers)
@@ -164,5 +177,36 @@ async def _start_server(
             f"pool {pool.name!r}: cannot listen on {HOST}:{port} for {url}: {exc}"
         ) from exc
     endpoint.pd.link = replace(endpoint.pd.link, port=server.port)
+    try:
+        _publish_kv_events(pool, url, endpoint)
+    except BaseException:
+        await app_runner.cleanup()
+        raise
     endpoint.runner.start()
     return server
+
+
+def _check_kv_events(pool: Pool, tokenizer: PromptTokenizer | None) -> None:
+    """Refuse ``kv_events`` on a pool whose model has no tokenizer (module docstring)."""
+    if pool.kv_events is not None and tokenizer is None:
+        raise FleetConfigError(
+            f"pool {pool.name!r}: kv_events: the simulated engines report the token ids they "
+            f"cache, which takes the model's tokenizer: name one for {pool.models[0]!r} under "
+            "routing.features.tokenizers"
+        )
+
+
+def _publish_kv_events(pool: Pool, url: str, endpoint: SimEndpoint) -> None:
+    """Start the endpoint's KV-cache event stream, if its pool has one."""
+    source = pool.kv_event_sources([url]).get(url) if pool.kv_events is not None else None
+    if source is None:
+        return
+    try:
+        publisher = ZmqPublisher(source.publish, source.replay, source.topic)
+    except OSError as exc:
+        raise OSError(f"pool {pool.name!r}: cannot publish KV events for {url}: {exc}") from exc
+    try:
+        endpoint.publish_kv_events(publisher)
+    except BaseException:
+        publisher.close()
+        raise

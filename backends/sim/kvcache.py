@@ -31,6 +31,12 @@ Host tier (vLLM's CPU KV offloading, SGLang's hierarchical cache), when ``host_b
   Reloaded blocks are tracked until a request claims them (:meth:`BlockPool.claim_reloaded`:
   its host hits, which the engines' metrics count apart from device hits) or they are forgotten.
 
+Changes (for KV-cache events, :mod:`backends.sim.kv_events`), once :meth:`BlockPool.record_changes`
+is called: every name the device cache gains (:class:`Named`, with the request whose tokens the
+block holds and its index in that request's chain) or drops (:class:`Dropped`, an eviction), and
+every name the host tier gains (:class:`HostStored`) or drops (:class:`HostDropped`), in order,
+until :meth:`BlockPool.take_changes`. A refresh (a hit, a repeated store) is no change.
+
 Parameters: ``num_blocks`` (blocks), ``block_size`` (tokens per block: 16 for vLLM on GPUs, 128
 on its CPU backend, 1 for SGLang's default page size), ``caching`` (prefix caching on or off),
 ``host_blocks`` (blocks of the same size the host tier holds; 0 = no host tier).
@@ -39,8 +45,43 @@ on its CPU backend, 1 for SGLang's default page size), ``caching`` (prefix cachi
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import KeysView, Sequence
+from dataclasses import dataclass
 from itertools import takewhile
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """The device cache now holds ``block_hash``: block ``index`` of ``owner``'s chain (the
+    request whose tokens fill it; None when the caller did not say)."""
+
+    block_hash: int
+    owner: object | None
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """The device cache evicted ``block_hash``."""
+
+    block_hash: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostStored:
+    """The host tier now holds ``block_hash``."""
+
+    block_hash: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostDropped:
+    """The host tier dropped ``block_hash`` (its least recently used block, to make room)."""
+
+    block_hash: int
+
+
+CacheChange = Named | Dropped | HostStored | HostDropped
 
 
 def reload_seconds(tokens: int, kv_bytes_per_token: float, host_link_bandwidth: float) -> float:
@@ -64,12 +105,18 @@ class HostTier:
             raise ValueError("a host tier holds at least one block")
         self.capacity = capacity
         self._names: OrderedDict[int, None] = OrderedDict()
+        self.changes: list[CacheChange] | None = None
+        """Where new and dropped names are recorded (None: not recorded)."""
 
     def __contains__(self, name: int) -> bool:
         return name in self._names
 
     def __len__(self) -> int:
         return len(self._names)
+
+    def names(self) -> KeysView[int]:
+        """The names held (a live view)."""
+        return self._names.keys()
 
     def store(self, name: int) -> None:
         """Hold ``name`` as the most recently used block, dropping the least recent if full."""
@@ -78,8 +125,13 @@ class HostTier:
             names.move_to_end(name)
             return
         names[name] = None
+        changes = self.changes
+        if changes is not None:
+            changes.append(HostStored(name))
         if len(names) > self.capacity:
-            names.popitem(last=False)
+            dropped, _ = names.popitem(last=False)
+            if changes is not None:
+                changes.append(HostDropped(dropped))
 
 
 def chain_hashes(tokens: Sequence[str], block_size: int, start: int, parent: int) -> list[int]:
@@ -110,6 +162,25 @@ class BlockPool:
         self._fresh = 0  # blocks [_fresh, num_blocks) were never used: they head the free queue
         self._reloaded: set[int] = set()  # device blocks loaded from the host tier, unclaimed
         self._reload_tokens = 0  # tokens reloaded since take_reloaded_tokens last ran
+        self._changes: list[CacheChange] | None = None  # recorded changes (module docstring)
+
+    def record_changes(self) -> None:
+        """Record the cache's changes from now on (module docstring)."""
+        if self._changes is None:
+            self._start_changes()
+
+    def take_changes(self) -> list[CacheChange]:
+        """The changes recorded since the last call, oldest first."""
+        taken = self._changes
+        if not taken:
+            return []
+        self._start_changes()
+        return taken
+
+    def _start_changes(self) -> None:
+        self._changes = []
+        if self.host is not None:
+            self.host.changes = self._changes  # one list: device and host changes in order
 
     @property
     def num_free(self) -> int:
@@ -124,9 +195,11 @@ class BlockPool:
         """Blocks needed to hold ``tokens`` tokens."""
         return -(-tokens // self.block_size)
 
-    def match(self, hashes: Sequence[int], limit_tokens: int) -> list[int]:
+    def match(self, hashes: Sequence[int], limit_tokens: int,
+              owner: object | None = None) -> list[int]:
         """The cached blocks for the longest prefix of ``hashes``, covering at most
-        ``limit_tokens`` tokens. Does not take them: see :meth:`take`."""
+        ``limit_tokens`` tokens. Does not take them: see :meth:`take`. ``owner``: the request
+        whose chain ``hashes`` is (blocks reloaded from the host tier are its)."""
         if not self.caching:
             return []
         run = hashes[: limit_tokens // self.block_size]
@@ -140,9 +213,9 @@ class BlockPool:
             return found
         for h in run[: len(found)]:
             self.host.store(h)  # a hit refreshes the host copy too
-        return self._reload(found, run[len(found):])
+        return self._reload(found, run[len(found):], owner)
 
-    def _reload(self, found: list[int], rest: Sequence[int]) -> list[int]:
+    def _reload(self, found: list[int], rest: Sequence[int], owner: object | None) -> list[int]:
         """``found`` extended by the blocks of ``rest`` the host tier (or, past a gap, the
         device) holds, each host block reloaded into a fresh device block while any is free."""
         host = self.host
@@ -155,13 +228,15 @@ class BlockPool:
         self.take(found + kept)  # the reloads' allocation must not evict the match's blocks
         fresh = iter(self.allocate(min(on_device.count(None), self.num_free)) or [])
         blocks, cut = list(found), None
-        for h, block in zip(wanted, on_device, strict=True):
+        for i, (h, block) in enumerate(zip(wanted, on_device, strict=True), len(found)):
             if block is None:
                 block = next(fresh, None)
                 if block is None:
                     cut = len(blocks) if cut is None else cut
                     continue
                 self._cached[h], self._name[block] = block, h
+                if self._changes is not None:
+                    self._changes.append(Named(h, owner, i))
                 self._reloaded.add(block)
                 self._reload_tokens += self.block_size
                 host.store(h)
@@ -211,6 +286,8 @@ class BlockPool:
                 self._name[block] = None
                 if self._cached.get(name) == block:
                     del self._cached[name]
+                    if self._changes is not None:
+                        self._changes.append(Dropped(name))
             self._ref[block] = 1
             out.append(block)
         return out
@@ -222,19 +299,27 @@ class BlockPool:
             if self._ref[b] == 0:
                 self._free[b] = None
 
-    def name(self, block: int, block_hash: int) -> None:
-        """Record that ``block`` (full, held) now caches the prefix named ``block_hash``."""
+    def name(self, block: int, block_hash: int, owner: object | None = None,
+             index: int = 0) -> None:
+        """Record that ``block`` (full, held) now caches the prefix named ``block_hash``:
+        block ``index`` of ``owner``'s chain."""
         if not self.caching:
             return
         if block_hash not in self._cached:
             self._cached[block_hash] = block
             self._name[block] = block_hash
+            if self._changes is not None:
+                self._changes.append(Named(block_hash, owner, index))
         if self.host is not None:
             self.host.store(block_hash)  # write-through
 
     def cached_blocks(self) -> int:
         """Blocks whose contents are reusable by name."""
         return len(self._cached)
+
+    def cached_names(self) -> KeysView[int]:
+        """The names of the blocks whose contents are reusable (a live view)."""
+        return self._cached.keys()
 
     @property
     def host_used_blocks(self) -> int:

@@ -9,7 +9,7 @@ Times are simulated seconds on the engine's clock.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -46,7 +46,8 @@ class SimRequest:
     (:mod:`backends.sim.answers`; the engine gives one of fresh words when None). n-gram
     speculation: ``drafter`` indexes the sequence for prompt look-up (:mod:`backends.sim.ngram`)
     and ``drafts`` holds the drafts proposed for the next step (None for other methods: the
-    engine drafts K)."""
+    engine drafts K). ``prompt_ids``: the prompt's token ids when the model's tokenizer counted
+    it (None for the estimate), for the KV-cache events (:mod:`backends.sim.kv_events`)."""
 
     rid: str
     tokens: list[str]
@@ -77,6 +78,7 @@ class SimRequest:
     answer: Answer | None = None
     drafter: NgramIndex | None = None
     drafts: list[str] | None = None
+    prompt_ids: Sequence[int] | None = None
 
     @property
     def generated(self) -> int:

@@ -5,6 +5,9 @@ Loop: step the core at the clock's ``now``; if the step did work, sleep its dura
 core was idle, wait until a request arrives, a KV transfer lands or the next known event time.
 Requests enter through :meth:`EngineRunner.submit`, which returns a :class:`RequestHandle` the
 HTTP layer reads tokens from; :meth:`EngineRunner.abort` drops a request (client gone).
+``after_step``, when set, runs once each step is over (after its tokens are delivered; at once
+for an idle step): the KV-cache events of the step go out then, as vLLM publishes them after
+each step's output (:mod:`backends.sim.kv_events`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from backends.sim.clock import Clock
 from backends.sim.engine import EngineCore, StepOutcome
@@ -63,6 +67,7 @@ class EngineRunner:
         self._handles: dict[str, RequestHandle] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.after_step: Callable[[], None] | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -113,12 +118,24 @@ class EngineRunner:
                 log.exception("simulated engine step failed")
                 raise
             if outcome.idle:
+                self._step_over()
                 nxt = self.core.next_event_time(now)
                 await self.clock.wait(self._wake, None if nxt is None else nxt - now)
                 self._wake.clear()
                 continue
             await self.clock.sleep(outcome.seconds)
             self._deliver(outcome)
+            self._step_over()
+
+    def _step_over(self) -> None:
+        hook = self.after_step
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception:  # as a failed step: loud, not silent
+            log.exception("simulated engine's after-step hook failed")
+            raise
 
     def _deliver(self, outcome: StepOutcome) -> None:
         for e in outcome.emissions:

@@ -148,6 +148,7 @@ class Scheduler:
         self.pool.release(req.blocks)
         req.blocks = []
         req.num_computed = 0
+        req.named_blocks = 0  # its recomputed blocks are cached again, as vLLM caches them
         req.phase = Phase.WAITING
         req.preemptions += 1
         self.stats.preemptions += 1
@@ -187,7 +188,7 @@ class Scheduler:
     def _start(self, req: SimRequest, budget: int, now: float) -> int | None:
         """Admit ``req`` if it fits: its tokens this step, 0 if it awaits remote KV, else None."""
         self.extend_hashes(req)
-        matched = self.pool.match(req.hashes, len(req.tokens) - 1)
+        matched = self.pool.match(req.hashes, len(req.tokens) - 1, req)
         computed = len(matched) * self.pool.block_size
         if req.remote is not None:
             target = len(req.tokens) - 1

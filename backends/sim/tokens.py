@@ -105,8 +105,17 @@ def model_tokens(
 ) -> list[str] | None:
     """The prompt of a ``chat`` or ``completion`` request ``body`` as the model's own tokens (each
     token's text), or None when the model's tokenizer does not model it (module docstring)."""
+    prompt = model_prompt(tokenizer, kind, body)
+    return None if prompt is None else prompt[0]
+
+
+def model_prompt(
+    tokenizer: PromptTokenizer, kind: str, body: Mapping[str, Any]
+) -> tuple[list[str], Sequence[int]] | None:
+    """:func:`model_tokens` and the token ids they are the text of (the ids the engine computes
+    and names in its KV-cache events), or None."""
     ids = tokenizer.prompt_ids(body, "chat" if kind == "chat" else "completions")
-    return None if ids is None else [tokenizer.token_text(i) for i in ids]
+    return None if ids is None else ([tokenizer.token_text(i) for i in ids], ids)
 
 
 def stream_tokens(prompt: str) -> list[str]:

@@ -13,7 +13,10 @@ a name cut to fit gets a short hash so that two pools never share one.
 
 Ports: ridge serves clients on :data:`RIDGE_PORT` and its metrics on :data:`RIDGE_ADMIN_PORT`
 (``RIDGE_ADMIN_PORT``: there ``/metrics`` needs no key, so Prometheus scrapes it while the
-client port may require API keys); every engine listens on its engine's usual port.
+client port may require API keys); every engine listens on its engine's usual port, and on
+its role's side ports and its pool's KV event ports (``kv_events``), which a Kubernetes engine
+pod declares. A pool's explicit ``kv_events.addresses`` are left out of the rendered fleet file:
+each rendered engine has a host of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import yaml
 
 from backends.dialects import dialect_for
 from backends.engine_launch import checkpoint, launcher
-from backends.fleet_file import Fleet, Pool, parse_fleet
+from backends.fleet_file import Fleet, Pool, Role, parse_fleet
 from backends.launch_args import Arg, env_refs
 
 RIDGE_PORT = 8080
@@ -136,9 +139,16 @@ def engine_plan(pool: Pool, options: RenderOptions) -> EnginePlan:
     return EnginePlan(
         pool=pool, name=dns_label("engine", pool.name), replicas=len(pool.endpoints),
         image=options.image(pool.engine.value), argv=tuple(argv), port=launch.port,
-        side_ports=dict(launch.side_ports.get(pool.role, {})), gpus=launch.gpus(pool),
+        side_ports=side_ports(pool, launch.side_ports), gpus=launch.gpus(pool),
         health_path=dialect.health_path, metrics_path=dialect.metrics_path,
     )  # fmt: skip
+
+
+def side_ports(pool: Pool, by_role: Mapping[Role, Mapping[str, int]]) -> dict[str, int]:
+    """The ports an engine of ``pool`` listens on besides its HTTP port: its role's, and its
+    KV event streams' (``kv_events``)."""
+    events = pool.kv_events.ports() if pool.kv_events is not None else {}
+    return {**by_role.get(pool.role, {}), **events}
 
 
 def make_plan(fleet: Fleet, options: RenderOptions = RenderOptions()) -> Plan:
@@ -164,9 +174,10 @@ def rendered_fleet(plan: Plan, endpoints: Mapping[str, list[str]]) -> tuple[dict
     ``routing.features.tokenizers`` are not in the ridge image, so that section is left out
     (ridge then estimates prompt tokens from characters), with a warning."""
     raw = plan.fleet.model_dump(mode="json", exclude_unset=True)
+    warnings = []
     for pool in raw["pools"]:
         pool["endpoints"] = endpoints[pool["name"]]
-    warnings = []
+        warnings += _own_event_hosts(pool)
     features = raw.get("routing", {}).get("features", {})
     if features.pop("tokenizers", None):
         warnings.append("routing.features.tokenizers left out of the rendered fleet file: the "
@@ -174,6 +185,17 @@ def rendered_fleet(plan: Plan, endpoints: Mapping[str, list[str]]) -> tuple[dict
                         "built FROM it and add the section back)")
     parse_fleet(raw, source="rendered fleet")  # the deployed gateway must accept it
     return raw, warnings
+
+
+def _own_event_hosts(pool: dict[str, Any]) -> list[str]:
+    """Drop a pool's explicit KV event addresses: each rendered engine has a host of its own
+    and publishes on ``kv_events.port`` there (and the endpoints they followed are gone)."""
+    events = pool.get("kv_events") or {}
+    dropped = [k for k in ("addresses", "replay_addresses") if events.pop(k, None) is not None]
+    if not dropped:
+        return []
+    return [f"pool {pool['name']}: kv_events.{' and '.join(dropped)} left out of the rendered "
+            "fleet file: each rendered engine publishes on kv_events' ports on its own host"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,14 +256,17 @@ def start_ridge(fleet_file: Path, log_dir: Path, name: str = "ridge",
 
 
 @contextlib.contextmanager
-def one_engine_and_ridge(entry: Mapping[str, Any], logs: Path,
-                         start_timeout_s: float = 300.0) -> Iterator[tuple[Server, Server]]:
+def one_engine_and_ridge(entry: Mapping[str, Any], logs: Path, start_timeout_s: float = 300.0,
+                         fleet_extra: Mapping[str, Any] | None = None,
+                         ) -> Iterator[tuple[Server, Server]]:
     """One vLLM engine for the fleet-file pool ``entry`` (its first endpoint's port), started
     from the pool's own command line, and ridge in front of it: (engine, ridge); both stopped
-    at the end. For modules that need an engine of their own (they sort before the tier's
-    shared engines start, so at most two are ever up)."""
+    at the end. ``fleet_extra``: more top-level fleet-file keys (e.g. ``routing``). For modules
+    that need an engine of their own (they sort before the tier's shared engines start, so at
+    most two are ever up)."""
     paths = engine_paths()
     fleet, raw = real_fleet([entry])
+    raw.update(fleet_extra or {})
     pool = fleet.pools[0]
     url = pool.endpoint_urls()[0]
     argv = vllm_command(str(paths.python), pool, port_of(url), str(paths.model_dir))

@@ -44,7 +44,7 @@ from starlette.testclient import TestClient
 
 from backends.dialects import EngineDialect
 from backends.engine_facts import Facts
-from backends.fleet_file import load_fleet
+from backends.fleet_file import parse_fleet
 from backends.probe import MetricsSource, ProbeError
 from gateway.app import create_app
 from gateway.settings import Settings
@@ -127,12 +127,18 @@ def down_probe(*_: object) -> MetricsSource:
 
 @pytest.fixture(scope="module")
 def live_families() -> dict[str, str]:
-    """Family name → type, as the demo gateway's registry holds them once started."""
+    """Family name → type, as the demo gateway's registry holds them once started (one of
+    its pools following its engines' KV events)."""
     with pytest.MonkeyPatch.context() as env:
         for name in [n for n in os.environ if n.startswith("RIDGE_")]:
             env.delenv(name)
         with as_file(files("gateway").joinpath("demo", "demo-fleet.yaml")) as path:
-            fleet = load_fleet(path)
+            raw = yaml.safe_load(path.read_text())
+        for pool in raw["pools"]:  # one pool's engines publish KV events (none runs here)
+            if pool["name"] == "chunked":
+                pool["kv_events"] = {"port": 5557, "addresses": [
+                    "tcp://127.0.0.1:18186", "tcp://127.0.0.1:18187"]}
+        fleet = parse_fleet(raw)
         registry = CollectorRegistry()
         app = create_app(Settings(registry={"startup_wait_s": 0}), fleet,
                          metrics_registry=registry, probe_factory=down_probe)

@@ -19,6 +19,7 @@ from backends.vllm_launch import (
     LAUNCHER,
     LORA_FLAGS,
     LaunchSettings,
+    engine_event_ports,
     main,
     speculative_config,
     vllm_args,
@@ -297,3 +298,55 @@ def test_every_capacity_flag_is_in_the_real_help(levers: dict[str, Any]) -> None
                                                                   "d")):
         emitted = {f for a in args if isinstance(a, str) and (f := flag_name(a))}
         assert {"--kv-offloading-size", "--kv-offloading-backend"} <= emitted <= known
+
+
+EVENTS = {"prefix_caching": True}
+
+
+def test_kv_events_render_vllms_zmq_publisher_on_every_address() -> None:
+    p = pool(EVENTS, kv_events={"port": 5557, "replay_port": 5558, "topic": "kv"})
+    for args in (vllm_args(p, 1, "d"), LAUNCHER.args(p, "0.0.0.0", 8000, "d")):
+        (value,) = after(args, "--kv-events-config")
+        assert json.loads(str(value)) == {
+            "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557",
+            "replay_endpoint": "tcp://*:5558", "topic": "kv"}  # fmt: skip
+    (value,) = after(vllm_args(pool(EVENTS, kv_events={"port": 6000}), 1, "d"),
+                     "--kv-events-config")
+    assert json.loads(str(value)) == {"enable_kv_cache_events": True, "publisher": "zmq",
+                                      "endpoint": "tcp://*:6000", "topic": ""}
+    assert "--kv-events-config" not in vllm_args(pool(EVENTS), 1, "d")
+
+
+def test_kv_events_go_with_any_role_and_are_in_the_real_help() -> None:
+    known = {line for line in HELP_FLAGS.read_text().splitlines() if not line.startswith("#")}
+    assert FLAGS["kv_events"] in known
+    args = vllm_args(pool(EVENTS, role="decode", kv_events={"port": 5557}), 1, "d")
+    assert {"--kv-events-config", "--kv-transfer-config"} <= set(map(str, args))
+
+
+@pytest.mark.parametrize("extra", [["--data-parallel-size", "2"], ["-dp=4"]])
+def test_kv_events_refuse_data_parallel_ranks_behind_one_endpoint(extra: list[str]) -> None:
+    with pytest.raises(LaunchError, match="each rank publishes its KV events"):
+        vllm_args(pool(EVENTS, kv_events={"port": 5557}, engine_args=extra), 1, "d")
+    single = pool(EVENTS, kv_events={"port": 5557}, engine_args=["--data-parallel-size", "1"])
+    assert "--kv-events-config" in vllm_args(single, 1, "d")
+
+
+def test_engine_args_may_not_set_kv_events() -> None:
+    with pytest.raises(LaunchError, match="--kv-events-config"):
+        vllm_args(pool({}, engine_args=["--kv-events-config", "{}"]), 1, "d")
+
+
+def test_engines_sharing_a_host_bind_the_ports_their_addresses_list() -> None:
+    urls = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
+    p = pool(EVENTS, endpoints=urls, kv_events={
+        "port": 5557, "replay_port": 5558, "addresses": ["tcp://127.0.0.1:5601",
+                                                        "tcp://127.0.0.1:5602"]})
+    ports = engine_event_ports(p, urls[1])
+    assert ports == (5602, 5558)  # no replay_addresses: the pool's replay_port on that host
+    args = vllm_command("py", p, 8002, "d", env={},
+                        settings=LaunchSettings(kv_events_ports=(5602, 5702)))
+    config = json.loads(after(list(args), "--kv-events-config")[0])
+    assert (config["endpoint"], config["replay_endpoint"]) == ("tcp://*:5602", "tcp://*:5702")
+    alone = pool(EVENTS, kv_events={"port": 5557})
+    assert engine_event_ports(alone, "http://127.0.0.1:8001") is None

@@ -67,7 +67,7 @@ def test_without_prefix_caching_nothing_is_shared() -> None:
 
 
 def test_full_cache_preempts_and_every_request_still_finishes() -> None:
-    pool = make_pool(model="llama-3-8b", hardware="a100-80gb")
+    pool = make_pool(model="llama-3-8b", hardware="a100-80gb", prefix_caching=True)
     pool = pool.model_copy(
         update={
             "hardware": pool.hardware.model_copy(update={"kv_cache_bytes": 131_072 * 16 * 40}),
@@ -75,11 +75,21 @@ def test_full_cache_preempts_and_every_request_still_finishes() -> None:
         }
     )  # 40 blocks of 16 tokens = 640 tokens
     core = make_core(pool)
-    reqs = [make_request(f"r{i}", 100, 120) for i in range(4)]  # 4 · 220 tokens > 640
+    reqs = [make_request(f"r{i}", 100, 120, fill="abcd"[i]) for i in range(4)]  # 4 · 220 > 640
     simulate(core, [(0.0, r) for r in reqs])
     assert core.stats.preemptions > 0
     assert all(r.phase is Phase.FINISHED and r.generated == 120 for r in reqs)
     assert core.pool.num_free == core.pool.num_blocks
+
+
+def test_a_preempted_request_names_its_recomputed_blocks_again() -> None:
+    """Preemption frees the request's blocks: the ones it recomputes are cached again."""
+    core = make_core(make_pool(prefix_caching=True))
+    req = make_request("r", 100, 4)
+    core.scheduler.running.append(req)
+    req.named_blocks, req.num_computed = 6, 100
+    core.scheduler.preempt(req)
+    assert req.named_blocks == 0 and req.blocks == [] and req.num_computed == 0
 
 
 def test_speculation_yields_the_expected_tokens_per_verify_step() -> None:

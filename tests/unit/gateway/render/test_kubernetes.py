@@ -18,7 +18,7 @@ import yaml
 from backends.fleet_file import Fleet, parse_fleet
 from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
 from gateway.render.plan import Rendered, make_plan
-from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet
+from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet, rich_raw
 
 KUBERNETES_VERSION = "1.37.0"
 """The Kubernetes release whose schemas the manifests must pass (the newest one the pinned
@@ -159,3 +159,26 @@ def test_grafana_gets_the_projects_dashboards(rich: list[dict[str, Any]]) -> Non
     shipped = {p.name: p.read_text() for p in (ROOT / "grafana" / "dashboards").glob("*.json")}
     assert data == shipped
     assert sum(len(t.encode()) for t in data.values()) < 1024 * 1024  # a ConfigMap's limit
+
+
+def test_kv_event_ports_are_declared_and_streams_follow_each_pod() -> None:
+    raw = rich_raw()
+    raw["pools"][0]["kv_events"] = {"port": 5557, "replay_port": 5558,
+                                    "addresses": ["tcp://a:6001", "tcp://b:6001"]}
+    objs = objects(render(parse_fleet(raw)))
+    for obj in objs:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    pod = find(objs, "Deployment", "engine-general-pool-v2")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "kv-events", "containerPort": 5557} in container["ports"]
+    assert {"name": "kv-replay", "containerPort": 5558} in container["ports"]
+    service = find(objs, "Service", "engine-general-pool-v2")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "http": 8000, "kv-events": 5557, "kv-replay": 5558}
+    fleet = parse_fleet(yaml.safe_load(find(objs, "ConfigMap", "ridge-fleet")["data"]
+                                       ["fleet.yaml"]))
+    general = fleet.pool("General_Pool.v2")
+    assert general.resolve == "dns" and general.kv_events is not None
+    assert general.kv_events.addresses is None  # each resolved pod address publishes
+    assert general.kv_event_sources(["http://10.1.2.3:8000"])["http://10.1.2.3:8000"] == (
+        "tcp://10.1.2.3:5557", "tcp://10.1.2.3:5558", "")

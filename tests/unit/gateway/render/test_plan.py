@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,28 @@ def test_the_rendered_fleet_keeps_everything_but_endpoints_and_tokenizers() -> N
     assert again.routing.features.tokenizers == {}
     assert len(warnings) == 1 and "tokenizers" in warnings[0]
     assert "vk-test" not in str(raw) and raw["pools"][0]["api_key_env"] == "VLLM_KEY"
+
+
+def kv_events_raw() -> dict[str, Any]:
+    """The rich fleet with KV event streams on its first pool, whose engines the fleet file
+    lists on explicit addresses."""
+    raw = rich_raw()
+    raw["pools"][0]["kv_events"] = {
+        "port": 5557, "replay_port": 5558, "topic": "kv",
+        "addresses": ["tcp://a:6001", "tcp://b:6001"]}  # fmt: skip
+    return raw
+
+
+def test_kv_event_ports_are_side_ports_and_addresses_stay_behind() -> None:
+    plan = make_plan(parse_fleet(kv_events_raw()))
+    general = plan.engines[0]
+    assert general.side_ports == {"kv-events": 5557, "kv-replay": 5558}
+    assert plan.engines[4].side_ports == {"nixl": 5600}  # without kv_events: as before
+    urls = {p.name: [f"http://e{n}-{i}:1" for i in range(2)]
+            for n, p in enumerate(plan.fleet.pools)}
+    raw, warnings = rendered_fleet(plan, urls)
+    # each rendered engine has its own host: the streams follow the endpoints
+    assert raw["pools"][0]["kv_events"] == {"port": 5557, "replay_port": 5558, "topic": "kv"}
+    sources = parse_fleet(raw).pools[0].kv_event_sources()
+    assert sources["http://e0-1:1"].publish == "tcp://e0-1:5557"
+    assert any("kv_events.addresses left out" in w for w in warnings)

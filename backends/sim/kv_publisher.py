@@ -1,0 +1,156 @@
+"""The simulator's KV-cache event transport: vLLM's ZMQ publisher, socket for socket.
+
+What goes on the wire is vLLM 0.32's ``ZmqEventPublisher`` (``vllm/distributed/kv_events.py``),
+described in :mod:`backends.kv_events_wire`: a PUB socket sends ``(topic, seq, payload)`` per
+batch, ``seq`` 8 bytes big-endian from 0, +1 a batch; an optional ROUTER socket keeps the last
+``buffer_steps`` batches and answers a DEALER's ``(b"", start_seq)`` with ``(b"", topic, seq,
+payload)`` for each buffered batch from ``start_seq`` on, then ``(b"", b"", END_SEQ, b"")``.
+
+Threading (as vLLM: the engine loop never waits on a subscriber): :meth:`ZmqPublisher.publish`,
+called from the engine loop, hands the encoded payload to a background thread over an
+in-process PUSH/PULL pair (a copy-free hand-over, at most ``hwm`` batches queued at each end; a
+full queue makes ``publish`` wait, as vLLM's bounded queue does). The thread alone owns the PUB
+and ROUTER sockets and the replay buffer: it numbers each batch, sends it, keeps it, and
+answers replay requests, blocking in a poll on both inputs (an idle publisher costs no CPU).
+:meth:`close` sends an empty frame (payloads are never empty), which the thread takes as the
+end once every batch before it went out, then closes its sockets.
+
+Binding: exactly the addresses given (``tcp://HOST:PORT``); a port already taken raises
+:class:`OSError` naming the address. Memory: at most ``buffer_steps`` batches kept for replay,
+2 · ``hwm`` queued for the thread and ``hwm`` queued per subscriber (ZMQ's high-water mark: a
+slower subscriber loses batches, and sees the gap in ``seq``).
+
+Parameters: ``address`` (PUB bind address), ``replay_address`` (ROUTER bind address, None = no
+replay), ``topic``, ``buffer_steps`` [batches] (vLLM's default 10 000), ``hwm`` [batches]
+(vLLM's default 100 000).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from itertools import count
+
+import zmq
+
+from backends.kv_events_wire import END_SEQ, seq_bytes, seq_of
+
+log = logging.getLogger(__name__)
+
+BUFFER_STEPS = 10_000
+"""vLLM's ``KVEventsConfig.buffer_steps`` default [batches]."""
+HWM = 100_000
+"""vLLM's ``KVEventsConfig.hwm`` default [batches]."""
+STOP = b""
+"""The end-of-stream frame handed to the thread (a payload is never empty)."""
+JOIN_TIMEOUT_S = 10.0
+"""[s] How long :meth:`ZmqPublisher.close` waits for the thread to send what is queued."""
+LINGER_MS = 1000
+"""[ms] How long ZMQ keeps trying to deliver a closed PUB socket's last batches."""
+
+
+class ZmqPublisher:
+    """One engine's KV-cache event stream (module docstring)."""
+
+    def __init__(self, address: str, replay_address: str | None = None, topic: str = "",
+                 buffer_steps: int = BUFFER_STEPS, hwm: int = HWM) -> None:
+        if buffer_steps < 1 or hwm < 1:
+            raise ValueError("buffer_steps and hwm must be positive")
+        self._topic = topic.encode("utf-8")
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
+        self._owned: list[tuple[zmq.Socket[bytes], int]] = []  # the thread's, with their linger
+        self._closed = False
+        inbox = f"inproc://ridge-sim-kv-events-{id(self):x}"
+        try:
+            self._pub = self._bound(zmq.PUB, address, hwm, LINGER_MS)
+            self._replay = (self._bound(zmq.ROUTER, replay_address, hwm, 0)
+                            if replay_address is not None else None)
+            self._pull = self._bound(zmq.PULL, inbox, hwm, 0)
+        except BaseException:
+            self._close_owned()
+            raise
+        self._push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
+        self._push.set_hwm(hwm)
+        self._push.connect(inbox)
+        self._thread = threading.Thread(target=self._run, name=f"kv-events {address}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _bound(self, kind: int, address: str, hwm: int, linger_ms: int) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(kind)
+        self._owned.append((sock, linger_ms))
+        sock.set_hwm(hwm)
+        try:
+            sock.bind(address)
+        except zmq.ZMQError as exc:
+            raise OSError(exc.errno, f"cannot bind {address}: {exc.strerror}") from exc
+        return sock
+
+    def publish(self, payload: bytes) -> None:
+        """Send one batch's payload (:meth:`backends.kv_events_wire.Codec.encode`)."""
+        if self._closed:
+            raise RuntimeError("the KV event publisher is closed")
+        if payload:
+            self._push.send(payload, copy=False)
+
+    def close(self) -> None:
+        """Send what is queued, stop the thread and close the sockets (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._push.send(STOP)
+        self._thread.join(JOIN_TIMEOUT_S)
+        self._push.close(linger=0)
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        if self._replay is not None:
+            poller.register(self._replay, zmq.POLLIN)
+        seqs = count()
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if self._replay is not None and self._replay in ready:
+                    self._serve_replay(self._replay)
+                if self._pull in ready and not self._send(seqs):
+                    return
+        finally:
+            self._close_owned()
+
+    def _send(self, seqs: count[int]) -> bool:
+        """Publish every queued batch; False once the end-of-stream frame came."""
+        while True:
+            try:
+                payload = self._pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return True
+            if payload == STOP:
+                return False
+            seq = next(seqs)
+            self._pub.send_multipart((self._topic, seq_bytes(seq), payload))
+            self._buffer.append((seq, payload))
+
+    def _serve_replay(self, replay: zmq.Socket[bytes]) -> None:
+        """Answer one replay request (malformed ones are ignored, as vLLM does; a failed
+        answer is logged and the stream goes on)."""
+        frames = replay.recv_multipart()
+        if len(frames) != 3:
+            return
+        client, _, start = frames
+        first = seq_of(start)
+        try:
+            for seq, payload in self._buffer:
+                if seq >= first:
+                    replay.send_multipart((client, b"", self._topic, seq_bytes(seq), payload))
+            replay.send_multipart((client, b"", b"", END_SEQ, b""))
+        except zmq.ZMQError:
+            log.exception("KV event replay to a subscriber failed")
+
+    def _close_owned(self) -> None:
+        for sock, linger_ms in self._owned:
+            sock.close(linger=linger_ms)
+        self._owned.clear()
