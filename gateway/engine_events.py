@@ -14,8 +14,9 @@ file after a reload), and stops following the others: their requests fall back t
 approximate index.
 
 Index size (:func:`index_blocks`): the router blocks of every followed engine's KV capacity
-(device and host tier, :func:`backends.kv_capacity.engine_kv_tokens`), twice over for
-headroom; :data:`FALLBACK_BLOCKS` when an engine's capacity is unknown.
+(device, :func:`backends.kv_capacity.engine_kv_tokens`, and host tier), twice over for
+headroom; :data:`FALLBACK_BLOCKS` when an engine's capacity is unknown. A pool with a host tier
+and the facts prices its host-only blocks at :func:`reload_ratio` of recomputing them.
 
 Gauges: ``ridge_kv_event_index_blocks`` (router blocks held), ``ridge_kv_event_index_bytes``
 (their memory at :data:`routing.kv_event_index.BYTES_PER_BLOCK`),
@@ -40,6 +41,7 @@ from backends.fleet_file import Fleet, Pool
 from backends.kv_capacity import engine_kv_tokens
 from gateway.kv_events import KvEventCounters, KvEventSubscribers, wanted_sources
 from routing.event_state import EventState
+from routing.fleet_math import host_reload_ratio
 from routing.kv_event_index import BYTES_PER_BLOCK, KvEventIndex
 from routing.snapshots import PoolSnapshot
 from routing.state import RouterState
@@ -56,14 +58,37 @@ def event_pools(fleet: Fleet) -> list[Pool]:
 
 def index_blocks(fleet: Fleet, block_tokens: int) -> int:
     """The index's cap [router blocks]: 2 × Σ ⌈KV tokens ÷ block_tokens⌉ over the endpoints of
-    the ``kv_events`` pools, or :data:`FALLBACK_BLOCKS` when one's capacity is unknown."""
+    the ``kv_events`` pools (device and host tier), or :data:`FALLBACK_BLOCKS` when one's
+    capacity is unknown."""
     total = 0
     for pool in event_pools(fleet):
         tokens = engine_kv_tokens(pool)
         if tokens is None:
             return FALLBACK_BLOCKS
+        tokens += host_tier_tokens(pool)
         total += len(pool.endpoints) * -(-tokens // block_tokens)
     return max(1, 2 * total)
+
+
+def host_tier_tokens(pool: Pool) -> int:
+    """Tokens one engine's host KV tier holds = ⌊size [B] ÷ KV bytes per token [B/token]⌋ (0
+    without a host tier or the model's facts)."""
+    tier, model = pool.levers.host_kv_cache, pool.model
+    if tier is None or model is None:
+        return 0
+    return int(tier.size_bytes // model.to_shape(pool.levers.kv_dtype_bytes).kv_bytes_per_token)
+
+
+def reload_ratio(pool: Pool) -> float:
+    """What reloading a block from the pool's host tier costs against recomputing it
+    (:func:`routing.fleet_math.host_reload_ratio`); 0 without a host tier or the facts (host
+    blocks then count as held)."""
+    model, hardware = pool.model, pool.hardware
+    if pool.levers.host_kv_cache is None or model is None or hardware is None:
+        return 0.0
+    per_token = model.to_shape(pool.levers.kv_dtype_bytes).kv_bytes_per_token
+    return host_reload_ratio(per_token, hardware.host_link_bandwidth, model.params,
+                             hardware.peak_flops)
 
 
 class EngineEvents:
@@ -83,14 +108,14 @@ class EngineEvents:
         now = {p.name: [e.url for e in p.endpoints] for p in pools}
         resolved = {p.name: now.get(p.name, []) for p in mine if p.resolve == "dns"}
         wanted = wanted_sources(mine, resolved)
-        models = {url: list(p.models) for p in mine for url in p.kv_event_sources(
-            resolved.get(p.name))}
+        pool_of = {url: p for p in mine for url in p.kv_event_sources(resolved.get(p.name))}
         for url in list(self.subscribers.sources()):
             if url not in wanted:
                 self.index.drop(url)
         await self.subscribers.sync(wanted)
         for url in wanted:
-            self.index.follow(url, models[url])
+            pool = pool_of[url]
+            self.index.follow(url, list(pool.models), reload_ratio(pool))
 
     def start(self, fleet: Callable[[], Fleet], pools: Callable[[], Sequence[PoolSnapshot]]
               ) -> None:

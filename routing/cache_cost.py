@@ -6,7 +6,9 @@ requests.
 - ``matched_blocks`` [blocks]: the leading prompt blocks the prefix index says the endpoint
   holds, capped at the prompt's block count; ``best_match``: the longest over some endpoints.
 - ``uncached_tokens`` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
-- ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint, 1) × (load + 1),
+- ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint + reload tokens, 1)
+  × (load + 1), where reload tokens (``StateView.reload_tokens``, from the engines' KV events)
+  price the matched blocks held only in a host tier at a fraction of recomputing them,
   load from :func:`routing.load.endpoint_load`: the prefill work a request adds on an endpoint
   scaled by the queue it joins. It is the ``cache_aware`` scorer's cost
   (:mod:`routing.scheduler.plugins.cache_aware`) and the lever policy's measure for choosing
@@ -40,7 +42,8 @@ def uncached_tokens(features: RequestFeatures, matched: int) -> int:
 
 
 def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView) -> float:
-    """max(uncached tokens on ``ep``, 1) × (``endpoint_load`` + 1) [tokens × requests], ≥ 1."""
+    """max(uncached tokens on ``ep`` + its reload tokens, 1) × (``endpoint_load`` + 1)
+    [tokens × requests], ≥ 1."""
     return cache_costs((ep,), features, view)[ep.url]
 
 
@@ -51,12 +54,15 @@ def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures
     (it runs for every candidate of every request)."""
     blocks, prompt, per_block = (len(features.block_hashes), features.prompt_tokens,
                                  features.block_tokens)
-    matched, load = view.matched_blocks, view.load
+    matched, load, reload = view.matched_blocks, view.load, view.reload_tokens
     out = {}
     for ep in endpoints:
         url = ep.url
         held = matched.get(url, 0)
-        uncached = prompt - (blocks if held > blocks else held if held > 0 else 0) * per_block
+        cached = (blocks if held > blocks else held if held > 0 else 0) * per_block
+        uncached: float = prompt - cached
+        if reload:
+            uncached += reload.get(url, 0.0)
         counted = load.get(url)
         requests = counted.requests if counted is not None else 0
         queued = ep.queued

@@ -5,8 +5,9 @@ Algorithm. Wraps any :class:`routing.state.RouterState` (memory, workers', Redis
 
 - every view the wrapped state gives (``read``, and the view ``place`` chooses on) has its
   ``matched_blocks`` replaced, for the endpoints the index follows, by the index's match (the
-  blocks the engine reports holding, or has pending from requests in flight), and names those
-  endpoints in ``exact_endpoints``; endpoints without events keep the approximate match;
+  blocks the engine reports holding, or has pending from requests in flight), names those
+  endpoints in ``exact_endpoints``, and carries in ``reload_tokens`` what reloading the part of
+  a match held only in a host tier costs; endpoints without events keep the approximate match;
 - ``place`` tells the index which followed endpoints took the request (its blocks pending
   there), ``finish`` that the request ended (the engine's events now say what it kept);
 - everything else is the wrapped state's. The wrapped state still records every request in its
@@ -50,8 +51,10 @@ class EventState:
         if not followed:
             return view
         matched = {url: n for url, n in view.matched_blocks.items() if url not in followed}
-        matched.update(index.match(ask.block_hashes, followed))
-        return replace(view, matched_blocks=matched, exact_endpoints=frozenset(followed))
+        exact, reload = index.match_tiers(ask.block_hashes, followed)
+        matched.update(exact)
+        return replace(view, matched_blocks=matched, exact_endpoints=frozenset(followed),
+                       reload_tokens=reload)
 
     def learned_output(self, model: str) -> float | None:
         return self._inner.learned_output(model)

@@ -166,6 +166,19 @@ def decode_ridge_tokens(peak_flops: float, mem_bandwidth: float, dtype_bytes: fl
     return ridge_point(peak_flops, mem_bandwidth) * dtype_bytes / 2.0
 
 
+def host_reload_ratio(kv_bytes_per_token: float, host_link_bandwidth: float, params: float,
+                      peak_flops: float) -> float:
+    """What reloading a prefix token's KV from a host tier costs against recomputing it, in
+    (0, 1]: (kv [B/token] ÷ host link [B/s]) ÷ (2 · N [FLOP/token] ÷ peak [FLOP/s]), at most 1
+    (an engine would recompute rather than reload slower). Prefill at peak FLOP/s is the
+    fastest recomputation, so this is the ratio's upper bound. Worked: Llama-3-8B fp16 on an
+    H100 over PCIe Gen4 (131,072 B/token ÷ 25e9 B/s = 5.24 µs; 2 · 8.03e9 ÷ 989e12 = 16.2 µs):
+    0.323."""
+    reload_s = kv_bytes_per_token / host_link_bandwidth
+    recompute_s = 2.0 * params / peak_flops
+    return min(1.0, reload_s / recompute_s)
+
+
 @dataclass(frozen=True, slots=True)
 class SeqWork:
     """One sequence's share of a step: ``new_tokens`` (q) computed over ``context`` (c) cached."""

@@ -17,8 +17,12 @@ with the same look-ups as the approximate index, and the engine's hash function 
   copies of device blocks so, unless its connector is told to describe them) adds that medium
   to blocks the index knows and is otherwise skipped.
 - ``BlocksRemoved``: the engine block leaves that medium; when no medium holds it any more, its
-  router blocks go. A router block counts once per (engine block, medium) holding it, so a
-  block in both the device cache and a host tier stays until both evicted it.
+  router blocks go: a block in both the device cache and a host tier stays until both evicted
+  it.
+- Tiers: per endpoint, the router blocks held on the device are counted apart, so a match that
+  reaches past them into a host tier is priced (:meth:`match_tiers`): reloading a block costs
+  ``reload_ratio`` of recomputing it (:func:`routing.fleet_math.host_reload_ratio`, from the
+  pool's facts), cheaper than recomputation and dearer than a device hit.
 - ``AllCleared`` and :meth:`reset` (the engine restarted, or events were lost) empty the
   endpoint.
 - ``match(hashes, endpoints)``: per followed endpoint, the number of leading request blocks it
@@ -61,13 +65,34 @@ hashes and a media set, ~100 B per 8 router blocks, more for small engine blocks
 class _Engine:
     """One endpoint's held blocks: router hash → holders; engine hash → (router hashes, media)."""
 
-    __slots__ = ("seeds", "held", "blocks", "per_block")
+    __slots__ = ("seeds", "reload_ratio", "held", "device", "tiered", "blocks", "per_block")
 
-    def __init__(self, seeds: tuple[int, ...]) -> None:
+    def __init__(self, seeds: tuple[int, ...], reload_ratio: float) -> None:
         self.seeds = seeds
+        self.reload_ratio = reload_ratio
         self.per_block = 1  # router blocks per engine block (engine block size ÷ block_tokens)
-        self.held: dict[int, int] = {}
+        self.held: dict[int, int] = {}  # router hash → engine blocks holding it, any medium
+        self.device: dict[int, int] = {}  # router hash → those on the device
+        self.tiered = 0  # engine blocks held in a host tier (a medium other than the device)
         self.blocks: dict[Hashable, tuple[tuple[int, ...], set[str]]] = {}
+
+    def add_medium(self, routers: tuple[int, ...], media: set[str], medium: str) -> None:
+        if medium in media:
+            return
+        if medium == MEDIUM_DEVICE:
+            _count(self.device, routers, 1)
+        elif media <= {MEDIUM_DEVICE}:
+            self.tiered += 1
+        media.add(medium)
+
+    def drop_medium(self, routers: tuple[int, ...], media: set[str], medium: str) -> None:
+        if medium not in media:
+            return
+        media.discard(medium)
+        if medium == MEDIUM_DEVICE:
+            _count(self.device, routers, -1)
+        elif media <= {MEDIUM_DEVICE}:
+            self.tiered -= 1
 
 
 class KvEventIndex:
@@ -96,16 +121,19 @@ class KvEventIndex:
     def max_blocks(self) -> int:
         return self._max_blocks
 
-    def follow(self, endpoint: str, models: Sequence[str]) -> None:
-        """Take ``endpoint``'s events from now on; it serves ``models`` (each a chain seed). An
-        endpoint followed already keeps its blocks, unless its models changed."""
+    def follow(self, endpoint: str, models: Sequence[str], reload_ratio: float = 0.0) -> None:
+        """Take ``endpoint``'s events from now on; it serves ``models`` (each a chain seed);
+        ``reload_ratio``: what reloading a block from its host tier costs against recomputing
+        it (:func:`routing.fleet_math.host_reload_ratio`; 0 = as if on the device). An endpoint
+        followed already keeps its blocks, unless its models changed."""
         seeds = tuple(chain_start(m) for m in models)
         engine = self._engines.get(endpoint)
         if engine is not None and engine.seeds != seeds:
             self.drop(endpoint)
             engine = None
         if engine is None:
-            self._engines[endpoint] = _Engine(seeds)
+            engine = self._engines[endpoint] = _Engine(seeds, reload_ratio)
+        engine.reload_ratio = reload_ratio
 
     def drop(self, endpoint: str) -> None:
         """Stop following ``endpoint``; its requests fall back to the approximate index."""
@@ -123,7 +151,9 @@ class KvEventIndex:
         if engine is not None:
             self._size -= len(engine.held)
             engine.held.clear()
+            engine.device.clear()
             engine.blocks.clear()
+            engine.tiered = 0
 
     def apply(self, endpoint: str, events: Iterable[KvEvent]) -> None:
         """Apply ``endpoint``'s events in order (ignored for an endpoint not followed)."""
@@ -145,7 +175,7 @@ class KvEventIndex:
             for block in event.block_hashes:
                 known = engine.blocks.get(block)
                 if known is not None:
-                    known[1].add(medium)
+                    engine.add_medium(*known, medium)
             return
         if not event.plain or size % self._block_tokens:
             self.dropped += len(event.block_hashes) * max(1, size // self._block_tokens)
@@ -155,7 +185,7 @@ class KvEventIndex:
         for i, block in enumerate(event.block_hashes):
             known = engine.blocks.get(block)
             if known is not None:
-                known[1].add(medium)
+                engine.add_medium(*known, medium)
                 tails = _tails(known[0], len(engine.seeds))
                 continue
             ids = tokens[i * size:(i + 1) * size]
@@ -166,8 +196,9 @@ class KvEventIndex:
             if self._size + len(routers) > self._max_blocks:
                 self.dropped += len(routers)
                 return
-            engine.blocks[block] = (routers, {medium})
-            self._hold(engine, routers)
+            engine.blocks[block] = (routers, set())
+            engine.add_medium(routers, engine.blocks[block][1], medium)
+            self._size += _count(engine.held, routers, 1)
             tails = _tails(routers, len(tails))
 
     def _parents(self, engine: _Engine, parent: Hashable | None) -> tuple[int, ...] | None:
@@ -177,38 +208,31 @@ class KvEventIndex:
         known = engine.blocks.get(parent)
         return None if known is None else _tails(known[0], len(engine.seeds))
 
-    def _hold(self, engine: _Engine, routers: Sequence[int]) -> None:
-        held = engine.held
-        for h in routers:
-            count = held.get(h, 0)
-            held[h] = count + 1
-            self._size += count == 0
-
     def _removed(self, engine: _Engine, event: BlocksRemoved) -> None:
         medium = event.medium or MEDIUM_DEVICE
-        held = engine.held
         for block in event.block_hashes:
             known = engine.blocks.get(block)
             if known is None:
                 continue
-            routers, media = known
-            media.discard(medium)
-            if media:
-                continue
-            del engine.blocks[block]
-            for h in routers:
-                count = held.pop(h)
-                if count > 1:
-                    held[h] = count - 1
-                else:
-                    self._size -= 1
+            engine.drop_medium(*known, medium)
+            if not known[1]:
+                del engine.blocks[block]
+                self._size += _count(engine.held, known[0], -1)
 
     def match(self, hashes: Sequence[int], endpoints: Iterable[str]) -> dict[str, int]:
         """Per followed endpoint of ``endpoints``, the leading blocks of ``hashes`` it holds or
         has pending; endpoints with none (and endpoints not followed) are left out."""
-        out: dict[str, int] = {}
+        return self.match_tiers(hashes, endpoints)[0]
+
+    def match_tiers(self, hashes: Sequence[int], endpoints: Iterable[str]
+                    ) -> tuple[dict[str, int], dict[str, float]]:
+        """:meth:`match`, and per endpoint whose match reaches into its host tier, what
+        reloading those blocks costs in tokens recomputed: host-only blocks × block_tokens ×
+        its ``reload_ratio`` (endpoints with no such cost left out)."""
+        matched: dict[str, int] = {}
+        reload: dict[str, float] = {}
         if not hashes:
-            return out
+            return matched, reload
         engines = self._engines
         pending = self._pending.match(hashes, endpoints)
         for url in endpoints:
@@ -216,10 +240,16 @@ class KvEventIndex:
             if engine is None:
                 continue
             held = _leading(hashes, engine.held)
-            n = max(held - held % engine.per_block, pending.get(url, 0))
+            held -= held % engine.per_block
+            n = max(held, pending.get(url, 0))
             if n:
-                out[url] = n
-        return out
+                matched[url] = n
+            if held and engine.tiered and engine.reload_ratio:
+                device = _leading(hashes, engine.device)
+                host = held - (device - device % engine.per_block)
+                if host > 0:
+                    reload[url] = host * self._block_tokens * engine.reload_ratio
+        return matched, reload
 
     def placed(self, endpoint: str, hashes: Sequence[int]) -> None:
         """A request with blocks ``hashes`` was sent to ``endpoint`` (if followed)."""
@@ -234,6 +264,19 @@ class KvEventIndex:
     def held_blocks(self) -> dict[str, int]:
         """Per followed endpoint, the router blocks it holds (endpoints with none left out)."""
         return {url: len(e.held) for url, e in self._engines.items() if e.held}
+
+
+def _count(counts: dict[int, int], routers: Sequence[int], step: int) -> int:
+    """Add ``step`` (±1) to each of ``routers``' counts, dropping those that reach 0; the
+    change in the number of distinct keys."""
+    before = len(counts)
+    for h in routers:
+        n = counts.get(h, 0) + step
+        if n > 0:
+            counts[h] = n
+        else:
+            counts.pop(h, None)
+    return len(counts) - before
 
 
 def _tails(routers: tuple[int, ...], seeds: int) -> tuple[int, ...]:

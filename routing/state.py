@@ -43,7 +43,9 @@ class StateView:
     the request's model, in [0, 1] (None before any observation). ``session_endpoint``: the
     endpoint this request's session last used, if any. ``exact_endpoints``: the endpoints whose
     match comes from the engine's own KV events (:mod:`routing.event_state`); the others' is the
-    approximate index's guess from what was sent there.
+    approximate index's guess from what was sent there. ``reload_tokens``: per endpoint whose
+    match reaches into its host KV tier (known from its events), what reloading those blocks
+    costs, in prompt tokens recomputed [tokens] (``KvEventIndex.match_tiers``).
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
@@ -51,6 +53,7 @@ class StateView:
     prefix_share: float | None = None
     session_endpoint: str | None = None
     exact_endpoints: frozenset[str] = frozenset()
+    reload_tokens: Mapping[str, float] = field(default_factory=dict)
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)

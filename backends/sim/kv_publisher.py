@@ -58,6 +58,7 @@ class ZmqPublisher:
         if buffer_steps < 1 or hwm < 1:
             raise ValueError("buffer_steps and hwm must be positive")
         self._topic = topic.encode("utf-8")
+        self._context = zmq.Context()  # its own: the in-process hand-off needs one context
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
         self._owned: list[tuple[zmq.Socket[bytes], int]] = []  # the thread's, with their linger
         self._closed = False
@@ -69,8 +70,9 @@ class ZmqPublisher:
             self._pull = self._bound(zmq.PULL, inbox, hwm, 0)
         except BaseException:
             self._close_owned()
+            self._context.term()
             raise
-        self._push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
+        self._push: zmq.Socket[bytes] = self._context.socket(zmq.PUSH)
         self._push.set_hwm(hwm)
         self._push.connect(inbox)
         self._thread = threading.Thread(target=self._run, name=f"kv-events {address}",
@@ -78,7 +80,7 @@ class ZmqPublisher:
         self._thread.start()
 
     def _bound(self, kind: int, address: str, hwm: int, linger_ms: int) -> zmq.Socket[bytes]:
-        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(kind)
+        sock: zmq.Socket[bytes] = self._context.socket(kind)
         self._owned.append((sock, linger_ms))
         sock.set_hwm(hwm)
         try:
@@ -102,6 +104,8 @@ class ZmqPublisher:
         self._push.send(STOP)
         self._thread.join(JOIN_TIMEOUT_S)
         self._push.close(linger=0)
+        if not self._thread.is_alive():  # its sockets are closed: the context ends at once
+            self._context.term()
 
     # -- the thread ------------------------------------------------------------------------------
 

@@ -4,12 +4,16 @@ Algorithm (the multiplicative score of LMetric, Zhang et al., "Simple is Better 
 Multiplication May Be All You Need for LLM Request Scheduling", arXiv 2603.15202): for each
 candidate endpoint e,
 
-    uncached_e [tokens]   = max(prompt_tokens − matched_e × block_tokens, 1)
+    uncached_e [tokens]   = max(prompt_tokens − matched_e × block_tokens + reload_e, 1)
     load_e     [requests] = max(router in-flight, engine running + waiting)
     cost_e     [tokens × requests] = uncached_e × (load_e + 1)
     score_e    = min over candidates of cost / cost_e          (in (0, 1]; cheapest = 1)
 
-matched_e is the number of leading prompt blocks the prefix index says e holds. The cost is the
+matched_e is the number of leading prompt blocks the prefix index says e holds; reload_e
+[tokens] prices the part of that match an engine reports holding only in its host KV tier (its
+KV events): reloading a block costs a fraction of recomputing it
+(``routing.fleet_math.host_reload_ratio``), so such a block is cheaper than none and dearer
+than one on the device; 0 without events. The cost is the
 prefill work the request adds on e scaled by the queue it joins: a long cached prefix wins
 unless its endpoint is much busier, and with no cache anywhere it reduces to least load. The
 product needs no weight or threshold between the two terms — any constant factor on either

@@ -17,7 +17,9 @@ from gateway.engine_events import (
     FALLBACK_BLOCKS,
     EngineEvents,
     KvEventGauges,
+    host_tier_tokens,
     index_blocks,
+    reload_ratio,
     with_engine_events,
 )
 from gateway.kv_events import KvEventSubscribers, SubscriberSettings
@@ -72,6 +74,20 @@ def test_the_index_holds_twice_the_engines_capacity() -> None:
     state, events = with_engine_events(sized, 16, MemoryState())
     assert isinstance(state, EventState) and events is not None
     assert events.index.max_blocks == 1250
+
+
+def test_a_host_tier_is_priced_from_the_pools_facts_and_sized_into_the_index() -> None:
+    raw = fleet({"port": 5557}, kv_cache_bytes=131_072 * 10_000).model_dump(mode="json")
+    pool = raw["pools"][0]
+    pool["levers"]["host_kv_cache"] = {"size_gb": 1.31072}  # 10,000 tokens of 131,072 B
+    pool["hardware"]["peak_flops"] = 989e12
+    tiered = parse_fleet(raw)
+    [p] = tiered.pools
+    assert host_tier_tokens(p) == 10_000
+    assert index_blocks(tiered, 16) == 2 * 1250  # device and host tier
+    # 131,072 B/token over 25e9 B/s against 2 · 8.03e9 FLOP at 989e12 FLOP/s
+    assert reload_ratio(p) == pytest.approx(0.3228, rel=1e-3)
+    assert reload_ratio(fleet({"port": 5557}).pools[0]) == 0.0
 
 
 async def test_followed_endpoints_feed_the_index_and_the_gauges(

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from routing.cache_cost import best_match, cache_cost, matched_blocks, uncached_tokens
 from tests.unit.routing.scheduler.snapshots import ep, features, view
 
@@ -23,3 +25,13 @@ def test_cache_cost_is_uncached_tokens_times_load_plus_one() -> None:
     # the whole prompt held: floored at 1 token, so idle endpoints are told apart by load
     assert cache_cost(ep("b"), f, view(matched={"b": 10})) == 1
     assert cache_cost(ep("b"), f, view(matched={"b": 10}, load={"b": 4})) == 5
+
+
+def test_blocks_held_only_in_a_host_tier_cost_a_reload() -> None:
+    """Cheaper than recomputing them, dearer than holding them on the device."""
+    f = features(prompt_tokens=1000)
+    device = view(matched={"a": 8})
+    host = replace(device, reload_tokens={"a": 400 * 0.25})  # 4 of the 8 only in the host tier
+    on_device, reloaded = cache_cost(ep("a"), f, device), cache_cost(ep("a"), f, host)
+    recomputed = cache_cost(ep("a"), f, view(matched={"a": 4}))
+    assert (on_device, reloaded, recomputed) == (200, 300, 600)

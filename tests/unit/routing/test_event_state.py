@@ -109,3 +109,12 @@ async def test_held_blocks_are_the_engines_where_they_report() -> None:
     assert state.held_blocks() == {A: 4, B: 3}
     assert state.measures().window == inner.measures().window
     assert state.learned_output(M) is None
+
+
+async def test_a_match_in_the_host_tier_carries_its_reload_cost() -> None:
+    state, _, index = make(FakeClock())
+    index.follow(A, [M], reload_ratio=0.5)
+    index.apply(A, [stored(2), BlocksStored([b"e1", b"e2"], None, [], 0, "CPU"),
+                    BlocksRemoved([b"e2"], "GPU")])
+    view = await state.read(ask())
+    assert view.matched_blocks == {A: 8} and view.reload_tokens == {A: 4 * 4 * 0.5}

@@ -20,6 +20,7 @@ from routing.fleet_math import (
     evaluate,
     expected_tokens_per_pass,
     goodput_rate,
+    host_reload_ratio,
     linear_flops,
     mbu,
     mfu,
@@ -52,6 +53,14 @@ CPU = HardwareRates(peak_flops=1.85e11, mem_bandwidth=32.5e9)
 
 
 # -- the roofline's ridge ---------------------------------------------------------------------
+
+
+def test_host_reload_ratio_worked_numbers() -> None:
+    # Llama-3-8B fp16: 131,072 B/token over 25 GB/s against 2 · 8.03e9 FLOP at 989e12 FLOP/s
+    assert host_reload_ratio(131_072, 25e9, 8.03e9, 989e12) == pytest.approx(0.3228, rel=1e-3)
+    # A100 (312e12 FLOP/s): recomputing is slower, reloading is the same: 0.102
+    assert host_reload_ratio(131_072, 25e9, 8.03e9, 312e12) == pytest.approx(0.1018, rel=1e-3)
+    assert host_reload_ratio(131_072, 1e6, 8.03e9, 989e12) == 1.0  # never dearer than recompute
 
 
 def test_h100_ridge_point() -> None:

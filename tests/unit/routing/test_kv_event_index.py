@@ -91,6 +91,24 @@ def test_a_tier_copy_without_tokens_keeps_a_known_block() -> None:
     assert idx.dropped == 0
 
 
+def test_a_match_reaching_into_the_host_tier_is_priced() -> None:
+    idx = KvEventIndex(block_tokens=2, max_blocks=1000)
+    idx.follow(URL, ["m"], reload_ratio=0.25)
+    names = engine_blocks(PROMPT, 4)
+    request = token_block_hashes(PROMPT, 2, "m")
+    idx.apply(URL, [store(PROMPT, 4), BlocksStored(names, None, [], 0, "CPU")])
+    assert idx.match_tiers(request, [URL]) == ({URL: 8}, {})  # all on the device
+    idx.apply(URL, [BlocksRemoved(names[2:], "GPU")])  # blocks 2, 3: host tier only
+    assert idx.match_tiers(request, [URL]) == ({URL: 8}, {URL: 4 * 2 * 0.25})
+    idx.apply(URL, [BlocksRemoved(names[:2], "GPU")])
+    assert idx.match_tiers(request, [URL]) == ({URL: 8}, {URL: 8 * 2 * 0.25})
+    idx.apply(URL, [BlocksRemoved(names, "CPU")])
+    assert idx.match_tiers(request, [URL]) == ({}, {}) and len(idx) == 0
+    idx.follow(URL, ["m"])  # no ratio (no facts): host blocks count as held, unpriced
+    idx.apply(URL, [store(PROMPT, 4, medium="CPU")])
+    assert idx.match_tiers(request, [URL]) == ({URL: 8}, {})
+
+
 def test_clear_reset_and_drop() -> None:
     idx = index()
     idx.apply(URL, [store(PROMPT, 4), AllCleared()])
