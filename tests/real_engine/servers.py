@@ -258,12 +258,13 @@ def start_ridge(fleet_file: Path, log_dir: Path, name: str = "ridge",
 @contextlib.contextmanager
 def one_engine_and_ridge(entry: Mapping[str, Any], logs: Path, start_timeout_s: float = 300.0,
                          fleet_extra: Mapping[str, Any] | None = None,
+                         ridge_env: Mapping[str, str] | None = None,
                          ) -> Iterator[tuple[Server, Server]]:
     """One vLLM engine for the fleet-file pool ``entry`` (its first endpoint's port), started
     from the pool's own command line, and ridge in front of it: (engine, ridge); both stopped
-    at the end. ``fleet_extra``: more top-level fleet-file keys (e.g. ``routing``). For modules
-    that need an engine of their own (they sort before the tier's shared engines start, so at
-    most two are ever up)."""
+    at the end. ``fleet_extra``: more top-level fleet-file keys (e.g. ``routing``);
+    ``ridge_env``: more of ridge's settings. For modules that need an engine of their own
+    (they sort before the tier's shared engines start, so at most two are ever up)."""
     paths = engine_paths()
     fleet, raw = real_fleet([entry])
     raw.update(fleet_extra or {})
@@ -277,7 +278,8 @@ def one_engine_and_ridge(entry: Mapping[str, Any], logs: Path, start_timeout_s: 
         wait_ready([engine], "/health", start_timeout_s)
         print(f"\nvLLM {pool.name} healthy in {time.monotonic() - started:.1f} s")
         servers.append(start_ridge(write_fleet(raw, logs / "fleet.yaml"), logs,
-                                   env={"RIDGE_REGISTRY__POLL_INTERVAL_S": "0.5"}))
+                                   env={"RIDGE_REGISTRY__POLL_INTERVAL_S": "0.5",
+                                        **(ridge_env or {})}))
         yield engine, servers[1]
     finally:
         stop_all(servers)

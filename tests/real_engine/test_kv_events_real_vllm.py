@@ -14,12 +14,16 @@ events) would have predicted. The requests: conversations over three shared syst
 histories grow turn by turn (the engine's own answers fed back), unique prompts, and repeats
 of earlier prompts once the engine has evicted them.
 
+ridge also records the traffic as a trace (``RIDGE_TRACE__PATH``, Mooncake format, 128-token
+blocks): its hash ids must repeat exactly where the prompts share whole blocks.
+
 This module starts its own engine and stops it at the end; it sorts before the tier's shared
 engines start, so at most two engines are ever up.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -82,15 +86,35 @@ def routing_extra() -> dict[str, Any]:
     return {"routing": {"features": {"tokenizers": {MODEL: str(engine_paths().model_dir)}}}}
 
 
+TRACE_BLOCK = 128  # tokens per trace hash id: the engine's block
+
+
+@dataclass
+class Run:
+    """The traffic below, served once for the module: what each request saw, ridge's metrics
+    after it, and the trace ridge recorded of it."""
+
+    seen: list[Seen]
+    metrics: dict[str, float]
+    trace: list[dict[str, Any]]
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server, Any]]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     logs = tmp_path_factory.mktemp("kv-events")
     pool = entry(free_port())
     fleet = parse_fleet({"pools": [pool], **routing_extra()})
-    with one_engine_and_ridge(pool, logs, fleet_extra=routing_extra()) as (engine, ridge):
-        poll(lambda: totals(ridge.url).get("ridge_kv_events_batches_total", 0.0),
-             lambda n: n > 0, timeout_s=120)  # the warm-up request's blocks arrived
-        yield engine, ridge, build_extractor(fleet)
+    trace = logs / "trace.jsonl"
+    env = {"RIDGE_TRACE__PATH": str(trace), "RIDGE_TRACE__BLOCK_TOKENS": str(TRACE_BLOCK),
+           "RIDGE_TRACE__FLUSH_INTERVAL_S": "0.2"}
+    with one_engine_and_ridge(pool, logs, fleet_extra=routing_extra(),
+                              ridge_env=env) as (_, ridge):
+        poll(lambda: totals(ridge.url), lambda t: t.get("ridge_kv_events_batches_total", 0)
+             + t.get("ridge_kv_events_replays_total", 0) > 0, timeout_s=120)  # subscribed
+        seen = traffic(ridge, build_extractor(fleet))
+        lines = poll(lambda: trace.read_text().splitlines() if trace.exists() else [],
+                     lambda got: len(got) >= len(seen), timeout_s=60)
+        yield Run(seen, totals(ridge.url), [json.loads(line) for line in lines])
 
 
 def ask(ridge: Server, extractor: Any, guess: PrefixIndex, name: str,
@@ -140,9 +164,8 @@ def traffic(ridge: Server, extractor: Any) -> list[Seen]:
 
 
 def test_the_index_predicts_what_the_engine_serves_from_its_cache(
-        served: tuple[Server, Server, Any], record_property: Any) -> None:
-    _, ridge, extractor = served
-    seen = traffic(ridge, extractor)
+        run: Run, record_property: Any) -> None:
+    seen = run.seen
     exact = [s for s in seen if s.predicted == s.cached]
     wrong = [s for s in seen if s.predicted != s.cached]
     report = "\n".join(f"{s.name}: prompt {s.prompt} (ridge {s.ridge_prompt}), engine cached "
@@ -160,7 +183,34 @@ def test_the_index_predicts_what_the_engine_serves_from_its_cache(
     again = [s for s in seen if s.name.startswith("again.unique")]
     assert all(s.cached < s.prompt // 128 * 128 for s in again), again  # evicted: recomputed
     assert all(s.predicted == s.cached for s in again), again  # and ridge knew it
-    metrics = totals(ridge.url)
+    metrics = run.metrics
     assert metrics.get("ridge_kv_events_resets_total", 0.0) == 0.0
     assert metrics.get("ridge_kv_events_decode_errors_total", 0.0) == 0.0
     assert 0 < metrics.get("ridge_kv_event_index_blocks", 0.0) <= BLOCKS * 128 // 16
+
+
+def test_the_trace_of_that_traffic_repeats_ids_where_prompts_share_prefixes(run: Run) -> None:
+    """The trace recorder on real traffic (Mooncake format, 128-token blocks here): one line a
+    request, in order (they were sent one at a time), the engine's prompt length, and equal
+    hash ids exactly where the prompts share whole blocks."""
+    lines = {s.name: line for s, line in zip(run.seen, run.trace, strict=True)}
+    for s in run.seen:
+        line = lines[s.name]
+        assert line["input_length"] == s.prompt, s
+        assert len(line["hash_ids"]) == -(-s.prompt // TRACE_BLOCK), s
+    for talk in range(8):  # each turn's prompt holds the previous one whole
+        for turn in range(3):
+            before, after = (lines[f"talk{talk}.turn{t}"] for t in (turn, turn + 1))
+            full = before["input_length"] // TRACE_BLOCK
+            assert after["hash_ids"][:full] == before["hash_ids"][:full]
+            assert after["hash_ids"][full:full + 1] != before["hash_ids"][full:full + 1]
+    first = [lines[f"talk{i}.turn0"]["hash_ids"] for i in range(8)]
+    for i in range(3):  # talks i and i + 3 share system prompt i (2 whole blocks of it)
+        assert first[i][:2] == first[i + 3][:2]
+        assert first[i][0] != first[(i + 1) % 3][0]
+    for i in range(4):  # a prompt sent again: the very same ids
+        assert lines[f"again.unique{i}"]["hash_ids"] == lines[f"unique{i}"]["hash_ids"]
+    uniques = {i for n, line in lines.items() if n.startswith("unique")
+               for i in line["hash_ids"]}
+    talks = {i for n, line in lines.items() if n.startswith("talk") for i in line["hash_ids"]}
+    assert not uniques & talks
