@@ -54,7 +54,7 @@ class EventState:
         exact, reload = index.match_tiers(ask.block_hashes, followed)
         matched.update(exact)
         return replace(view, matched_blocks=matched, exact_endpoints=frozenset(followed),
-                       reload_tokens=reload)
+                       reload_tokens=reload or None)
 
     def learned_output(self, model: str) -> float | None:
         return self._inner.learned_output(model)

@@ -45,7 +45,8 @@ class StateView:
     match comes from the engine's own KV events (:mod:`routing.event_state`); the others' is the
     approximate index's guess from what was sent there. ``reload_tokens``: per endpoint whose
     match reaches into its host KV tier (known from its events), what reloading those blocks
-    costs, in prompt tokens recomputed [tokens] (``KvEventIndex.match_tiers``).
+    costs, in prompt tokens recomputed [tokens] (``KvEventIndex.match_tiers``; None: no such
+    match, and no dictionary made for every view).
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
@@ -53,7 +54,7 @@ class StateView:
     prefix_share: float | None = None
     session_endpoint: str | None = None
     exact_endpoints: frozenset[str] = frozenset()
-    reload_tokens: Mapping[str, float] = field(default_factory=dict)
+    reload_tokens: Mapping[str, float] | None = None
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)

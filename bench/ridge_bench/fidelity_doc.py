@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ridge_bench.doc_block import write_block
 from ridge_bench.fidelity_report import (
     TOLERANCE,
     Results,
@@ -126,11 +127,4 @@ def markdown(real: Results, sim: Results, meta: Mapping[str, Any],
 
 def write_doc(doc: Path, text: str) -> None:
     """Replace the generated section of ``doc`` with ``text`` (module docstring)."""
-    block = f"{BEGIN}\n{text}\n{END}"
-    old = doc.read_text() if doc.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + block + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + ("\n\n" if old else "") + block + "\n"
-    doc.write_text(new)
+    write_block(doc, BEGIN, END, text)

@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ridge_bench.doc_block import write_block
 from ridge_bench.procs import ROOT
 
 if TYPE_CHECKING:
@@ -221,11 +222,4 @@ def markdown(data: Mapping[str, Any], title: str | None = None) -> str:
 
 def write(doc: Path, data: Mapping[str, Any], section: str, title: str | None = None) -> None:
     """Rewrite ``section``'s generated block of ``doc`` (module doc)."""
-    block = f"{begin(section)}\n{markdown(data, title)}\n{end(section)}"
-    old = doc.read_text() if doc.exists() else ""
-    if begin(section) in old and end(section) in old:
-        head, rest = old.split(begin(section), 1)
-        new = head + block + rest.split(end(section), 1)[1]
-    else:
-        new = old.rstrip("\n") + ("\n\n" if old else "") + block + "\n"
-    doc.write_text(new)
+    write_block(doc, begin(section), end(section), markdown(data, title))

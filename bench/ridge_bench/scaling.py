@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ridge_bench import gateways, overhead_doc, wrk
+from ridge_bench.doc_block import write_block
 from ridge_bench.gateways import Gateway, Launch
 from ridge_bench.overhead import DEFAULT_DOC, DEFAULT_OUT, body
 from ridge_bench.procs import ROOT, Child, machine_busy_seconds, start_upstream
@@ -184,14 +185,7 @@ def _x(value: float | None) -> str:
 
 def write_doc(doc: Path, data: Mapping[str, Any]) -> None:
     """Replace the workers block of ``doc`` (appended when it has none)."""
-    block = f"{overhead_doc.begin(SECTION)}\n{markdown(data)}\n{overhead_doc.end(SECTION)}"
-    old = doc.read_text() if doc.exists() else ""
-    if overhead_doc.begin(SECTION) in old and overhead_doc.end(SECTION) in old:
-        head, rest = old.split(overhead_doc.begin(SECTION), 1)
-        old_tail = rest.split(overhead_doc.end(SECTION), 1)[1]
-        doc.write_text(head + block + old_tail)
-    else:
-        doc.write_text(old.rstrip("\n") + "\n\n" + block + "\n")
+    write_block(doc, overhead_doc.begin(SECTION), overhead_doc.end(SECTION), markdown(data))
 
 
 async def execute(plan: Plan, out: Path, command: str) -> dict[str, Any]:
