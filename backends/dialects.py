@@ -106,8 +106,21 @@ _VLLM_READINGS = (
     ),
     Reading("prefix_cache_queries_total", "vllm:prefix_cache_queries_total", note="tokens"),
     Reading("prefix_cache_hits_total", "vllm:prefix_cache_hits_total", note="tokens"),
+    Reading(
+        "host_cache_hits_total",
+        "vllm:external_prefix_cache_hits_total",
+        note="tokens a KV connector served (the native CPU offloading tier, LMCache), on top of "
+        "the device's prefix-cache hits",
+    ),
     Reading("prompt_tokens_total", "vllm:prompt_tokens_total"),
     Reading("generation_tokens_total", "vllm:generation_tokens_total"),
+    Reading(
+        "requests_finished_total",
+        "vllm:request_success_total",
+        note="requests; summed over finished_reason (stop, length, abort, error, repetition): "
+        "every request the engine core finished. A client disconnect is not counted (the "
+        "front end drops the request before its stats are taken)",
+    ),
     Reading("preemptions_total", "vllm:num_preemptions_total"),
     Reading("spec_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
     Reading("spec_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"),
@@ -158,6 +171,13 @@ _SGLANG_READINGS = (
     Reading("prompt_tokens_total", "sglang:prompt_tokens_total"),
     Reading("generation_tokens_total", "sglang:generation_tokens_total"),
     Reading(
+        "requests_finished_total",
+        "sglang:num_requests_total",
+        note="requests; the tokenizer counts every request that reaches a finish "
+        "(observe_one_finished_request in collector.py); sglang:num_aborted_requests_total "
+        "counts aborts separately",
+    ),
+    Reading(
         "preemptions_total",
         "sglang:num_retracted_requests_total",
         note="SGLang retracts (preempts) requests when its KV pool is full",
@@ -184,6 +204,11 @@ _SGLANG_ABSENT = (
         "sglang:max_total_num_tokens in tokens, which is not split into blocks here",
     ),
     Absent("kv_blocks_total", "see kv_block_size: capacity is exported in tokens, not blocks"),
+    Absent(
+        "host_cache_hits_total",
+        "sglang:cached_tokens_total counts the hierarchical cache's host hits with the device's "
+        "(label cache_source), so prefix_cache_hits_total already holds them",
+    ),
 )
 
 DIALECTS: Mapping[Engine, EngineDialect] = MappingProxyType(

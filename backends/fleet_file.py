@@ -35,15 +35,16 @@ endpoint per address its endpoints' host names resolve to, looked up again at ev
 name does not cover the addresses).
 
 KV-cache events: a pool's ``kv_events`` (:class:`KvEvents`) says where its engines publish
-what they store in and evict from their prefix cache (vLLM's ``--kv-events-config``: a ZMQ PUB
-socket on ``port``, an optional replay socket on ``replay_port``, a ``topic``), rendered into
-the engines' flags; the gateway subscribes to each endpoint's stream (:mod:`gateway.kv_events`)
-at the address :meth:`Pool.kv_event_sources` gives: the endpoint URL's host with those ports,
-or, where several engines share a host, the pool's explicit ``addresses`` (one per endpoint,
-with ``replay_addresses`` likewise). It needs ``prefix_caching`` (vLLM publishes nothing
-without it) and engine ``vllm``: SGLang's publisher sends another wire format
-(:data:`KV_EVENT_ENGINES`). A ``resolve: dns`` pool takes it without explicit addresses: each
-resolved address is the host of its engine's stream.
+what they store in and evict from their prefix cache (vLLM's and SGLang's
+``--kv-events-config``: a ZMQ PUB socket on ``port``, an optional replay socket on
+``replay_port``, a ``topic``), rendered into the engines' flags; the gateway subscribes to each
+endpoint's stream (:mod:`gateway.kv_events`) at the address :meth:`Pool.kv_event_sources`
+gives: the endpoint URL's host with those ports, or, where several engines share a host, the
+pool's explicit ``addresses`` (one per endpoint, with ``replay_addresses`` likewise), and
+decodes it in its engine's wire format (:data:`KV_EVENT_ENGINES`: vLLM and SGLang). It needs
+``prefix_caching`` (an engine publishes nothing without its prefix cache). A ``resolve: dns``
+pool takes it without explicit addresses: each resolved address is the host of its engine's
+stream.
 
 Service-level objectives: ``slos`` maps a model name (or ``*``, every other model) to its
 bounds ``ttft_s`` / ``tpot_s`` / ``e2e_s`` [s] and optional request ``classes`` (chosen by the
@@ -98,6 +99,7 @@ from backends.catalog import (
     find_model,
     model_name,
 )
+from backends.kv_events_wire import WIRE_FORMATS
 from routing.features import DEFAULT_BLOCK_TOKENS, DEFAULT_OUTPUT_TOKENS
 from routing.fleet_math import HardwareRates, ModelShape
 from routing.policy import DEFAULT_RULES, PolicyConfig
@@ -402,6 +404,16 @@ class PolicySettings(_Strict):
     long_match_fraction: Fraction = _POLICY.long_match_fraction
     decode_heavy_ratio: float = Field(default=_POLICY.decode_heavy_ratio, ge=0)
     spec_max_ridge_fraction: float = Field(default=_POLICY.spec_max_ridge_fraction, gt=0, le=1)
+    idle_spec_fraction: Fraction = Field(
+        default=_POLICY.idle_spec_fraction,
+        description="ordinary requests use a speculative pool while its decode batch is below "
+        "this share of the spec rule's cap (0 = never; 1 = as long as decode-heavy ones)",
+    )
+    idle_spec_margin: float = Field(
+        default=_POLICY.idle_spec_margin, ge=0,
+        description="... and while the least-loaded general pool holds this many more requests "
+        "per healthy endpoint than it does",
+    )
     saturated_queue_per_endpoint: PositiveFloat = _POLICY.saturated_queue_per_endpoint
     rules: list[str] = Field(
         default_factory=lambda: list(_POLICY.rules),
@@ -489,11 +501,10 @@ TCP_ADDRESS = r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$"
 """A ZMQ address a subscriber connects to: ``tcp://HOST:PORT`` (an IPv6 host in brackets)."""
 TcpAddress = Annotated[str, Field(pattern=TCP_ADDRESS)]
 
-KV_EVENT_ENGINES: frozenset[Engine] = frozenset({Engine.VLLM})
-"""Engines whose KV-cache events ridge decodes (:mod:`backends.kv_events_wire`). SGLang 0.5 has
-a ``--kv-events-config`` too, but its publisher (``sglang/srt/disaggregation/kv_events.py``)
-encodes each event as a msgpack array (``array_like``) where vLLM sends a map, and replays
-batches without the topic frame: not the format ridge reads."""
+KV_EVENT_ENGINES: frozenset[Engine] = frozenset(e for e in Engine if e.value in WIRE_FORMATS)
+"""Engines whose KV-cache events ridge decodes: those with a wire format in
+:data:`backends.kv_events_wire.WIRE_FORMATS` (vLLM 0.32; SGLang 0.5.23, whose pages may be
+smaller than ridge's router blocks: :mod:`routing.kv_event_index` accumulates them)."""
 
 
 class KvEventSource(NamedTuple):
@@ -512,7 +523,7 @@ def tcp_address(host: str, port: int) -> str:
 
 
 class KvEvents(_Strict):
-    """The engines' KV-cache event streams (vLLM ``--kv-events-config``, ZMQ): ``port``, the
+    """The engines' KV-cache event streams (``--kv-events-config``, ZMQ): ``port``, the
     PUB socket's port on each engine's host; ``replay_port``, its replay socket's (None = no
     replay: a missed batch then costs the router what it knew of that engine); ``topic``;
     ``addresses`` / ``replay_addresses``: explicit ``tcp://HOST:PORT`` addresses, one per
@@ -633,8 +644,9 @@ class Pool(_Strict):
         "its models (Adapter); requests naming one go only to endpoints that have it"
     )
     kv_events: KvEvents | None = Field(
-        default=None, description="where the engines publish their KV-cache events (vLLM "
-        "--kv-events-config), which the gateway subscribes to (KvEvents); None = no stream"
+        default=None, description="where the engines publish their KV-cache events (vLLM's "
+        "or SGLang's --kv-events-config), which the gateway subscribes to (KvEvents); None = "
+        "no stream"
     )
 
     @field_validator("adapters", mode="before")
@@ -675,9 +687,8 @@ class Pool(_Strict):
         if events is None:
             return self
         if self.engine not in KV_EVENT_ENGINES:
-            raise ValueError(f"kv_events: ridge reads vLLM's KV event format only; "
-                             f"{self.engine.value}'s publisher encodes events as msgpack "
-                             "arrays, not vLLM's maps, and replays without the topic frame")
+            raise ValueError(f"kv_events: ridge reads the KV event formats of "
+                             f"{', '.join(sorted(KV_EVENT_ENGINES))}, not {self.engine.value}'s")
         if not self.levers.prefix_caching:
             raise ValueError("kv_events: the engines publish what their prefix cache stores "
                              "and evicts: it needs levers.prefix_caching: true")

@@ -52,23 +52,38 @@ Rules:
   largest; the documented bound for adapters loaded later), each refused in ``engine_args``
   only when rendered. SGLang's OpenAI routes apply an adapter named in ``model`` as
   ``BASE:ADAPTER`` (or through the ``lora_path`` field), not by its name alone;
+- KV-cache events (SGLang 0.5.23 ``sglang/srt/disaggregation/kv_events.py``
+  ``KVEventsConfig``, parsed from the flag's JSON; the flag's help in
+  ``sglang/srt/arg_groups/fields/observability.py``): a pool with ``kv_events`` gets
+  ``--kv-events-config`` with publisher ``zmq`` (SGLang's default is ``null``: nothing sent),
+  ``endpoint`` ``tcp://*:PORT``, ``replay_endpoint`` ``tcp://*:REPLAY_PORT`` when the pool has
+  one, and its ``topic`` (an engine whose address the fleet file lists binds that address's
+  ports instead: :attr:`SGLangSettings.kv_events_ports`). The address is ``*``: SGLang binds an
+  endpoint holding ``*`` (or ``::``, ``0.0.0.0``) and connects to any other. ``format`` is left
+  at SGLang's ``default`` (the ``dynamo`` format namespaces every hash by the request's extra
+  key and salt). The page size stays SGLang's (1 token unless ``--page-size``): ridge's index
+  accumulates pages into its router blocks. An engine with ``--dp-size`` above 1 is refused:
+  each rank publishes on PORT + its rank, one stream per rank behind one endpoint;
 - the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch_args`),
   and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
-from backends.fleet_file import Pool, Role, Speculative
+from backends.fleet_file import KvEvents, Pool, Role, Speculative
 from backends.launch_args import (
     Arg,
     Launcher,
     LaunchError,
     api_key_args,
     extra_args,
+    flag_values,
     flags_set,
 )
 from backends.pd_client import SGLANG_BOOTSTRAP_PORT
@@ -111,6 +126,8 @@ DOCUMENTED: Mapping[str, str] = MappingProxyType({
     "--enable-hierarchical-cache": "Hierarchical cache: enable the host-memory KV tier",
     "--hicache-size": "Hierarchical cache: host KV pool in GB; overrides --hicache-ratio",
     "--hicache-ratio": "Hierarchical cache: host KV pool size ÷ device pool size (default 2.0)",
+    "--kv-events-config": "Observability: KV event publishing config in JSON; publishing is on "
+                          "when set (0.5.23 arg_groups/fields/observability.py)",
 })  # fmt: skip
 """SGLang's documented server arguments this module relies on → where the docs describe them."""
 
@@ -139,6 +156,7 @@ FLAGS: Mapping[str, str] = MappingProxyType({
     "hicache_on": "--enable-hierarchical-cache",
     "hicache_size": "--hicache-size",
     "hicache_ratio": "--hicache-ratio",
+    "kv_events": "--kv-events-config",
 })  # fmt: skip
 """Lever or setting → SGLang flag; every value is in :data:`DOCUMENTED`."""
 
@@ -188,10 +206,13 @@ TRANSFER_BACKENDS: frozenset[str] = frozenset({"mooncake", "nixl", "ascend", "fa
 PD_MODES: Mapping[Role, str] = MappingProxyType({Role.PREFILL: "prefill", Role.DECODE: "decode"})
 """Pool role → ``--disaggregation-mode`` (a mixed pool gets none)."""
 
+DATA_PARALLEL_FLAGS: frozenset[str] = frozenset({"--data-parallel-size", "--dp-size"})
+"""The data-parallel size's flags: each rank publishes KV events of its own."""
+
 PARALLEL_FLAGS: tuple[frozenset[str], ...] = (
     frozenset({"--tensor-parallel-size", "--tp-size", "--tp"}),
     frozenset({"--pipeline-parallel-size", "--pp-size"}),
-    frozenset({"--data-parallel-size", "--dp-size"}),
+    DATA_PARALLEL_FLAGS,
 )
 """Flags of ``engine_args`` whose values multiply into the GPUs one engine needs (``--tp`` is
 the docs' own shorthand of ``--tp-size``)."""
@@ -206,12 +227,17 @@ bootstrap server, which decode engines reach."""
 @dataclass(frozen=True, slots=True)
 class SGLangSettings:
     """Settings that are not levers; None leaves a setting to SGLang. ``context_length`` in
-    tokens; ``transfer_backend`` carries a P/D pool's KV (one of :data:`TRANSFER_BACKENDS`)."""
+    tokens; ``transfer_backend`` carries a P/D pool's KV (one of :data:`TRANSFER_BACKENDS`);
+    ``kv_events_ports``: the (publish, replay) ports this one engine binds for its KV events,
+    for engines sharing a host whose addresses the fleet file lists
+    (:func:`backends.vllm_launch.engine_event_ports`); None = the pool's ``port`` and
+    ``replay_port``."""
 
     host: str = "127.0.0.1"
     dtype: str | None = None
     context_length: int | None = None
     transfer_backend: str = "mooncake"
+    kv_events_ports: tuple[int, int | None] | None = None
 
 
 def sglang_args(pool: Pool, port: int, model_path: str,
@@ -230,6 +256,7 @@ def sglang_args(pool: Pool, port: int, model_path: str,
         args += [FLAGS["context_length"], str(settings.context_length)]
     lora = lora_args(pool)
     args += lever_args(pool) + pd_args(pool, settings.transfer_backend) + lora
+    args += kv_events_args(pool, settings.kv_events_ports)
     args += api_key_args(pool, FLAGS["api_key"])
     rendered = flags_set(lora, set(LORA_FLAGS.values()))
     return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
@@ -301,6 +328,31 @@ def pd_args(pool: Pool, transfer_backend: str) -> list[Arg]:
                           f"{', '.join(sorted(TRANSFER_BACKENDS))}")
     return [FLAGS["pd_mode"], mode, FLAGS["pd_backend"], transfer_backend,
             FLAGS["pd_bootstrap_port"], str(SGLANG_BOOTSTRAP_PORT)]
+
+
+def kv_events_args(pool: Pool, ports: tuple[int, int | None] | None = None) -> list[Arg]:
+    """``--kv-events-config`` of a pool with ``kv_events`` (module docstring); nothing without.
+    ``ports``: this engine's (publish, replay) ports, None = the pool's."""
+    events = pool.kv_events
+    if events is None:
+        return []
+    sizes = flag_values(pool.engine_args, DATA_PARALLEL_FLAGS)
+    if sizes and sizes[-1] != "1":
+        raise LaunchError(f"pool {pool.name!r}: with --dp-size {sizes[-1]} each rank "
+                          "publishes its KV events on a port of its own (PORT + rank), one "
+                          "endpoint with several streams: run one engine per endpoint")
+    if ports is not None:
+        events = events.model_copy(update={"port": ports[0], "replay_port": ports[1]})
+    return [FLAGS["kv_events"], json.dumps(kv_events_config(events))]
+
+
+def kv_events_config(events: KvEvents) -> dict[str, Any]:
+    """The ``--kv-events-config`` object: SGLang's ZMQ publisher bound on every address."""
+    config: dict[str, Any] = {"publisher": "zmq", "endpoint": f"tcp://*:{events.port}"}
+    if events.replay_port is not None:
+        config["replay_endpoint"] = f"tcp://*:{events.replay_port}"
+    config["topic"] = events.topic
+    return config
 
 
 def deploy_args(pool: Pool, host: str, port: int, checkpoint: str) -> list[Arg]:

@@ -16,7 +16,13 @@ One request (:meth:`Admission.place`, which the dispatcher calls instead of the 
    has more prompt outstanding before its first tokens than it clears within
    ``prefill_target`` of the request's TTFT SLO) — left out of the router's choice
    (:class:`Gate`). No limit known and nobody waiting: that is the plain routing path,
-   nothing left out. Placed: done.
+   nothing left out. Placed: done. Except: when a full or paced endpoint holds at least
+   ``cache_affinity`` of the prompt (the prefix index's match) and the router, with nothing
+   left out but the endpoints of pools where requests wait, would send it there, it goes there
+   and waits in that engine's queue: recomputing the prefix on an endpoint with room would
+   cost more prefill than the queue, and write a second copy of it into another cache,
+   evicting what that cache held (on a fleet short of KV this halved the hit rate,
+   ``docs/benchmarks/capacity.md``).
 2. Only full endpoints could have taken it (without them the router would have chosen pool P):
    it joins P's queue, unless the queue holds ``max_queue`` requests (``queue_full``), or its
    expected wait (for a slot, or for prefill room when that is longer) exceeds its budget,
@@ -42,9 +48,9 @@ endpoint, the prompt tokens of the streams sent here still before their first to
 admitted after waiting).
 
 Parameters (:class:`AdmissionConfig`; settings ``RIDGE_ADMISSION__*``): ``max_wait_s``,
-``max_queue``, ``recheck_s``, ``prefill_target``, ``wait_deviations``, and the capacity's
-``allowance`` and ``ceiling_ttl_s``. One instance per gateway process: queues, learned
-capacities, outstanding prefill and estimates are this process's own.
+``max_queue``, ``recheck_s``, ``prefill_target``, ``wait_deviations``, ``cache_affinity``, and
+the capacity's ``allowance`` and ``ceiling_ttl_s``. One instance per gateway process: queues,
+learned capacities, outstanding prefill and estimates are this process's own.
 """
 
 from __future__ import annotations
@@ -94,7 +100,10 @@ class AdmissionConfig:
     ``capacity``: how endpoint capacity is learned (:class:`routing.admission.CapacityConfig`);
     ``prefill_target`` [fraction of the TTFT SLO]: prefill pacing's (:mod:`routing.prefill_pace`;
     0: off); ``wait_deviations``: a request joins a queue when the expected wait plus this many
-    standard deviations is within its budget (:func:`routing.admission.likely_wait_s`)."""
+    standard deviations is within its budget (:func:`routing.admission.likely_wait_s`);
+    ``cache_affinity`` [fraction of the prompt's tokens]: a request the prefix index says a
+    full or paced endpoint holds this much of goes there anyway, to wait in its engine's queue
+    (:func:`cache_affine`; 0: never)."""
 
     max_wait_s: float = 10.0
     max_queue: int = 256
@@ -102,6 +111,7 @@ class AdmissionConfig:
     capacity: CapacityConfig = CapacityConfig()
     prefill_target: float = 0.5
     wait_deviations: float = 2.0
+    cache_affinity: float = 0.5
 
 
 @dataclass(slots=True)
@@ -120,33 +130,55 @@ class Route:
 
 
 class Gate:
-    """One placement's ``choose``: the router's, with the full endpoints and ``blocked`` ones
-    left out. ``held``: after a call that chose nothing, the pool the router would have chosen
-    without them (None: it would have chosen nothing anyway)."""
+    """One placement's ``choose``: the router's, with the full endpoints, the ``paced`` ones and
+    the ``blocked`` ones left out — except that a request holding at least ``affinity`` of its
+    prompt in the cache of a full or paced endpoint (the prefix index's match) goes where the
+    router would send it with nothing left out, when that is such an endpoint
+    (:func:`cache_affine`). ``held``: after a call that chose nothing, the pool the router would
+    have chosen without them (None: it would have chosen nothing anyway)."""
 
-    __slots__ = ("_route", "_pools", "_limits", "_check", "_blocked", "held")
+    __slots__ = ("_route", "_pools", "_limits", "_check", "_blocked", "_paced", "_affinity",
+                 "held")
 
     def __init__(self, route: Route, pools: tuple[PoolSnapshot, ...], limits: Limits,
-                 blocked: frozenset[str]) -> None:
+                 blocked: frozenset[str], paced: frozenset[str] = NOTHING,
+                 affinity: float = 0.0) -> None:
         self._route, self._pools, self._limits = route, pools, limits
         self._check = bool(limits)
-        self._blocked = blocked
+        self._blocked, self._paced, self._affinity = blocked, paced, affinity
         self.held: str | None = None
 
     def __call__(self, view: StateView) -> RoutePlan | None:
         route = self._route
         self.held = None
         full = full_endpoints(view.load, self._limits) if self._check else NOTHING
-        if self._blocked:
-            full = full | self._blocked
+        if self._paced:
+            full = full | self._paced
         choose = route.router.choose
-        if not full:
+        if not full and not self._blocked:
             return choose(route.features, self._pools, view, route.exclude)
-        plan = choose(route.features, self._pools, view, route.exclude | full)
+        plan = choose(route.features, self._pools, view, route.exclude | full | self._blocked)
         if plan is None:
             intended = choose(route.features, self._pools, view, route.exclude)
             self.held = intended.decision.pool if intended is not None else None
+        elif full and self._affinity and cache_affine(route.features, view, full, plan,
+                                                      self._affinity):
+            intended = choose(route.features, self._pools, view, route.exclude | self._blocked)
+            if intended is not None and intended.first.url in full:
+                return intended  # its cache is there: wait in that engine's queue
         return plan
+
+
+def cache_affine(features: RequestFeatures, view: StateView, full: frozenset[str],
+                 plan: RoutePlan, affinity: float) -> bool:
+    """Whether a full or paced endpoint holds at least ``affinity`` of the prompt's tokens
+    (the prefix index's match), more than ``plan``'s endpoint does. Recomputing that prefix
+    elsewhere costs more prefill than the queue it would join, and writes a second copy into
+    another cache, evicting what that cache held."""
+    matched, per_block = view.matched_blocks, features.block_tokens
+    need = affinity * features.prompt_tokens
+    best = max((matched.get(url, 0) for url in full), default=0)
+    return best * per_block >= need and best > matched.get(plan.first.url, 0)
 
 
 class Ticket:
@@ -272,9 +304,8 @@ class Admission:
     def _gate(self, route: Route, pools: tuple[PoolSnapshot, ...], own: str | None) -> Gate:
         limits = self._book.limits(pools)
         blocked = self._blocked(pools, own) if self._waiting else NOTHING
-        if self._prefill:
-            blocked = blocked | self._paced(route)
-        return Gate(route, pools, limits, blocked)
+        paced = self._paced(route) if self._prefill else NOTHING
+        return Gate(route, pools, limits, blocked, paced, self._config.cache_affinity)
 
     def _paced(self, route: Route) -> frozenset[str]:
         """The endpoints prefill pacing keeps this request from (:mod:`routing.prefill_pace`)."""

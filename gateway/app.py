@@ -470,7 +470,8 @@ def build_admission(settings: AdmissionSettings, fleet: Fleet,
         return None
     capacity = CapacityConfig(settings.allowance, settings.ceiling_ttl_s)
     config = AdmissionConfig(settings.max_wait_s, settings.max_queue, settings.recheck_s,
-                             capacity, settings.prefill_target, settings.wait_deviations)
+                             capacity, settings.prefill_target, settings.wait_deviations,
+                             settings.cache_affinity)
     if telemetry is not None:
         telemetry.admission_pools((p.name for p in fleet.pools), REASONS)
     return Admission(config, slo_policy(fleet), snapshot, telemetry)

@@ -19,7 +19,7 @@ headroom; :data:`FALLBACK_BLOCKS` when an engine's capacity is unknown. A pool w
 and the facts prices its host-only blocks at :func:`reload_ratio` of recomputing them.
 
 Gauges: ``ridge_kv_event_index_blocks`` (router blocks held), ``ridge_kv_event_index_bytes``
-(their memory at :data:`routing.kv_event_index.BYTES_PER_BLOCK`),
+(their memory, :meth:`routing.kv_event_index.KvEventIndex.memory_bytes`),
 ``ridge_kv_event_index_dropped_blocks_total`` (stored blocks the index could not keep: past its
 cap, or not matchable by tokens), and per endpoint ``ridge_kv_events_batches_total``,
 ``ridge_kv_events_total`` (events applied), ``ridge_kv_events_resets_total`` (the engine
@@ -42,14 +42,15 @@ from backends.kv_capacity import engine_kv_tokens
 from gateway.kv_events import KvEventCounters, KvEventSubscribers, wanted_sources
 from routing.event_state import EventState
 from routing.fleet_math import host_reload_ratio
-from routing.kv_event_index import BYTES_PER_BLOCK, KvEventIndex
+from routing.kv_event_index import BYTES_PER_BLOCK, BYTES_PER_PAGE, KvEventIndex
 from routing.snapshots import PoolSnapshot
 from routing.state import RouterState
 
 log = logging.getLogger(__name__)
 
 FALLBACK_BLOCKS = 2_000_000
-"""[router blocks] The index's cap when a followed engine's KV capacity is unknown (~400 MB)."""
+"""[router blocks] The index's cap when a followed engine's KV capacity is unknown (~800 MB of
+router blocks at :data:`routing.kv_event_index.BYTES_PER_BLOCK`)."""
 
 
 def event_pools(fleet: Fleet) -> list[Pool]:
@@ -112,7 +113,7 @@ class EngineEvents:
         for url in list(self.subscribers.sources()):
             if url not in wanted:
                 self.index.drop(url)
-        await self.subscribers.sync(wanted)
+        await self.subscribers.sync(wanted, {url: pool_of[url].engine.value for url in wanted})
         for url in wanted:
             pool = pool_of[url]
             self.index.follow(url, list(pool.models), reload_ratio(pool))
@@ -164,8 +165,9 @@ class KvEventGauges(Collector):
         yield GaugeMetricFamily("ridge_kv_event_index_blocks", "router blocks the engines "
                                 "report holding (KV events), all endpoints", value=len(index))
         yield GaugeMetricFamily("ridge_kv_event_index_bytes", "their memory [B], estimated "
-                                f"at {BYTES_PER_BLOCK} B per block",
-                                value=len(index) * BYTES_PER_BLOCK)
+                                f"at {BYTES_PER_BLOCK} B per router block and "
+                                f"{BYTES_PER_PAGE} B per engine page smaller than one",
+                                value=index.memory_bytes())
         yield CounterMetricFamily("ridge_kv_event_index_dropped_blocks", "stored blocks the "
                                   "index did not keep (past its cap, or not matchable by "
                                   "tokens)", value=index.dropped)

@@ -4,9 +4,12 @@ An engine launched with ``--kv-events-config`` (a pool's ``kv_events``,
 :meth:`backends.fleet_file.Pool.kv_event_sources`) publishes every block its prefix cache
 stores or evicts. This module reads those streams and hands the decoded events
 (:mod:`routing.kv_events`) to a :class:`KvEventSink`, endpoint by endpoint, in order, each batch
-once. The transport is vLLM's (:mod:`backends.kv_events_wire`): a PUB socket sends ``(topic,
-seq, payload)``, ``seq`` counting batches from 0; an optional ROUTER socket replays the batches
-it still buffers from a given ``seq`` on.
+once. The transport is vLLM's, which SGLang shares (:mod:`backends.kv_events_wire`): a PUB
+socket sends ``(topic, seq, payload)``, ``seq`` counting batches from 0; an optional ROUTER
+socket replays the batches it still buffers from a given ``seq`` on. How an endpoint's payloads
+decode and what its replay answers look like is its engine's
+:data:`backends.kv_events_wire.WIRE_FORMATS` entry (earlier SGLang replays without the topic
+frame).
 
 Algorithm (:class:`KvEventSubscriber`, one asyncio task per endpoint). ``last`` is the last
 batch applied (none yet at start):
@@ -57,7 +60,7 @@ import zmq
 import zmq.asyncio
 
 from backends.fleet_file import KvEventSource, Pool
-from backends.kv_events_wire import END_SEQ, Codec, seq_bytes, seq_of
+from backends.kv_events_wire import END_SEQ, WIRE_FORMATS, seq_bytes, seq_of
 from routing.kv_events import KvEvent
 
 log = logging.getLogger("ridge.kv_events")
@@ -127,16 +130,20 @@ class _Throttle:
 
 
 class KvEventSubscriber:
-    """The event stream of one endpoint (module docstring); :meth:`run` until cancelled."""
+    """The event stream of one endpoint (module docstring), whose engine is ``engine`` (a key
+    of :data:`backends.kv_events_wire.WIRE_FORMATS`); :meth:`run` until cancelled."""
 
     def __init__(self, endpoint: str, source: KvEventSource, sink: KvEventSink,
                  context: zmq.asyncio.Context,
-                 settings: SubscriberSettings = SubscriberSettings()) -> None:
-        self.endpoint, self.source = endpoint, source
+                 settings: SubscriberSettings = SubscriberSettings(),
+                 engine: str = "vllm") -> None:
+        self.endpoint, self.source, self.engine = endpoint, source, engine
         self.counters = KvEventCounters()
         self._sink, self._context, self._settings = sink, context, settings
         self._topic = source.topic.encode()
-        self._codec = Codec()
+        wire = WIRE_FORMATS[engine]
+        self._codec = wire.codec()
+        self._bare_replay = wire.bare_replay
         self._throttle = _Throttle(settings.log_interval_s)
         self._last: int | None = None
         self._live_last: int | None = None
@@ -212,7 +219,7 @@ class KvEventSubscriber:
         try:
             dealer.connect(self.source.replay)
             await self._within(dealer.send_multipart([b"", seq_bytes(start)]))
-            while not _is_end(frames := await self._within(dealer.recv_multipart())):
+            while not self._is_end(frames := await self._within(dealer.recv_multipart())):
                 batch = self._replayed(frames)
                 if batch is not None and (self._last is None or batch[0] > self._last):
                     self._take(*batch)
@@ -227,12 +234,21 @@ class KvEventSubscriber:
         return await asyncio.wait_for(step, self._settings.replay_timeout_s)
 
     def _replayed(self, frames: list[bytes]) -> tuple[int, bytes] | None:
-        """(seq, payload) of a replayed ``(b"", topic, seq, payload)``; None to skip a
+        """(seq, payload) of a replayed ``(b"", topic, seq, payload)`` (or ``(b"", seq,
+        payload)`` from an engine whose replay may leave the topic out); None to skip a
         malformed one."""
-        if len(frames) != 4 or frames[0] != b"" or len(frames[2]) != SEQ_BYTES:
+        bare = self._bare_replay and len(frames) == 3
+        if (len(frames) != 4 and not bare) or frames[0] != b"" or len(frames[-2]) != SEQ_BYTES:
             self._malformed(f"a replayed message of {len(frames)} frames")
             return None
-        return seq_of(frames[2]), frames[3]
+        return seq_of(frames[-2]), frames[-1]
+
+    def _is_end(self, frames: list[bytes]) -> bool:
+        """The replay's end marker ``(b"", b"", END_SEQ, b"")`` (or ``(b"", END_SEQ, b"")``
+        from an engine whose replay may leave the topic out)."""
+        if self._bare_replay and len(frames) == 3:
+            return frames[0] == b"" and frames[1] == END_SEQ
+        return len(frames) == 4 and frames[0] == b"" and frames[2] == END_SEQ
 
     def _take(self, seq: int, payload: bytes) -> None:
         """Apply batch ``seq``, the next one or, past a gap nothing fills, after a reset."""
@@ -283,11 +299,6 @@ class KvEventSubscriber:
                                 self.endpoint, type(exc).__name__, exc)
 
 
-def _is_end(frames: list[bytes]) -> bool:
-    """The replay's end marker ``(b"", b"", END_SEQ, b"")``."""
-    return len(frames) == 4 and frames[0] == b"" and frames[2] == END_SEQ
-
-
 @dataclass(slots=True)
 class _Running:
     subscriber: KvEventSubscriber
@@ -306,23 +317,29 @@ class KvEventSubscribers:
         self._running: dict[str, _Running] = {}
         self._closed = False
 
-    async def sync(self, wanted: Mapping[str, KvEventSource]) -> None:
+    async def sync(self, wanted: Mapping[str, KvEventSource],
+                   engines: Mapping[str, str] | None = None) -> None:
         """Subscribe to exactly ``wanted`` (endpoint URL → its stream): start the new ones,
-        stop and reset in the sink those gone or whose stream moved. Call it from the event
-        loop the subscribers run on."""
+        stop and reset in the sink those gone or whose stream moved. ``engines``: endpoint
+        URL → its engine (a key of :data:`backends.kv_events_wire.WIRE_FORMATS`; vLLM for an
+        endpoint not in it); a subscriber whose engine changed starts over too. Call it from
+        the event loop the subscribers run on."""
         if self._closed:
             raise RuntimeError("KvEventSubscribers is closed")
-        gone = [e for e, r in self._running.items() if wanted.get(e) != r.subscriber.source]
+        kinds = engines or {}
+        gone = [e for e, r in self._running.items()
+                if (wanted.get(e), kinds.get(e, "vllm"))
+                != (r.subscriber.source, r.subscriber.engine)]
         await self._stop(gone)
         for endpoint in gone:
             self._forget(endpoint)
         for endpoint, source in wanted.items():
             if endpoint not in self._running:
-                self._start(endpoint, source)
+                self._start(endpoint, source, kinds.get(endpoint, "vllm"))
 
-    def _start(self, endpoint: str, source: KvEventSource) -> None:
+    def _start(self, endpoint: str, source: KvEventSource, engine: str) -> None:
         subscriber = KvEventSubscriber(endpoint, source, self._sink, self._context,
-                                       self._settings)
+                                       self._settings, engine)
         task = asyncio.get_running_loop().create_task(subscriber.run(),
                                                       name=f"kv-events {endpoint}")
         self._running[endpoint] = _Running(subscriber, task)

@@ -147,6 +147,10 @@ class AdmissionSettings(BaseModel):
     wait_deviations: float = Field(
         default=2.0, ge=0, description="a request waits for a slot only when its expected wait "
         "plus this many standard deviations (slots freeing at random) is within its budget")
+    cache_affinity: float = Field(
+        default=0.5, ge=0, le=1, description="a request whose prompt a full or paced endpoint "
+        "holds at least this fraction of (the prefix index's match) is sent there anyway, to "
+        "wait in that engine's queue rather than be recomputed elsewhere (0: never)")
 
 
 

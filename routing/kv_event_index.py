@@ -6,19 +6,27 @@ request's exact prompt tokens (:func:`routing.features.token_block_hashes`: ``bl
 a block, chained from the model's name), so a request is matched against what the engine holds
 with the same look-ups as the approximate index, and the engine's hash function never matters.
 
-- ``BlocksStored``: the parent's router hash is the last router hash of the engine block named
-  ``parent`` (the chain's start, :func:`routing.features.chain_start` of each model the endpoint
-  serves, when ``parent`` is None); each engine block of ``block_size`` tokens becomes
-  ``block_size ÷ block_tokens`` router blocks (the engine's block size must be a multiple of the
-  router's: vLLM's 16 on GPUs and 128 on CPUs are, for the default 16). A block whose parent the
-  index does not know (its store event was missed), or whose hash covers more than its tokens
-  (``plain`` False: LoRA, images, a cache salt), is skipped: it cannot be matched by tokens.
+- ``BlocksStored``: each engine block is placed after its parent (the engine block named
+  ``parent`` for the first, the one before it in the event for the others; the chain's start,
+  :func:`routing.features.chain_start` of each model the endpoint serves, when ``parent`` is
+  None) and re-hashed into the router blocks it completes. An engine block of ``block_size``
+  tokens, a multiple of the router's (vLLM's 16 on GPUs and 128 on CPUs, for the default 16),
+  is ``block_size ÷ block_tokens`` router blocks. Smaller engine blocks (SGLang's pages: one
+  token by default) are accumulated along their chain: a page's tokens past the last whole
+  router block are kept, and the page that completes a router block hashes it, its earlier
+  pages its ``members``. A block whose parent the index does not know (its store event was
+  missed), whose size is neither below nor a multiple of the router block's, or whose hash
+  covers more than its tokens (``plain`` False: LoRA, images, a cache salt), is skipped: it
+  cannot be matched by tokens.
 - A ``BlocksStored`` without tokens (``block_size`` 0: vLLM's CPU offloading announces its
   copies of device blocks so, unless its connector is told to describe them) adds that medium
   to blocks the index knows and is otherwise skipped.
-- ``BlocksRemoved``: the engine block leaves that medium; when no medium holds it any more, its
-  router blocks go: a block in both the device cache and a host tier stays until both evicted
-  it.
+- ``BlocksRemoved``: the engine block leaves that medium. A router block is held while the
+  block completing it and each of its members is held in some medium (on the device while all
+  are there): a router block partly evicted, even by one page, is not held. A block in both
+  the device cache and a host tier stays until both evicted it; a block held nowhere is
+  forgotten once no known block names it as member or parent (until then, stored again, it
+  counts for them at once).
 - Tiers: per endpoint, the router blocks held on the device are counted apart, so a match that
   reaches past them into a host tier is priced (:meth:`match_tiers`): reloading a block costs
   ``reload_ratio`` of recomputing it (:func:`routing.fleet_math.host_reload_ratio`, from the
@@ -27,10 +35,11 @@ with the same look-ups as the approximate index, and the engine's hash function 
   endpoint.
 - ``match(hashes, endpoints)``: per followed endpoint, the number of leading request blocks it
   holds, in whole engine blocks (a router block shorter than the engine's may match the head of
-  another prompt's block: the engine reuses only whole blocks), by binary search (an engine
-  evicts a block's descendants before the block, as vLLM frees a request's blocks tail first,
-  so the held blocks of a chain are a prefix; the engine's own look-up stops at the first miss
-  too). O(endpoints × log blocks).
+  another prompt's block: the engine reuses only whole blocks; pages shorter than a router
+  block are reused page by page, so whole router blocks are whole pages), by binary search (an
+  engine evicts a block's descendants before the block, as vLLM frees a request's blocks tail
+  first and SGLang's radix cache evicts leaves, so the held blocks of a chain are a prefix; the
+  engine's own look-up stops at the first miss too). O(endpoints × log blocks).
 - Requests in flight: an engine stores a prompt's blocks only once its prefill ran, so a burst
   sharing a new prefix would see nothing held. :meth:`placed` records a placed request's blocks
   as pending on its endpoint for ``pending_s`` seconds (a small :class:`PrefixIndex`) and
@@ -38,9 +47,11 @@ with the same look-ups as the approximate index, and the engine's hash function 
   longer of the engine's blocks and the pending ones.
 
 Memory: ``max_blocks`` caps the router blocks held over all endpoints (a store past it is
-dropped and counted in ``dropped``); :data:`BYTES_PER_BLOCK` per router block, plus one entry
-per engine block. Sized from the fleet's KV capacity, the cap is never reached by engines that
-report truthfully.
+dropped and counted in ``dropped``), and ``max_blocks × block_tokens`` the pages completing no
+router block; :data:`BYTES_PER_BLOCK` per router block and :data:`BYTES_PER_PAGE` per such page
+(:meth:`KvEventIndex.memory_bytes`): an engine publishing one-token pages costs the index
+about 16 pages per router block. Sized from the fleet's KV capacity, the cap is never reached
+by engines that report truthfully.
 
 Parameters: ``block_tokens`` (tokens per router block), ``max_blocks`` (router blocks, all
 endpoints), ``pending_s`` (seconds a placed request's blocks count as held before its engine
@@ -56,16 +67,58 @@ from routing.features import chain_start, chain_token_hashes
 from routing.kv_events import MEDIUM_DEVICE, AllCleared, BlocksRemoved, BlocksStored, KvEvent
 from routing.prefix_index import PrefixIndex
 
-BYTES_PER_BLOCK = 200
-"""[B] Memory per router block, rounded up: its entry in the endpoint's held map (a dict slot,
-an int key and count, ~80 B) plus its share of the engine-block entry (a tuple of router
-hashes and a media set, ~100 B per 8 router blocks, more for small engine blocks)."""
+BYTES_PER_BLOCK = 400
+"""[B] Memory per router block held, rounded up: its entry in the endpoint's held map (a dict
+slot, an int key and count) plus the engine block completing it (its block-map entry, its
+object and its hash: ~360 B in all, measured, for vLLM's 16-token blocks with 32-byte hashes;
+an engine block of several router blocks is shared by them)."""
+BYTES_PER_PAGE = 300
+"""[B] Memory per engine block smaller than a router block that completes none (an SGLang page,
+one token by default; measured ~300 B): its block-map entry, its object, hash and token ids."""
+
+HELD, DEVICE, TIER = 1, 2, 4
+"""How an engine block's router blocks are counted: held (in any medium), on the device, with a
+part in a host tier."""
+
+
+class _Block:
+    """One engine block (or page) an endpoint reported: ``key`` its hash; ``routers`` the router
+    blocks it completes (the seeds' chains one after the other); ``members`` the earlier blocks
+    holding the head of its first router block (blocks smaller than a router block);
+    ``dependents`` the blocks whose ``members`` include it; ``tails`` the router chain tails
+    (one per seed) at the last router block boundary at or before its end; ``phase`` its chain's
+    tokens past that boundary, held by ``tokens`` (its own ids, kept only when some are past
+    it) and, further back, ``parent`` (kept only when the tokens past the boundary reach into
+    it); ``media`` where the engine holds it; ``counted`` how its routers are counted now
+    (:data:`HELD` | :data:`DEVICE` | :data:`TIER`); ``refs`` the known blocks naming it as
+    member or parent."""
+
+    __slots__ = ("key", "routers", "members", "dependents", "tails", "phase", "tokens",
+                 "parent", "media", "counted", "refs")
+
+    def __init__(self, key: Hashable, routers: tuple[int, ...], members: tuple[_Block, ...],
+                 tails: tuple[int, ...], phase: int, tokens: tuple[int, ...],
+                 parent: _Block | None) -> None:
+        self.key, self.routers, self.members = key, routers, members
+        self.tails, self.phase, self.tokens, self.parent = tails, phase, tokens, parent
+        self.dependents: tuple[_Block, ...] = ()
+        self.media: frozenset[str] = frozenset()
+        self.counted = 0
+        self.refs = 0
+
+    def referenced(self) -> tuple[_Block, ...]:
+        """The blocks this one names: its members, else the parent it keeps (members, when
+        there are any, end with the parent)."""
+        if self.members:
+            return self.members
+        return () if self.parent is None else (self.parent,)
 
 
 class _Engine:
-    """One endpoint's held blocks: router hash → holders; engine hash → (router hashes, media)."""
+    """One endpoint's held blocks: router hash → holders; engine hash → its :class:`_Block`."""
 
-    __slots__ = ("seeds", "reload_ratio", "held", "device", "tiered", "blocks", "per_block")
+    __slots__ = ("seeds", "reload_ratio", "held", "device", "tiered", "blocks", "per_block",
+                 "pages", "media_sets")
 
     def __init__(self, seeds: tuple[int, ...], reload_ratio: float) -> None:
         self.seeds = seeds
@@ -73,32 +126,21 @@ class _Engine:
         self.per_block = 1  # router blocks per engine block (engine block size ÷ block_tokens)
         self.held: dict[int, int] = {}  # router hash → engine blocks holding it, any medium
         self.device: dict[int, int] = {}  # router hash → those on the device
-        self.tiered = 0  # engine blocks held in a host tier (a medium other than the device)
-        self.blocks: dict[Hashable, tuple[tuple[int, ...], set[str]]] = {}
+        self.tiered = 0  # engine blocks whose router blocks have a part in a host tier
+        self.blocks: dict[Hashable, _Block] = {}
+        self.pages = 0  # blocks completing no router block
+        self.media_sets: dict[frozenset[str], frozenset[str]] = {}  # one object per media set
 
-    def add_medium(self, routers: tuple[int, ...], media: set[str], medium: str) -> None:
-        if medium in media:
-            return
-        if medium == MEDIUM_DEVICE:
-            _count(self.device, routers, 1)
-        elif media <= {MEDIUM_DEVICE}:
-            self.tiered += 1
-        media.add(medium)
-
-    def drop_medium(self, routers: tuple[int, ...], media: set[str], medium: str) -> None:
-        if medium not in media:
-            return
-        media.discard(medium)
-        if medium == MEDIUM_DEVICE:
-            _count(self.device, routers, -1)
-        elif media <= {MEDIUM_DEVICE}:
-            self.tiered -= 1
+    def media(self, media: frozenset[str]) -> frozenset[str]:
+        """The one shared object equal to ``media``."""
+        return self.media_sets.setdefault(media, media)
 
 
 class KvEventIndex:
     """The engines' own KV blocks, re-hashed for matching (module docstring)."""
 
-    __slots__ = ("_block_tokens", "_max_blocks", "_engines", "_size", "_pending", "dropped")
+    __slots__ = ("_block_tokens", "_max_blocks", "_engines", "_size", "_pages", "_pending",
+                 "dropped")
 
     def __init__(self, block_tokens: int, max_blocks: int, pending_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -108,10 +150,12 @@ class KvEventIndex:
         self._max_blocks = max_blocks
         self._engines: dict[str, _Engine] = {}
         self._size = 0
+        self._pages = 0
         self._pending = PrefixIndex(max(2, max_blocks // 8), pending_s, clock)
         self.dropped = 0
-        """Stored router blocks dropped at the ``max_blocks`` cap (or for an engine block size
-        that is not a multiple of ``block_tokens``)."""
+        """Stored blocks dropped at the ``max_blocks`` cap, or not matchable by tokens (a
+        size neither below nor a multiple of ``block_tokens``, a hash covering more than the
+        tokens)."""
 
     def __len__(self) -> int:
         """Router blocks held, all endpoints."""
@@ -120,6 +164,16 @@ class KvEventIndex:
     @property
     def max_blocks(self) -> int:
         return self._max_blocks
+
+    @property
+    def pages(self) -> int:
+        """Known engine blocks that complete no router block (SGLang's pages), all endpoints."""
+        return self._pages
+
+    def memory_bytes(self) -> int:
+        """Estimated memory [B]: router blocks × :data:`BYTES_PER_BLOCK` + pages ×
+        :data:`BYTES_PER_PAGE`."""
+        return self._size * BYTES_PER_BLOCK + self._pages * BYTES_PER_PAGE
 
     def follow(self, endpoint: str, models: Sequence[str], reload_ratio: float = 0.0) -> None:
         """Take ``endpoint``'s events from now on; it serves ``models`` (each a chain seed);
@@ -140,6 +194,7 @@ class KvEventIndex:
         engine = self._engines.pop(endpoint, None)
         if engine is not None:
             self._size -= len(engine.held)
+            self._pages -= engine.pages
         self._pending.forget_endpoint(endpoint)
 
     def follows(self, endpoint: str) -> bool:
@@ -150,10 +205,11 @@ class KvEventIndex:
         engine = self._engines.get(endpoint)
         if engine is not None:
             self._size -= len(engine.held)
+            self._pages -= engine.pages
             engine.held.clear()
             engine.device.clear()
             engine.blocks.clear()
-            engine.tiered = 0
+            engine.tiered = engine.pages = 0
 
     def apply(self, endpoint: str, events: Iterable[KvEvent]) -> None:
         """Apply ``endpoint``'s events in order (ignored for an endpoint not followed)."""
@@ -169,55 +225,106 @@ class KvEventIndex:
                 self.reset(endpoint)
 
     def _stored(self, engine: _Engine, event: BlocksStored) -> None:
-        size, tokens = event.block_size, event.token_ids
+        size, tokens, step = event.block_size, event.token_ids, self._block_tokens
         medium = event.medium or MEDIUM_DEVICE
         if size == 0:  # a tier's copy without its tokens (vLLM's CPU offloading): known ones
-            for block in event.block_hashes:
-                known = engine.blocks.get(block)
+            for key in event.block_hashes:
+                known = engine.blocks.get(key)
                 if known is not None:
-                    engine.add_medium(*known, medium)
+                    self._set_media(engine, known, known.media | {medium})
             return
-        if not event.plain or size % self._block_tokens:
-            self.dropped += len(event.block_hashes) * max(1, size // self._block_tokens)
+        if not event.plain or (size > step and size % step):
+            self.dropped += len(event.block_hashes) * max(1, size // step)
             return
-        engine.per_block = size // self._block_tokens
-        tails = self._parents(engine, event.parent)
-        for i, block in enumerate(event.block_hashes):
-            known = engine.blocks.get(block)
-            if known is not None:
-                engine.add_medium(*known, medium)
-                tails = _tails(known[0], len(engine.seeds))
-                continue
-            ids = tokens[i * size:(i + 1) * size]
-            if tails is None or len(ids) < size:
-                return
-            step = self._block_tokens
-            routers = tuple(h for t in tails for h in chain_token_hashes(ids, step, t))
-            if self._size + len(routers) > self._max_blocks:
-                self.dropped += len(routers)
-                return
-            engine.blocks[block] = (routers, set())
-            engine.add_medium(routers, engine.blocks[block][1], medium)
-            self._size += _count(engine.held, routers, 1)
-            tails = _tails(routers, len(tails))
+        engine.per_block = max(1, size // step)
+        prev = None if event.parent is None else engine.blocks.get(event.parent)
+        placed = event.parent is None or prev is not None
+        for i, key in enumerate(event.block_hashes):
+            block = engine.blocks.get(key)
+            if block is None:
+                ids = tokens[i * size:(i + 1) * size]
+                if not placed or len(ids) < size:
+                    return
+                block = self._new_block(engine, key, prev, ids)
+                if block is None:
+                    return
+            self._set_media(engine, block, block.media | {medium})
+            prev, placed = block, True
 
-    def _parents(self, engine: _Engine, parent: Hashable | None) -> tuple[int, ...] | None:
-        """The router chain tails after ``parent``, one per seed (None: parent unknown)."""
-        if parent is None:
-            return engine.seeds
-        known = engine.blocks.get(parent)
-        return None if known is None else _tails(known[0], len(engine.seeds))
+    def _new_block(self, engine: _Engine, key: Hashable, parent: _Block | None,
+                   ids: Sequence[int]) -> _Block | None:
+        """The block ``key`` holding ``ids`` after ``parent`` (None: the chain's start), known
+        from now on, held nowhere yet; None past the cap."""
+        step = self._block_tokens
+        carried, members = _carry(parent)
+        run = carried + list(ids)
+        whole = len(run) - len(run) % step
+        tails = engine.seeds if parent is None else parent.tails
+        routers = tuple(h for t in tails for h in chain_token_hashes(run[:whole], step, t))
+        if self._size + len(routers) > self._max_blocks or (
+                not routers and self._pages >= self._max_blocks * step):
+            self.dropped += max(1, len(routers))
+            return None
+        phase = len(run) - whole
+        block = _Block(key, routers, members if routers else (),
+                       _tails(routers, len(tails)) if routers else tails, phase,
+                       tuple(ids) if phase else (), parent if phase > len(ids) else None)
+        for named in block.referenced():
+            named.refs += 1
+        for member in block.members:
+            member.dependents += (block,)
+        engine.blocks[key] = block
+        if not routers:
+            engine.pages += 1
+            self._pages += 1
+        return block
+
+    def _set_media(self, engine: _Engine, block: _Block, media: frozenset[str]) -> None:
+        """``block`` is now held in ``media``: recount it and the blocks depending on it."""
+        if media == block.media:
+            return
+        block.media = engine.media(media)
+        for changed in (block, *block.dependents):
+            self._recount(engine, changed)
+
+    def _recount(self, engine: _Engine, block: _Block) -> None:
+        """Count ``block``'s router blocks as its media and its members' now say."""
+        now = _counted(block) if block.routers else 0
+        changed, block.counted = now ^ block.counted, now
+        if changed & HELD:
+            self._size += _count(engine.held, block.routers, 1 if now & HELD else -1)
+        if changed & DEVICE:
+            _count(engine.device, block.routers, 1 if now & DEVICE else -1)
+        if changed & TIER:
+            engine.tiered += 1 if now & TIER else -1
 
     def _removed(self, engine: _Engine, event: BlocksRemoved) -> None:
         medium = event.medium or MEDIUM_DEVICE
-        for block in event.block_hashes:
-            known = engine.blocks.get(block)
-            if known is None:
+        for key in event.block_hashes:
+            block = engine.blocks.get(key)
+            if block is None or medium not in block.media:
                 continue
-            engine.drop_medium(*known, medium)
-            if not known[1]:
-                del engine.blocks[block]
-                self._size += _count(engine.held, known[0], -1)
+            self._set_media(engine, block, block.media - {medium})
+            if not block.media:
+                self._forget(engine, block)
+
+    def _forget(self, engine: _Engine, block: _Block) -> None:
+        """Forget ``block`` if no medium holds it and no known block names it, and in turn the
+        blocks it named (a block held nowhere stays known while one naming it is: stored
+        again, it counts for those at once)."""
+        work = [block]
+        while work:
+            gone = work.pop()
+            if gone.media or gone.refs or engine.blocks.get(gone.key) is not gone:
+                continue
+            del engine.blocks[gone.key]
+            if not gone.routers:
+                engine.pages -= 1
+                self._pages -= 1
+            for named in gone.referenced():
+                named.refs -= 1
+                named.dependents = tuple(d for d in named.dependents if d is not gone)
+                work.append(named)
 
     def match(self, hashes: Sequence[int], endpoints: Iterable[str]) -> dict[str, int]:
         """Per followed endpoint of ``endpoints``, the leading blocks of ``hashes`` it holds or
@@ -277,6 +384,33 @@ def _count(counts: dict[int, int], routers: Sequence[int], step: int) -> int:
         else:
             counts.pop(h, None)
     return len(counts) - before
+
+
+def _carry(block: _Block | None) -> tuple[list[int], tuple[_Block, ...]]:
+    """The token ids of ``block``'s chain past its last router block boundary, and the blocks
+    holding them, oldest first (none at the chain's start)."""
+    chunks: list[tuple[int, ...]] = []
+    held: list[_Block] = []
+    need = 0 if block is None else block.phase
+    while need > 0 and block is not None:
+        take = min(need, len(block.tokens))
+        chunks.append(block.tokens[len(block.tokens) - take:])
+        held.append(block)
+        need -= take
+        block = block.parent
+    return [i for chunk in reversed(chunks) for i in chunk], tuple(reversed(held))
+
+
+def _counted(block: _Block) -> int:
+    """How ``block``'s router blocks count: :data:`HELD` when it and each member are held
+    somewhere, :data:`DEVICE` when all on the device, :data:`TIER` when a part is in a host
+    tier (0 when one is held nowhere: a router block partly evicted is not held)."""
+    blocks = (block, *block.members)
+    if not all(b.media for b in blocks):
+        return 0
+    device = all(MEDIUM_DEVICE in b.media for b in blocks)
+    tier = any(len(b.media) > (MEDIUM_DEVICE in b.media) for b in blocks)
+    return HELD | (DEVICE if device else 0) | (TIER if tier else 0)
 
 
 def _tails(routers: tuple[int, ...], seeds: int) -> tuple[int, ...]:

@@ -33,6 +33,30 @@ The default table (:data:`DEFAULT_RULES`), in order:
   work, so a cached prefix saves little of it while speculation speeds up the rest — and the
   prefix rule also fires on the model-wide prefix share f, which says nothing about a short
   unique chat prompt arriving among agent traffic.
+``idle_spec`` — ordinary work on a speculative pool's spare batch room. Fires when the request
+  brings no cache evidence for another pool (neither ``long_match`` nor ``session_follow_up``
+  below: at most the workload's f) and no long prefill (uncached tokens <
+  ``long_prompt_tokens``: a long prefill would share its steps with speculation's verify
+  batches, as ``pd`` says). Pools: mixed pools with speculative decoding, least loaded first,
+  each admitted only while (a) its decode batch B (as in ``spec``) is below
+  ``idle_spec_fraction`` × the spec rule's cap, and (b) the least-loaded general pool serving
+  the model that can take the request (healthy, not saturated) holds ≥ ``idle_spec_margin``
+  more requests per endpoint than B (any load, when none can). A model without a general pool
+  gets nothing here (``default`` already uses its speculative pools); an unknown ridge admits
+  nothing. Lever ``none``: the pool is taken for its idle room, not for speculation. Ordinary
+  work stops there as the pool fills, before decode-heavy work does: the default fraction 0.25
+  leaves 3/4 of the spec rule's cap to decode-heavy requests, and below it the verify batch is
+  under 1/8 of the ridge (at the default ``spec_max_ridge_fraction``), where the added
+  sequences ride almost free (and are speculated too). For the L4 and K = 4 above: B < 10.1.
+  The default margin 4 is ``busy_load_per_endpoint``'s "under load": while the general pools
+  are about as idle as the speculative one, ordinary work stays where it seeds their prefix
+  caches, and a gap the next few arrivals would close moves nothing. Tried before ``prefix``,
+  so it may take a request whose only evidence is f: such a request brings nothing cached, and
+  on an idle speculative pool it loses only the seed of a cache, where a busy general pool
+  would queue it. It only offers spare room: when no pool admits the request, no fallback is
+  named and the next rule places it under its own reason. Reason ``idle_spec_capacity``; detail
+  ``load=5.0/1.0,batch=1.0/10.1`` (the general pool's load / the speculative pool's; its batch
+  now / the idle cap).
 ``prefix`` — shared prefixes, on the request's own evidence first. Fires on the first of:
   ``long_match`` — the longest match on an endpoint of a prefix-caching pool is ≥
   ``long_match_blocks`` or ≥ ``long_match_fraction`` of the prompt's blocks; pools: every mixed
@@ -47,25 +71,28 @@ The default table (:data:`DEFAULT_RULES`), in order:
   ``high_prefix_share`` — neither, but the model's prefix share f ≥ ``high_prefix_share``: the
   workload shares prefixes, so a request that brings nothing of its own seeds a cache its
   follow-ups will hit. Pools: the general prefix-caching pools only, cheapest first — f is
-  other requests' evidence, and speculation slows ordinary work, so a speculative pool never
-  takes a request on f alone (a model whose prefix-caching pools all speculate gets no
-  target here: the next rule places it).
+  other requests' evidence, and speculation slows ordinary work at load, so this never sends
+  a request to a speculative pool on f alone (a model whose prefix-caching pools all
+  speculate gets no target here: the next rule places it) — only ``idle_spec``, before it,
+  offers a speculative pool's spare room.
   Detail ``f=0.82,match=14/16`` (the model's prefix share, the longest match in the chosen
   pool / the prompt's blocks; ``match=0/N`` says nothing is cached), plus
   ``,session=POOL`` for a session follow-up.
 ``default`` — everything else. Pools: the general pools — mixed pools without speculative
-  decoding (speculation slows ordinary traffic at load; prefix caching and chunked prefill do
-  not hurt it) — least loaded first; if the model has no general pool, every mixed pool
-  serving it, least loaded first. Reason ``default``; detail ``load=1.5``.
+  decoding (speculation slows ordinary traffic at load, so only ``idle_spec`` offers a
+  speculative pool's spare room; prefix caching and chunked prefill do not hurt it) — least
+  loaded first; if the model has no general pool, every mixed pool serving it, least loaded
+  first. Reason ``default``; detail ``load=1.5``.
 
 Every rule only takes a pool that serves the model, has a healthy endpoint (a pair: both
 sides) and is not saturated (every healthy endpoint's engine waiting queue ≥
 ``saturated_queue_per_endpoint`` requests). When a rule fires but none of its pools can take
 the request, the next rule is tried and the decision's reason names the first rule that lost
 the request and why (``prefix>fallback_saturated``, ``spec>fallback_unhealthy``,
-``spec>fallback_near_ridge``). If no rule places the request, the least-loaded unsaturated
-pool serving the model takes it, else the least-loaded one. A model served by a single pool
-gets it with reason ``only_pool``; a model no healthy pool serves gets no decision (None).
+``spec>fallback_near_ridge``; never ``idle_spec``, which only offers spare room). If no
+rule places the request, the least-loaded unsaturated pool serving the model takes it, else the
+least-loaded one. A model served by a single pool gets it with reason ``only_pool``; a model
+no healthy pool serves gets no decision (None).
 Decode pools are reached only through their prefill pool's pair.
 
 Levers verified against the engines: "a pool with lever L" means L is in the pool's
@@ -91,6 +118,7 @@ from routing.decision import (
     FALLBACK_SATURATED,
     FALLBACK_UNHEALTHY,
     HIGH_PREFIX_SHARE,
+    IDLE_SPEC_CAPACITY,
     LONG_MATCH,
     LONG_UNCACHED_UNDER_LOAD,
     LOW_LOAD_DECODE_HEAVY,
@@ -128,8 +156,10 @@ class PolicyConfig:
     long_match_fraction: float = 0.5  # [fraction of the prompt's blocks] ... or this long
     decode_heavy_ratio: float = 2.0  # [output tokens per prompt token] decode-heavy
     spec_max_ridge_fraction: float = 0.5  # [fraction of ridge_tokens] cap on the verify batch
+    idle_spec_fraction: float = 0.25  # [fraction of the spec cap] ordinary work's batch room
+    idle_spec_margin: float = 4.0  # [requests per healthy endpoint] general load over spec's
     saturated_queue_per_endpoint: float = 8.0  # [waiting requests per healthy endpoint]
-    rules: tuple[str, ...] = ("pd", "spec", "prefix", "default")
+    rules: tuple[str, ...] = ("pd", "spec", "idle_spec", "prefix", "default")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +201,9 @@ class Rule:
     pools with the lever serving the model, preferred first, whatever their health. ``admits``:
     a lever-specific limit on a healthy, unsaturated target; when it refuses them all the
     fallback is named ``refusal``. ``reason``: a name from :data:`routing.decision.REASONS`;
-    ``detail``: the numbers behind it (no ``;``)."""
+    ``detail``: the numbers behind it (no ``;``). ``names_miss``: when the rule fires but cannot
+    place the request, the decision taken after it names it (``rule>fallback``); False for a
+    rule that only offers spare room, whose refusal is the normal case."""
 
     name: str
     lever: str
@@ -181,6 +213,7 @@ class Rule:
     detail: Detail
     admits: Admits = _always
     refusal: str = FALLBACK_SATURATED
+    names_miss: bool = True
 
 
 # --- measures over the fleet --------------------------------------------------------------
@@ -369,6 +402,55 @@ def _spec_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
     return f"out={f.expected_output_tokens},in={f.prompt_tokens},batch={batch:.1f}/{limit:.1f}"
 
 
+def _idle_spec_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    """An ordinary request, in a fleet with a speculative pool for the model: no cache
+    evidence for another pool (a long match, a session's pool), and no long prefill (uncached
+    tokens ≤ prompt tokens, so the short ones skip the match look-up)."""
+    if not _serving(inp, MIXED, SPECULATIVE):
+        return False
+    if _prefix_evidence(inp, cfg) in (LONG_MATCH, SESSION_FOLLOW_UP):
+        return False
+    return (inp.features.prompt_tokens < cfg.long_prompt_tokens
+            or _uncached(inp) < cfg.long_prompt_tokens)
+
+
+def _general_load(inp: PolicyInput, cfg: PolicyConfig) -> float | None:
+    """The lowest load [requests per healthy endpoint] of the general pools serving the model
+    (mixed, without speculative decoding) that can take a request (healthy, not saturated);
+    ``inf`` when none can; None when the model has no general pool."""
+    general = [p for p in _serving(inp, MIXED) if SPECULATIVE not in p.offered]
+    if not general:
+        return None
+    open_ = [p for p in general if p.healthy_endpoints
+             and not pool_saturated(p, cfg.saturated_queue_per_endpoint)]
+    return min((pool_load(p, inp.view.load) for p in open_), default=math.inf)
+
+
+def _idle_room(pool: PoolSnapshot, cfg: PolicyConfig) -> float:
+    """The decode batch [sequences per endpoint] below which the pool takes ordinary work:
+    ``idle_spec_fraction`` of the spec rule's cap (0 for an unknown ridge)."""
+    return cfg.idle_spec_fraction * _spec_limit(pool, cfg)
+
+
+def _idle_spec_admits(t: Target, inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    general = _general_load(inp, cfg)
+    batch = pool_load(t.pool, inp.view.load)
+    return (general is not None and batch < _idle_room(t.pool, cfg)
+            and general - batch >= cfg.idle_spec_margin)
+
+
+def _idle_spec_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    pools = _least_loaded(_serving(inp, MIXED, SPECULATIVE), inp.view)
+    return tuple(Target(p, NO_LEVER) for p in pools)
+
+
+def _idle_spec_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
+    general = _general_load(inp, cfg)
+    batch, room = pool_load(t.pool, inp.view.load), _idle_room(t.pool, cfg)
+    load = "na" if general is None else f"{general:.1f}"
+    return f"load={load}/{batch:.1f},batch={batch:.1f}/{room:.1f}"
+
+
 def _default_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
     mixed = _serving(inp, MIXED)
     general = [p for p in mixed if SPECULATIVE not in p.offered] or mixed
@@ -387,6 +469,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("spec", SPECULATIVE, _spec_when, _spec_targets,
          lambda i, c: LOW_LOAD_DECODE_HEAVY, _spec_detail,
          admits=_spec_admits, refusal=FALLBACK_NEAR_RIDGE),
+    Rule("idle_spec", NO_LEVER, _idle_spec_when, _idle_spec_targets,
+         lambda i, c: IDLE_SPEC_CAPACITY, _idle_spec_detail,
+         admits=_idle_spec_admits, names_miss=False),
     Rule("default", NO_LEVER, _always, _default_targets, lambda i, c: DEFAULT, _load_detail),
 )
 
@@ -487,6 +572,6 @@ class LeverPolicy:
             outcome = _try(rule, inp, cfg)
             if isinstance(outcome, _Placed):
                 return _after_miss(outcome, miss)
-            if outcome is not None and miss is None:
+            if outcome is not None and miss is None and rule.names_miss:
                 miss = outcome
         return _last_resort(places, inp, cfg, miss)

@@ -43,6 +43,11 @@ class EngineMetrics:
 
     Gauges are instantaneous; ``*_total`` fields are the engine's cumulative counters (since start).
     Units: requests, tokens, a fraction in [0, 1] for ``kv_cache_usage``, FLOPs and bytes.
+    ``requests_finished_total``: requests the engine finished, in requests, summed over the
+    counter's label sets (finish reasons, data-parallel engines). ``prefix_cache_hits_total``
+    counts the tokens served from the device's prefix cache; ``host_cache_hits_total`` those a
+    host-memory KV tier served on top (vLLM reports them apart; SGLang's counter already holds
+    both tiers, so it leaves this None).
     """
 
     running: float | None = None
@@ -50,8 +55,10 @@ class EngineMetrics:
     kv_cache_usage: float | None = None
     prefix_cache_queries_total: float | None = None
     prefix_cache_hits_total: float | None = None
+    host_cache_hits_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    requests_finished_total: float | None = None
     preemptions_total: float | None = None
     spec_draft_tokens_total: float | None = None
     spec_accepted_tokens_total: float | None = None

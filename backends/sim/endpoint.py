@@ -105,7 +105,8 @@ class SimEndpoint:
                              "tokenizer (the token ids the engine reports)")
         if self.kv_events is not None:
             raise ValueError(f"pool {self.pool.name!r}: this endpoint already publishes")
-        self.kv_events = SimKvEvents(self.core.pool, TokenIds(self.tokenizer), publisher)
+        self.kv_events = SimKvEvents(self.core.pool, TokenIds(self.tokenizer), publisher,
+                                     engine=self.pool.engine)
         self.runner.after_step = self.kv_events.flush
         return self.kv_events
 

@@ -1,5 +1,7 @@
-"""The simulator's KV-cache events: what its prefix cache stores and evicts, reported as vLLM 0.32
-reports its own (``vllm/v1/core/block_pool.py``, ``vllm/v1/core/sched/scheduler.py``).
+"""The simulator's KV-cache events: what its prefix cache stores and evicts, reported as its
+engine reports its own: vLLM 0.32 (``vllm/v1/core/block_pool.py``,
+``vllm/v1/core/sched/scheduler.py``) or SGLang 0.5.23 (``sglang/srt/mem_cache/events.py``),
+chosen by the pool's engine from :data:`SIM_FORMATS`.
 
 What vLLM sends, and the simulator with it (the cache's changes, :mod:`backends.sim.kvcache`):
 
@@ -29,6 +31,27 @@ Block hashes: 32 bytes, as vLLM's default (sha256) sends them: here SHA-256 of t
 own chained hash (8 bytes, big-endian, signed), the same for a block on the device and in the
 host tier, stable for the process's life (the simulator's hashes are).
 
+What SGLang sends, and the simulator with it (an SGLang pool's cache has one-token blocks, SGLang's
+default page size, so each "block" below is a page):
+
+- **BlockStored**, medium ``GPU``: the radix cache announces each node it inserts, one hash
+  per page, chained from the page before (``parent_block_hash``), ``block_size`` the page size;
+  its recorder joins an event continuing the previous one's chain (same medium, page size) to
+  it, so a run of pages is one event. Here: the same runs as vLLM's, joined so.
+- **BlockRemoved**, medium ``GPU``: one event per evicted node listing its pages' hashes,
+  consecutive removals of one medium joined into one. Here: the evicted pages, joined so.
+- **Host tier** (the hierarchical cache, write-through by default): a page backed up in host
+  memory is announced as a full ``BlockStored`` (its tokens, its parent) with medium
+  ``CPU_PINNED``, its eviction from there as ``BlockRemoved(..., CPU_PINNED)``. The simulator
+  remembers each page's parent and tokens while a tier holds it, to describe its host copy so.
+- **AllBlocksCleared**: sent when the radix cache starts or is flushed; the simulator has
+  neither, so never.
+- **Batches**: the events of one scheduler step, as one batch ``[ts, events, attn_dp_rank]``
+  (rank 0).
+
+Page hashes: signed 64-bit ints, as SGLang's ``hash_str_to_int64`` makes them from a page's
+chained SHA-256 (its first 8 bytes): here the first 8 bytes of the vLLM-style 32-byte hash.
+
 Token ids: those the engine computes. A prompt's are the model tokenizer's (the simulator keeps
 them beside the tokens' text, :attr:`SimRequest.prompt_ids`), the ids the gateway computes for
 the same request. A generated token (the simulator's words, :data:`backends.sim.tokens.VOCAB`,
@@ -45,10 +68,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol, cast
 
-from backends.kv_events_wire import Codec
+from backends.fleet_file import Engine
+from backends.kv_events_wire import WIRE_FORMATS
 from backends.sim.kvcache import BlockPool, CacheChange, Dropped, HostDropped, HostStored, Named
 from backends.sim.request import SimRequest
 from routing.kv_events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
@@ -56,6 +82,8 @@ from routing.prompt_tokens import PromptTokenizer
 
 MEDIUM_HOST = "CPU"
 """The medium vLLM's offloading connector names its host-memory tier (``MEDIUM_CPU``)."""
+MEDIUM_HOST_SGLANG = "CPU_PINNED"
+"""The medium SGLang names its hierarchical cache's host tier (``StorageMedium.CPU``)."""
 MAX_TEXTS = 65_536
 """Generated-token texts whose id :class:`TokenIds` remembers."""
 
@@ -63,6 +91,36 @@ MAX_TEXTS = 65_536
 def block_key(block_hash: int) -> bytes:
     """The 32-byte hash a block is published under (module docstring)."""
     return hashlib.sha256(block_hash.to_bytes(8, "big", signed=True)).digest()
+
+
+def page_key(block_hash: int) -> int:
+    """The signed 64-bit hash an SGLang page is published under (module docstring)."""
+    return int.from_bytes(block_key(block_hash)[:8], "big", signed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SimFormat:
+    """What one engine kind's events look like (module docstring): ``key`` a block's published
+    hash; ``host_medium`` its host tier's medium; ``host_tokens``: a host copy is announced with
+    its tokens and parent (else as vLLM's placeholder, no tokens, block size 0); ``joined``:
+    an event continuing the previous one (a store its chain, a removal its medium) joins it."""
+
+    key: Callable[[int], Hashable]
+    host_medium: str
+    host_tokens: bool
+    joined: bool
+
+
+SIM_FORMATS: Mapping[Engine, SimFormat] = MappingProxyType({
+    Engine.VLLM: SimFormat(block_key, MEDIUM_HOST, host_tokens=False, joined=False),
+    Engine.SGLANG: SimFormat(page_key, MEDIUM_HOST_SGLANG, host_tokens=True, joined=True),
+})  # fmt: skip
+"""Engine → its events' look; the payload codec is the engine's
+:data:`backends.kv_events_wire.WIRE_FORMATS` entry."""
+
+Described = dict[int, tuple[int | None, tuple[int, ...]]]
+"""Block hash → (its parent's hash, None at the chain's start; its token ids): what a format
+whose host copies carry tokens remembers of the blocks a tier holds."""
 
 
 def alone_id(tokenizer: PromptTokenizer, text: str) -> int:
@@ -115,46 +173,93 @@ class TokenIds:
         return known
 
 
-def events_of(changes: Sequence[CacheChange], block_size: int, ids: TokenIds) -> list[KvEvent]:
+def events_of(changes: Sequence[CacheChange], block_size: int, ids: TokenIds,
+              fmt: SimFormat = SIM_FORMATS[Engine.VLLM],
+              described: Described | None = None) -> list[KvEvent]:
     """One step's events from its cache changes: the device's in order, then the host
-    tier's (module docstring)."""
+    tier's (module docstring), joined when the format says so. ``described``: where a format
+    whose host copies carry tokens remembers the blocks named (updated here)."""
     device: list[KvEvent] = []
-    host: list[KvEvent] = []
     run: list[Named] = []
     for change in changes:
-        if isinstance(change, HostStored):
-            host.append(BlocksStored([block_key(change.block_hash)], None, [], 0, MEDIUM_HOST))
-        elif isinstance(change, HostDropped):
-            host.append(BlocksRemoved([block_key(change.block_hash)], MEDIUM_HOST))
-        elif isinstance(change, Named) and (not run or _continues(run[-1], change)):
+        if isinstance(change, HostStored | HostDropped):
+            continue
+        if isinstance(change, Named) and (not run or _continues(run[-1], change)):
             run.append(change)
-        else:
-            if run:
-                _add_stored(device, run, block_size, ids)
-            run = [change] if isinstance(change, Named) else []
-            if isinstance(change, Dropped):
-                device.append(BlocksRemoved([block_key(change.block_hash)], MEDIUM_DEVICE))
+            continue
+        if run:
+            _add_stored(device, run, block_size, ids, fmt, described)
+        run = [change] if isinstance(change, Named) else []
+        if isinstance(change, Dropped):
+            device.append(BlocksRemoved([fmt.key(change.block_hash)], MEDIUM_DEVICE))
     if run:
-        _add_stored(device, run, block_size, ids)
-    return device + host
+        _add_stored(device, run, block_size, ids, fmt, described)
+    host = [e for c in changes if (e := _host_event(c, block_size, fmt, described)) is not None]
+    return _joined(device + host) if fmt.joined else device + host
 
 
 def _continues(last: Named, change: Named) -> bool:
     return change.owner is last.owner and change.index == last.index + 1
 
 
-def _add_stored(out: list[KvEvent], run: list[Named], block_size: int, ids: TokenIds) -> None:
+def _add_stored(out: list[KvEvent], run: list[Named], block_size: int, ids: TokenIds,
+                fmt: SimFormat, described: Described | None) -> None:
     """The BlocksStored for ``run`` (blocks of one request, in chain order), if its tokens
-    have ids."""
+    have ids; each block remembered in ``described`` (when given)."""
     owner, first = run[0].owner, run[0].index
     if not isinstance(owner, SimRequest):
         return
     token_ids = ids.span(owner, first * block_size, (run[-1].index + 1) * block_size)
     if token_ids is None:
         return
-    parent = block_key(owner.hashes[first - 1]) if first else None
-    out.append(BlocksStored([block_key(c.block_hash) for c in run], parent, token_ids,
+    parent = owner.hashes[first - 1] if first else None
+    if described is not None:
+        for i, named in enumerate(run):
+            before = owner.hashes[named.index - 1] if named.index else None
+            described[named.block_hash] = (
+                before, tuple(token_ids[i * block_size:(i + 1) * block_size]))
+    out.append(BlocksStored([fmt.key(c.block_hash) for c in run],
+                            None if parent is None else fmt.key(parent), token_ids,
                             block_size, MEDIUM_DEVICE))
+
+
+def _host_event(change: CacheChange, block_size: int, fmt: SimFormat,
+                described: Described | None) -> KvEvent | None:
+    """The host tier's event for ``change`` (None for a device change, or a host copy to
+    describe whose tokens are unknown)."""
+    if isinstance(change, HostDropped):
+        return BlocksRemoved([fmt.key(change.block_hash)], fmt.host_medium)
+    if not isinstance(change, HostStored):
+        return None
+    key = fmt.key(change.block_hash)
+    if not fmt.host_tokens:
+        return BlocksStored([key], None, [], 0, fmt.host_medium)
+    known = None if described is None else described.get(change.block_hash)
+    if known is None:
+        return None
+    parent, token_ids = known
+    return BlocksStored([key], None if parent is None else fmt.key(parent), list(token_ids),
+                        block_size, fmt.host_medium)
+
+
+def _joined(events: list[KvEvent]) -> list[KvEvent]:
+    """SGLang's recorder: a store continuing the previous store's chain (same medium and block
+    size) joins it, a removal of the previous removal's medium joins it. The events' lists
+    are this module's own, extended in place."""
+    out: list[KvEvent] = []
+    for event in events:
+        last = out[-1] if out else None
+        if (isinstance(event, BlocksStored) and isinstance(last, BlocksStored)
+                and (last.medium, last.block_size) == (event.medium, event.block_size)
+                and last.block_hashes and event.parent == last.block_hashes[-1]):
+            cast(list[Hashable], last.block_hashes).extend(event.block_hashes)
+            cast(list[int], last.token_ids).extend(event.token_ids)
+        elif (isinstance(event, BlocksRemoved) and isinstance(last, BlocksRemoved)
+              and last.medium == event.medium):
+            cast(list[Hashable], last.block_hashes).extend(event.block_hashes)
+        else:
+            out.append(event)
+    return out
 
 
 class Publisher(Protocol):
@@ -167,16 +272,20 @@ class Publisher(Protocol):
 
 class SimKvEvents:
     """One simulated engine's KV-cache events: :meth:`flush` after each step publishes the
-    step's changes as one batch (module docstring). ``wall_clock``: the batches' time stamps
-    [s since the epoch]."""
+    step's changes as one batch (module docstring), in ``engine``'s format. ``wall_clock``: the
+    batches' time stamps [s since the epoch]."""
 
     def __init__(self, pool: BlockPool, ids: TokenIds, publisher: Publisher,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, *,
+                 engine: Engine = Engine.VLLM) -> None:
         self.pool = pool
         self.publisher = publisher
+        self.format = SIM_FORMATS[engine]
         self._ids = ids
-        self._codec = Codec()
+        self._codec = WIRE_FORMATS[engine.value].codec()
         self._wall_clock = wall_clock
+        self._described: Described | None = (
+            {} if self.format.host_tokens and pool.host is not None else None)
         pool.record_changes()
 
     def flush(self) -> None:
@@ -184,9 +293,23 @@ class SimKvEvents:
         changes = self.pool.take_changes()
         if not changes:
             return
-        events = events_of(changes, self.pool.block_size, self._ids)
+        events = events_of(changes, self.pool.block_size, self._ids, self.format,
+                           self._described)
+        self._forget_unheld(changes)
         if events:
             self.publisher.publish(self._codec.encode(self._wall_clock(), events))
+
+    def _forget_unheld(self, changes: Sequence[CacheChange]) -> None:
+        """Forget the described blocks of ``changes`` that neither tier holds any more."""
+        described, host = self._described, self.pool.host
+        if described is None or host is None:
+            return
+        cached = self.pool.cached_names()
+        for change in changes:
+            if isinstance(change, Dropped | HostDropped):
+                h = change.block_hash
+                if h not in cached and h not in host:
+                    described.pop(h, None)
 
     def close(self) -> None:
         """Stop publishing (what was flushed still goes out)."""

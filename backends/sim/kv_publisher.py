@@ -5,6 +5,9 @@ described in :mod:`backends.kv_events_wire`: a PUB socket sends ``(topic, seq, p
 batch, ``seq`` 8 bytes big-endian from 0, +1 a batch; an optional ROUTER socket keeps the last
 ``buffer_steps`` batches and answers a DEALER's ``(b"", start_seq)`` with ``(b"", topic, seq,
 payload)`` for each buffered batch from ``start_seq`` on, then ``(b"", b"", END_SEQ, b"")``.
+SGLang 0.5.23's ``ZmqEventPublisher`` (``sglang/srt/disaggregation/kv_events.py``) is the same,
+frame for frame, replay included, and keeps the same defaults: one transport serves both; the
+payloads are the engine's (:class:`backends.sim.kv_events.SimKvEvents`).
 
 Threading (as vLLM: the engine loop never waits on a subscriber): :meth:`ZmqPublisher.publish`,
 called from the engine loop, hands the encoded payload to a background thread over an
@@ -39,9 +42,9 @@ from backends.kv_events_wire import END_SEQ, seq_bytes, seq_of
 log = logging.getLogger(__name__)
 
 BUFFER_STEPS = 10_000
-"""vLLM's ``KVEventsConfig.buffer_steps`` default [batches]."""
+"""vLLM's (and SGLang's) ``KVEventsConfig.buffer_steps`` default [batches]."""
 HWM = 100_000
-"""vLLM's ``KVEventsConfig.hwm`` default [batches]."""
+"""vLLM's (and SGLang's) ``KVEventsConfig.hwm`` default [batches]."""
 STOP = b""
 """The end-of-stream frame handed to the thread (a payload is never empty)."""
 JOIN_TIMEOUT_S = 10.0
@@ -90,7 +93,7 @@ class ZmqPublisher:
         return sock
 
     def publish(self, payload: bytes) -> None:
-        """Send one batch's payload (:meth:`backends.kv_events_wire.Codec.encode`)."""
+        """Send one batch's payload (an :class:`backends.kv_events_wire.EventCodec`'s)."""
         if self._closed:
             raise RuntimeError("the KV event publisher is closed")
         if payload:

@@ -44,7 +44,7 @@ import json
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -53,12 +53,12 @@ import aiohttp
 
 from backends.fleet_file import Fleet, FleetConfigError, load_fleet
 from ridge_bench import engines
-from ridge_bench.driver import Bounds, Target, run_workload
-from ridge_bench.goodput import Slo
+from ridge_bench.driver import Bounds, RunData, Target, run_workload
+from ridge_bench.goodput import Slo, in_simulated_time
 from ridge_bench.progress import Progress
 from ridge_bench.router_report import RunReport, build_report, report_dict, text
 from ridge_bench.trace_replay import TraceWorkload, trace_workload, workload_f
-from ridge_bench.workloads import NAMES, Workload, build, theoretical_f
+from ridge_bench.workloads import NAMES, LoadStep, Workload, build, theoretical_f
 
 DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
     {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 18.0, "chat_ramp": 9.0})
@@ -87,6 +87,10 @@ class Options:
     progress: bool = True
     replay: TraceWorkload | None = None
     """``--trace``: the trace to replay instead of the named workload."""
+    speed: float = 1.0
+    """How many times faster than real time the engines run (a simulator's ``--speed``): the
+    workload's arrivals, the drain and the duration bound are divided by it, and the report
+    is in simulated seconds (every measured time × ``speed``)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -98,6 +102,10 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--trace", help="replay this Mooncake-format trace (JSONL) instead")
     p.add_argument("--speedup", type=float, default=1.0,
                    help="--trace: replay this many times faster than recorded (default 1)")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="the engines are a simulator run this many times faster than real time "
+                   "(python -m backends.sim --speed): arrivals, bounds and drain are divided by "
+                   "it and the report is in simulated seconds (default 1)")
     p.add_argument("--block-tokens", type=int, default=512,
                    help="--trace: prompt tokens per hash id (default 512, Mooncake's)")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's base URL")
@@ -125,8 +133,10 @@ def parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace) -> Options:
     """Validated options; ValueError for impossible bounds or a bad trace."""
-    replay = trace_workload(args.trace, args.seed, args.speedup, args.block_tokens) \
-        if args.trace else None
+    if args.speed <= 0:
+        raise ValueError("--speed must be positive")
+    replay = trace_workload(args.trace, args.seed, args.speedup * args.speed,
+                            args.block_tokens) if args.trace else None
     requests, duration = _bounds(args, replay)
     if requests < 1 or duration <= 0 or args.steps < 1:
         raise ValueError("--requests and --steps must be at least 1, --duration positive")
@@ -141,7 +151,7 @@ def options(args: argparse.Namespace) -> Options:
         steps=args.steps, requests=requests, duration_s=duration, replay=replay,
         drain_s=args.drain if args.drain is not None else args.slo_e2e, slo=slo,
         seed=args.seed, fleet=load_fleet(args.fleet) if args.fleet else None,
-        ignore_eos=not args.no_ignore_eos, progress=not args.no_progress,
+        ignore_eos=not args.no_ignore_eos, progress=not args.no_progress, speed=args.speed,
     )
 
 
@@ -151,15 +161,29 @@ def _bounds(args: argparse.Namespace, replay: TraceWorkload | None) -> tuple[int
         return (400 if args.requests is None else args.requests,
                 60.0 if args.duration is None else args.duration)
     return (len(replay.times_s) if args.requests is None else args.requests,
-            replay.steps[0].duration_s if args.duration is None else args.duration)
+            replay.steps[0].duration_s * args.speed if args.duration is None
+            else args.duration)
 
 
 def _workload(opts: Options) -> tuple[Workload, float]:
     """The workload to run and its f by construction."""
     if opts.replay is not None:
         return opts.replay, workload_f(opts.replay, opts.requests)
-    workload = build(opts.workload, opts.seed, opts.rate, opts.duration_s, opts.steps)
+    workload = build(opts.workload, opts.seed, opts.rate * opts.speed,
+                     opts.duration_s / opts.speed, opts.steps)
     return workload, theoretical_f(workload)
+
+
+def _simulated_steps(workload: Workload, speed: float) -> Workload:
+    """``workload`` with its load steps in simulated seconds (:attr:`Options.speed`)."""
+    return replace(workload, steps=tuple(LoadStep(s.rate / speed, s.duration_s * speed)
+                                         for s in workload.steps))
+
+
+def _simulated(data: RunData, speed: float) -> RunData:
+    """``data`` in simulated seconds (:attr:`Options.speed`)."""
+    return replace(data, results=[in_simulated_time(r, speed) for r in data.results],
+                   window_s=data.window_s * speed, wall_s=data.wall_s * speed)
 
 
 async def first_model(url: str) -> str:
@@ -177,10 +201,14 @@ async def execute(opts: Options, stop: asyncio.Event | None = None,
     workload, f_theory = _workload(opts)
     model = opts.model or await first_model(opts.url)
     before = await engines.scrape(opts.fleet) if opts.fleet else None
-    progress = Progress(opts.workload, opts.requests, opts.duration_s) if opts.progress else None
+    progress = Progress(opts.workload, opts.requests, opts.duration_s / opts.speed) \
+        if opts.progress else None
     data = await run_workload(workload, Target(opts.url, model, opts.ignore_eos),
-                              Bounds(opts.requests, opts.duration_s, opts.drain_s),
+                              Bounds(opts.requests, opts.duration_s / opts.speed,
+                                     opts.drain_s / opts.speed),
                               stop=stop, progress=progress)
+    if opts.speed != 1.0:
+        data, workload = _simulated(data, opts.speed), _simulated_steps(workload, opts.speed)
     cache = None
     if opts.fleet is not None and before is not None:
         cache = engines.cache_use(opts.fleet, before, await engines.scrape(opts.fleet))

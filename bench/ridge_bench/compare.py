@@ -7,13 +7,32 @@ Each cell (router, workload), in order, with nothing shared between cells:
 
 1. render the router's fleet file on free 127.0.0.1 ports (:mod:`ridge_bench.fleets`);
 2. start the simulator (``python -m backends.sim --config F --speed S --seed N``) and wait for
-   its ready line, then ``ridge serve --config F`` on a free port and wait for ``/ready``
-   (:func:`ridge_bench.procs.start_ridge`); both are child processes with their own logs in
-   ``DIR/<cell>/``;
+   its ready line, then the router's gateway on a free 127.0.0.1 port: ``ridge serve --config
+   F``, waited for until ``/ready`` answers (:func:`ridge_bench.procs.start_ridge`), or, for an
+   SGLang router (``Router.gateway`` ``sglang:POLICY``), ``sglang_router.launch_router
+   --policy POLICY --worker-urls <every endpoint of F>`` from the benchmarks' own virtual
+   environment (installed there first if missing, :func:`ridge_bench.gateways.sglang_python`),
+   waited for until it answers a chat completion for the fleet's first model
+   (:func:`ridge_bench.gateways.start`); each child has its own log in ``DIR/<cell>/``
+   (``sim.log``, ``ridge.log`` or ``sglang.log``);
 3. run the workload with :func:`ridge_bench.command.execute` in this process (open loop,
    bounded, the engines' metrics scraped before and after);
-4. read the CPU time the simulator, ridge and this client used during the run, and the whole
-   machine's; stop ridge, then the simulator (SIGTERM to each child's pid, then SIGKILL).
+4. read the CPU time the simulator, the gateway (key ``ridge`` or ``sglang``) and this client
+   used during the run, and the whole machine's; read the gateway's peak resident memory
+   (``VmHWM`` of its process, MB = 2^20 B) and, for ridge, its routing indexes' estimated
+   memory (the ``/metrics`` gauges of :data:`RIDGE_INDEX_GAUGES`, bytes, summed over labels);
+   stop the gateway, then the simulator (SIGTERM to each child's pid, then SIGKILL), whatever
+   happened before.
+
+Routers: :data:`ridge_bench.fleets.ROUTERS`, plus ``--extra-router NAME=FLEET_FILE`` (ridge with
+the file's own routing) or ``--extra-router NAME=FLEET_FILE@sglang:POLICY`` (the SGLang router
+over the file's endpoints; see :func:`ridge_bench.fleets.custom_router`).
+
+``--speed S`` runs the simulator S times faster than real time: the workloads keep their
+rates and bounds in simulated time (sent S times faster on the wall clock), the report is in
+simulated seconds (:attr:`ridge_bench.command.Options.speed`), and ridge's time settings are
+divided by S (:data:`TIME_SETTINGS`). The SGLang router's are not (its routing has none; its
+tree's eviction interval bounds only its memory).
 
 A process over ``SATURATED_CORE_FRACTION`` of one core during a run is flagged: the simulator
 is one event loop (past that, simulated time slips and the GPUs look slower than they are),
@@ -37,9 +56,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from ridge_bench import compare_doc, fleets
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+
+from backends.fleet_file import Fleet
+from gateway.settings import AdmissionSettings, RegistrySettings, StateSettings
+from ridge_bench import compare_doc, fleets, gateways
 from ridge_bench.command import DEFAULT_RATES, Options, execute
 from ridge_bench.goodput import Slo
 from ridge_bench.procs import (
@@ -56,6 +82,8 @@ from ridge_bench.workloads import NAMES
 SATURATED_CORE_FRACTION = 0.8
 START_TIMEOUT_S = 60.0
 SETTLE_S = 2.0
+RIDGE_INDEX_GAUGES = compare_doc.INDEX_GAUGES
+"""ridge's gauges of its routing indexes' memory [B], stored per cell under the same names."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +105,33 @@ class Matrix:
                                 self.command)
 
 
-def _env() -> dict[str, str]:
+TIME_SETTINGS: Mapping[str, tuple[type[BaseModel], str]] = MappingProxyType({
+    "RIDGE_REGISTRY__POLL_INTERVAL_S": (RegistrySettings, "poll_interval_s"),
+    "RIDGE_STATE__PREFIX_MAX_AGE_S": (StateSettings, "prefix_max_age_s"),
+    "RIDGE_STATE__SESSION_MAX_AGE_S": (StateSettings, "session_max_age_s"),
+    "RIDGE_ADMISSION__MAX_WAIT_S": (AdmissionSettings, "max_wait_s"),
+    "RIDGE_ADMISSION__CEILING_TTL_S": (AdmissionSettings, "ceiling_ttl_s"),
+})
+"""ridge's settings that are spans of time the routing depends on (how stale the engines'
+load is, how long a prefix or a session is remembered, how long a request may queue), by the
+environment variable that sets them: with the simulator at ``--speed`` S they are set to their
+default ÷ S, so ridge sees the same simulated spans as at speed 1."""
+
+
+def _env(speed: float = 1.0) -> dict[str, str]:
     # no access log: ridge's CPU goes to routing
-    return child_env({"RIDGE_LOG_LEVEL": "warning"})
+    return child_env({"RIDGE_LOG_LEVEL": "warning", **ridge_time_env(speed)})
+
+
+def ridge_time_env(speed: float) -> dict[str, str]:
+    """:data:`TIME_SETTINGS` at their defaults ÷ ``speed`` (none at speed 1)."""
+    if speed == 1.0:
+        return {}
+    out = {}
+    for var, (model, name) in TIME_SETTINGS.items():
+        default = model.model_fields[name].default
+        out[var] = repr(float(default) / speed)
+    return out
 
 
 async def start_sim(workdir: Path, config: Path, speed: float, seed: int) -> Child:
@@ -141,6 +193,83 @@ def saturated(cpu: Mapping[str, Any], client_cpu_s: float) -> list[str]:
     return flagged
 
 
+def peak_rss_mb(pid: int) -> float | None:
+    """The peak resident memory of process ``pid`` so far [MB = 2^20 B]: ``VmHWM`` of
+    ``/proc/<pid>/status`` (kB); None if unavailable (not Linux, or the process is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+def index_bytes(exposition: str) -> dict[str, float]:
+    """Each gauge of :data:`RIDGE_INDEX_GAUGES` present in a Prometheus text ``exposition``,
+    summed over its label sets [B]."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name in RIDGE_INDEX_GAUGES:
+            out[family.name] = sum(s.value for s in family.samples if s.name == family.name)
+    return out
+
+
+async def ridge_index_bytes(url: str) -> dict[str, float]:
+    """:func:`index_bytes` of ridge's ``GET /metrics`` at ``url`` (empty if it fails)."""
+    timeout = aiohttp.ClientTimeout(total=10.0)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session, \
+                session.get(url + "/metrics") as resp:
+            body = await resp.text() if resp.status == 200 else ""
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
+    return index_bytes(body)
+
+
+def sglang_gateway(policy: str) -> gateways.Gateway:
+    """The SGLang router with ``policy`` (its child process and log are named ``sglang``)."""
+    return gateways.Gateway("sglang", f"SGLang router, {policy}", "sglang", policy)
+
+
+async def start_sglang(policy: str, workdir: Path, fleet: Fleet, model: str) -> Child:
+    """The SGLang router over every endpoint of ``fleet``, answering a chat completion for
+    ``model``, or RuntimeError (not installable, or not answering: with its log)."""
+    python, why = gateways.sglang_python(install=True, log=workdir / "sglang-install.log")
+    if python is None:
+        raise RuntimeError(f"the SGLang router ({gateways.SGLANG_ROUTER}) is unavailable: {why}")
+    urls = [u for pool in fleet.pools for u in pool.endpoint_urls()]
+    return await gateways.start(sglang_gateway(policy), gateways.Launch(sglang_python=python),
+                                urls, workdir, None, START_TIMEOUT_S, model)
+
+
+def cell_model(router: fleets.Router, fleet: Fleet) -> str | None:
+    """The model every request of the cell names: for the SGLang router, the fleet's first
+    model (its ``/v1/models`` lists ``unknown`` for workers it found no model name on); for
+    ridge None, the first model ridge lists."""
+    return None if router.sglang_policy is None else fleet.pools[0].models[0]
+
+
+async def start_gateway(router: fleets.Router, workdir: Path, config: Path, opts: Options
+                        ) -> Child:
+    """The router's gateway in front of ``opts.fleet``, written to ``config`` (module doc,
+    step 2); an SGLang router is probed with ``opts.model``."""
+    policy = router.sglang_policy
+    if policy is None:
+        return await start_ridge("ridge", workdir, config, _env(opts.speed), START_TIMEOUT_S)
+    assert opts.fleet is not None and opts.model is not None
+    return await start_sglang(policy, workdir, opts.fleet, opts.model)
+
+
+async def gateway_memory(gateway: Child) -> dict[str, Any]:
+    """The running gateway's peak RSS [MB] and, for ridge, its index gauges [B]."""
+    out: dict[str, Any] = {"gateway_peak_rss_mb": peak_rss_mb(gateway.proc.pid)}
+    if gateway.name == "ridge":
+        out.update(await ridge_index_bytes(gateway.url))
+    return out
+
+
 async def run_cell(matrix: Matrix, router_name: str, workload: str,
                    stop: asyncio.Event) -> dict[str, Any]:
     """One cell, started and torn down (module doc); its report as JSON values."""
@@ -150,22 +279,25 @@ async def run_cell(matrix: Matrix, router_name: str, workload: str,
     config = workdir / "fleet.yaml"
     fleet = fleets.render(router, config, free_port)
     opts = replace(matrix.template, workload=workload, rate=matrix.rates[workload],
-                   duration_s=matrix.durations[workload], fleet=fleet)
+                   duration_s=matrix.durations[workload], fleet=fleet,
+                   model=matrix.template.model or cell_model(router, fleet))
     sim = await start_sim(workdir, config, matrix.speed, opts.seed)
-    ridge: Child | None = None
+    gateway: Child | None = None
     try:
-        ridge = await start_ridge("ridge", workdir, config, _env(), START_TIMEOUT_S)
-        meter = CpuMeter({"sim": sim, "ridge": ridge})
+        gateway = await start_gateway(router, workdir, config, opts)
+        meter = CpuMeter({"sim": sim, gateway.name: gateway})
         meter.begin()
-        report = await execute(replace(opts, url=ridge.url), stop,
-                               {"router": router_name, "fleet": router.fleet.name})
+        report = await execute(replace(opts, url=gateway.url), stop,
+                               {"router": router_name, "fleet": router.fleet.name,
+                                "gateway": router.gateway})
         cpu = meter.end()
+        memory = await gateway_memory(gateway)
     finally:
-        if ridge is not None:
-            await ridge.stop()
+        if gateway is not None:
+            await gateway.stop()
         await sim.stop()
     print(text(report), flush=True)
-    return {**report_dict(report), "cpu": cpu,
+    return {**report_dict(report), "cpu": cpu, **memory,
             "saturated": saturated(cpu, report.client_cpu_s)}
 
 
@@ -212,9 +344,15 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ridge_bench.compare",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(NAMES))
-    p.add_argument("--routers", default=",".join(fleets.ROUTERS))
-    p.add_argument("--extra-router", action="append", default=[], metavar="NAME=FLEET_FILE",
-                   help="also run this fleet file with its own routing (add NAME to --routers)")
+    p.add_argument("--routers", default=",".join(n for n, r in fleets.ROUTERS.items()
+                                                 if r.sglang_policy is None),
+                   help="default: every router run by ridge (add sglang_ca, sglang_rr for "
+                        "the SGLang router)")
+    p.add_argument("--extra-router", action="append", default=[],
+                   metavar="NAME=FLEET_FILE[@sglang:POLICY]",
+                   help="also run this fleet file (added to --routers as NAME): behind ridge "
+                        "with its own routing, or behind the SGLang router with POLICY "
+                        f"({', '.join(fleets.SGLANG_POLICIES)}) over all its endpoints")
     p.add_argument("--rate", action="append", default=[], metavar="[WORKLOAD=]RPS",
                    help=f"requests/s (mixed: the heaviest step); defaults {dict(DEFAULT_RATES)}")
     p.add_argument("--requests", type=int, default=400)
@@ -237,7 +375,10 @@ def parser() -> argparse.ArgumentParser:
 def matrix_of(args: argparse.Namespace) -> Matrix:
     known = dict(fleets.ROUTERS)
     for spec in args.extra_router:
-        extra = fleets.custom_router(spec)
+        try:
+            extra = fleets.custom_router(spec)
+        except ValueError as exc:
+            raise SystemExit(f"--extra-router: {exc}") from None
         known[extra.name] = extra
         if extra.name not in args.routers.split(","):
             args.routers += "," + extra.name
@@ -250,7 +391,7 @@ def matrix_of(args: argparse.Namespace) -> Matrix:
         workload=workloads[0], url="", model=None, rate=0.0, steps=args.steps,
         requests=args.requests, duration_s=0.0, drain_s=args.slo_e2e,
         slo=Slo(args.slo_ttft, args.slo_tpot, args.slo_e2e), seed=args.seed,
-        progress=args.progress,
+        progress=args.progress, speed=args.speed,
     )
     routers = {name: known[name] for name in names}
     rates = per_workload(args.rate, DEFAULT_RATES, "--rate")

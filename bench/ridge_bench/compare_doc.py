@@ -168,12 +168,39 @@ def _cpu(cell: Cell, name: str) -> str:
     return "-" if not entry else _f(entry.get("core_pct"), digits=0)
 
 
+GATEWAY_CPU_KEYS = ("ridge", "sglang")
+"""The CPU entry of a cell's gateway: ridge, or the SGLang router."""
+INDEX_GAUGES = ("ridge_prefix_index_bytes", "ridge_kv_event_index_bytes")
+"""ridge's gauges of its routing indexes' memory [B], as a cell stores them."""
+
+
+def _gateway_cpu(cell: Cell) -> str:
+    cpu = cell.get("cpu", {})
+    key = next((k for k in GATEWAY_CPU_KEYS if k in cpu), GATEWAY_CPU_KEYS[0])
+    return _cpu(cell, key)
+
+
+def _size(n_bytes: float) -> str:
+    """``n_bytes`` in kB below 1 MB, else in MB (k = 2^10, M = 2^20)."""
+    return f"{n_bytes / 2**10:.0f} kB" if n_bytes < 2**20 else f"{n_bytes / 2**20:.1f} MB"
+
+
+def _memory(cell: Cell) -> str:
+    """``RSS`` [MB], plus ``(index <size>)`` when the cell has ridge's index gauges; ``-`` for
+    results that predate these figures."""
+    rss = _f(cell.get("gateway_peak_rss_mb"), digits=0)
+    index = [float(cell[k]) for k in INDEX_GAUGES if cell.get(k) is not None]
+    return f"{rss} (index {_size(sum(index))})" if index else rss
+
+
 def _pools(share: Mapping[str, float]) -> str:
     return " ".join(f"{k} {v:.0%}" for k, v in share.items()) or "-"
 
 
 def detail_table(cells: Sequence[Cell]) -> str:
-    """One row per cell with every measured figure."""
+    """One row per cell with every measured figure. The gateway is ridge or the SGLang router;
+    its memory is the peak RSS of its process [MB = 2^20 B] and, for ridge, the estimated
+    memory of its prefix and KV-event indexes together."""
     rows = []
     for c in cells:
         s, cache = c["summary"], c.get("engine_prefix_cache") or {}
@@ -185,13 +212,13 @@ def detail_table(cells: Sequence[Cell]) -> str:
             _f(s["ttft_p50_s"]), _f(s["ttft_p99_s"]), _f(s["tpot_p50_s"], 1000, 0),
             _f(s["tpot_p99_s"], 1000, 0), _f(cache.get("hit_rate")), _f(c["f_sent"]),
             str(sum(s["errors"].values())), _pools(s["pool_share"]),
-            f"{_cpu(c, 'sim')}/{_cpu(c, 'ridge')}/{_f(client_pct, digits=0)}",
-            ",".join(c.get("saturated", [])) or "none",
+            f"{_cpu(c, 'sim')}/{_gateway_cpu(c)}/{_f(client_pct, digits=0)}",
+            _memory(c), ",".join(c.get("saturated", [])) or "none",
         ])
     header = ["workload", "router", "rate req/s", "sent", "SLO met", "goodput req/s",
               "req/s", "tok/s", "TTFT p50 s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms",
-              "engine cache hit", "f sent", "errors", "pools", "CPU % sim/ridge/client",
-              "saturated"]
+              "engine cache hit", "f sent", "errors", "pools", "CPU % sim/gateway/client",
+              "gateway peak RSS MB", "saturated"]
     return _table(header, rows)
 
 

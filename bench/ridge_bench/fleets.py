@@ -9,9 +9,21 @@ the fleet's ``routing.scheduler``, see :mod:`backends.fleet_file`). The table :d
 - ``cache_aware``: the homogeneous fleet, the ``cache_aware`` scorer (fewest uncached prompt
   tokens × (load + 1)), ``max_score`` picker;
 - ``ridge``: the lever fleet with its own routing section (defaults unless the file sets them);
-- ``ridge_sglang``: the lever fleet with an SGLang (radix cache) prefix pool, default routing.
+- ``ridge_sglang``: the lever fleet with an SGLang (radix cache) prefix pool, default routing;
+- ``sglang_ca``, ``sglang_rr``: the homogeneous fleet behind the SGLang router (the
+  ``sglang-router`` package, not ridge) with its ``cache_aware`` or ``round_robin`` policy.
 
-More routers (fleet variants for experiments) come from :func:`custom_router`.
+A router's :attr:`Router.gateway` says what runs in front of the fleet: ``ridge`` (the
+default), or ``sglang:POLICY`` for the SGLang router with ``--policy POLICY`` over every
+endpoint of the fleet (its routing section and the scheduler do not apply then). POLICY is one
+of :data:`SGLANG_POLICIES`: the SGLang router's ``power_of_two`` polls each worker's
+``/get_load`` and ``manual`` needs routing keys, neither of which an OpenAI-compatible engine
+serves. The SGLang router does not route by model name, so its fleet should serve one model.
+
+More routers (fleet variants for experiments) come from :func:`custom_router`, whose spec is
+``NAME=FLEET_FILE`` (ridge with the file's own routing) or ``NAME=FLEET_FILE@sglang:POLICY``
+(the SGLang router over the file's endpoints), e.g. ``mine=deploy/bench/levers.yaml`` or
+``sg=deploy/bench/homogeneous.yaml@sglang:cache_aware``.
 
 :func:`render` writes a cell's fleet file: the router's file with every endpoint moved to a free
 127.0.0.1 port (so cells never collide with each other or anything else on the machine) and
@@ -35,16 +47,27 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root
 HOMOGENEOUS = ROOT / "deploy" / "bench" / "homogeneous.yaml"
 LEVERS = ROOT / "deploy" / "bench" / "levers.yaml"
 LEVERS_SGLANG = ROOT / "deploy" / "bench" / "levers-sglang.yaml"
+RIDGE = "ridge"
+SGLANG = "sglang:"
+"""The prefix of a :attr:`Router.gateway` run by the SGLang router: ``sglang:POLICY``."""
+SGLANG_POLICIES = ("cache_aware", "round_robin", "random")
 
 
 @dataclass(frozen=True)
 class Router:
-    """A fleet file and the scheduler to force on it (None: the file's own routing)."""
+    """A fleet file, the scheduler to force on it (None: the file's own routing), and the
+    gateway in front of it: :data:`RIDGE` or ``sglang:POLICY`` (module doc)."""
 
     name: str
     fleet: Path
     scheduler: Mapping[str, Any] | None = None
     description: str = ""
+    gateway: str = RIDGE
+
+    @property
+    def sglang_policy(self) -> str | None:
+        """The SGLang router's policy, or None when ridge runs this router."""
+        return self.gateway.removeprefix(SGLANG) if self.gateway.startswith(SGLANG) else None
 
 
 ROUTERS: Mapping[str, Router] = MappingProxyType({
@@ -62,17 +85,40 @@ ROUTERS: Mapping[str, Router] = MappingProxyType({
     "ridge": Router("ridge", LEVERS, None, "lever pools, full ridge router"),
     "ridge_sglang": Router("ridge_sglang", LEVERS_SGLANG, None,
                            "lever pools with an SGLang prefix pool, full ridge router"),
+    "sglang_ca": Router("sglang_ca", HOMOGENEOUS, None,
+                        "homogeneous fleet, SGLang router, cache_aware", SGLANG + "cache_aware"),
+    "sglang_rr": Router("sglang_rr", HOMOGENEOUS, None,
+                        "homogeneous fleet, SGLang router, round_robin", SGLANG + "round_robin"),
 })
 
 
+def parse_gateway(text: str) -> str:
+    """``ridge`` or ``sglang:POLICY`` (POLICY in :data:`SGLANG_POLICIES`), else ValueError."""
+    if text == RIDGE:
+        return text
+    policy = text.removeprefix(SGLANG) if text.startswith(SGLANG) else None
+    if policy not in SGLANG_POLICIES:
+        choices = ", ".join(SGLANG + p for p in SGLANG_POLICIES)
+        raise ValueError(f"gateway {text!r}: expected {RIDGE} or one of {choices}")
+    return text
+
+
 def custom_router(spec: str) -> Router:
-    """``NAME=PATH``: a router running the fleet file at PATH with its own routing section."""
-    name, sep, path = spec.partition("=")
+    """``NAME=PATH``: a router running the fleet file at PATH with its own routing section;
+    ``NAME=PATH@GATEWAY``: the same fleet behind GATEWAY (:func:`parse_gateway`). Only a last
+    ``@`` followed by ``ridge`` or ``sglang:`` starts the gateway, so PATH may contain ``@``."""
+    name, sep, rest = spec.partition("=")
+    path, at, gateway = rest.rpartition("@")
+    if not at or not (gateway == RIDGE or gateway.startswith(SGLANG)):
+        path, gateway = rest, RIDGE
     if not sep or not name or not path:
-        raise ValueError(f"expected NAME=FLEET_FILE, got {spec!r}")
+        raise ValueError(f"expected NAME=FLEET_FILE[@ridge|@sglang:POLICY], got {spec!r}")
     if name in ROUTERS:
         raise ValueError(f"router {name!r} already exists")
-    return Router(name, Path(path).resolve(), None, f"{Path(path).name}, its own routing")
+    gateway = parse_gateway(gateway)
+    policy = gateway.removeprefix(SGLANG)
+    how = "its own routing" if gateway == RIDGE else f"SGLang router, {policy}"
+    return Router(name, Path(path).resolve(), None, f"{Path(path).name}, {how}", gateway)
 
 
 def with_ports(raw: Mapping[str, Any], ports: Callable[[], int]) -> dict[str, Any]:

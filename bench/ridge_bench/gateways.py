@@ -13,6 +13,8 @@ started (one process each, pinned to the gateway core by the caller).
   listener goes to a free port; everything else is its default.
 
 :func:`ready` waits until the gateway answers a real non-streamed completion with 200.
+:func:`start` is shared with the router comparison (:mod:`ridge_bench.compare`), which puts the
+SGLang router in front of the simulated fleet the same way.
 """
 
 from __future__ import annotations
@@ -114,22 +116,31 @@ def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
 
 
 async def start(gateway: Gateway, launch: Launch, urls: Sequence[str], workdir: Path,
-                cpus: Sequence[int] | None, timeout_s: float) -> Child:
-    """``gateway`` on a free port, answering (:func:`ready`), or RuntimeError with its log."""
+                cpus: Sequence[int] | None, timeout_s: float, model: str = MODEL) -> Child:
+    """``gateway`` on a free port, answering a completion for ``model`` (:func:`ready`), or
+    RuntimeError with its log; the process is stopped if waiting fails in any way."""
     port = free_port()
     argv, env, cwd = command(gateway, launch, port, urls, workdir)
     child = await spawn(gateway.key, argv, workdir, env, cwd=cwd, cpus=cpus, drop_prefix="RIDGE_")
     child.url = f"http://127.0.0.1:{port}"
-    if not await ready(child, timeout_s):
+    try:
+        answered = await ready(child, timeout_s, model)
+    except BaseException:
+        await child.stop()
+        raise
+    if not answered:
         await child.stop()
         raise RuntimeError(f"{gateway.key} did not answer within {timeout_s:.0f} s:\n"
                            f"{child.log_tail()}")
     return child
 
 
-async def ready(child: Child, timeout_s: float) -> bool:
-    """Whether ``child`` answers a non-streamed completion with 200 within ``timeout_s``."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "ready?"}]}
+async def ready(child: Child, timeout_s: float, model: str = MODEL) -> bool:
+    """Whether ``child`` answers a non-streamed chat completion for ``model`` with 200 within
+    ``timeout_s``. One output token: a simulated engine without a limit decodes to the end of
+    the context, far past the per-try timeout."""
+    body = {"model": model, "messages": [{"role": "user", "content": "ready?"}],
+            "max_tokens": 1}
     deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
         while time.monotonic() < deadline and child.proc.returncode is None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ridge_bench.route import Route
 
@@ -70,6 +70,16 @@ class RequestResult:
         if self.output_tokens <= 1:
             return 0.0
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+def in_simulated_time(result: RequestResult, speed: float) -> RequestResult:
+    """``result`` with its times × ``speed``: wall seconds of a simulator run ``speed`` times
+    faster than real time (``python -m backends.sim --speed``) back in simulated seconds."""
+    def scaled(t: float | None) -> float | None:
+        return None if t is None else t * speed
+
+    return replace(result, sent_s=result.sent_s * speed, ttft_s=scaled(result.ttft_s),
+                   e2e_s=scaled(result.e2e_s))
 
 
 def meets(result: RequestResult, slo: Slo) -> bool:

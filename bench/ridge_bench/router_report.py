@@ -4,8 +4,15 @@ A :class:`RunReport` gathers what one run measured (:mod:`ridge_bench.goodput` f
 and its definitions): the whole run's :class:`~ridge_bench.goodput.Summary`; one per load step
 (mixed), per request kind and per pool the requests went to (``-``: no route header); the
 workload's f by construction and over the prompts actually sent; the engines' prefix-cache hit
-rate (:mod:`ridge_bench.engines`); and the client's CPU time. Times are shown in seconds (TTFT, e2e)
-and milliseconds per token (TPOT); rates per second of the arrival window.
+rate and the requests each engine replica finished (:mod:`ridge_bench.engines`); and the client's
+CPU time. Times are shown in seconds (TTFT, e2e) and milliseconds per token (TPOT); rates per
+second of the arrival window.
+
+Requests per replica come from the engines' own counters (``vllm:request_success_total``,
+``sglang:num_requests_total``), never from a router's response headers, so the figure means the
+same behind any router. ``max/mean requests per replica`` is taken over every endpoint of the
+fleet that both scrapes covered, in every pool, those of pools the workload never reached
+included as 0 (:func:`ridge_bench.engines.max_mean_requests`); 1.0 is a perfectly even spread.
 """
 
 from __future__ import annotations
@@ -95,10 +102,14 @@ def _cache_dict(cache: FleetCacheUse | None) -> dict[str, Any] | None:
         return None
     return {
         "hit_rate": cache.total.hit_rate, "queries_tokens": cache.total.queries,
-        "hits_tokens": cache.total.hits, "missing": list(cache.missing),
-        "pools": {k: {"hit_rate": v.hit_rate, "queries_tokens": v.queries, "hits_tokens": v.hits}
+        "hits_tokens": cache.total.hits, "requests": cache.total.requests,
+        "max_mean_requests_per_replica": cache.max_mean_requests,
+        "missing": list(cache.missing),
+        "pools": {k: {"hit_rate": v.hit_rate, "queries_tokens": v.queries, "hits_tokens": v.hits,
+                      "requests": v.requests}
                   for k, v in cache.pools.items()},
-        "endpoints": {k: {"queries_tokens": v.queries, "hits_tokens": v.hits}
+        "endpoints": {k: {"queries_tokens": v.queries, "hits_tokens": v.hits,
+                          "requests": v.requests}
                       for k, v in cache.endpoints.items()},
     }
 
@@ -146,6 +157,19 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def replica_text(cache: FleetCacheUse | None) -> str | None:
+    """``requests per replica (engine counters): <url> 12, <url> 8 | max/mean 1.20``, or None
+    when no engine counted requests."""
+    if cache is None:
+        return None
+    known = {url: u.requests for url, u in cache.endpoints.items() if u.requests is not None}
+    if not known:
+        return None
+    each = ", ".join(f"{url} {n:.0f}" for url, n in known.items())
+    return (f"requests per replica (engine counters): {each} | max/mean "
+            f"{_num(cache.max_mean_requests)}")
+
+
 def text(r: RunReport) -> str:
     """The report for a terminal: a header line, then one row for the run, per step, per kind."""
     rows = [_row("all", r.summary)]
@@ -157,12 +181,15 @@ def text(r: RunReport) -> str:
     if len(r.pools) > 1:
         rows += [_row(f"pool {pool}", s) for pool, s in r.pools.items()]
     hit = r.cache.total.hit_rate if r.cache else None
+    spread = r.cache.max_mean_requests if r.cache else None
     head = (f"workload {r.workload} (seed {r.seed}, rate {'/'.join(f'{x:g}' for x in r.rates)} "
             f"req/s) SLO TTFT≤{r.slo.ttft_s:g}s TPOT≤{r.slo.tpot_s * 1000:g}ms "
             f"e2e≤{r.slo.e2e_s:g}s | window {r.summary.window_s:.1f}s wall {r.wall_s:.1f}s | "
             f"f theory {r.f_theory:.2f} sent {r.f_sent:.2f} | engine prefix-cache hit rate "
-            f"{_num(hit)} | client CPU {r.client_cpu_s:.1f}s"
-            + (" | INTERRUPTED" if r.interrupted else ""))
+            f"{_num(hit)} | max/mean requests per replica {_num(spread)} | client CPU "
+            f"{r.client_cpu_s:.1f}s" + (" | INTERRUPTED" if r.interrupted else ""))
     errors = ", ".join(f"{k}: {v}" for k, v in r.summary.errors.items())
-    return "\n".join([head, plain_table(ROW_HEADER, rows)] + ([f"errors: {errors}"] if errors
-                                                                else []))
+    replicas = replica_text(r.cache)
+    return "\n".join([head, plain_table(ROW_HEADER, rows)]
+                     + ([replicas] if replicas else [])
+                     + ([f"errors: {errors}"] if errors else []))

@@ -1,5 +1,7 @@
-"""The precise prefix path end to end: simulated vLLM engines publish their KV-cache events
-(vLLM's ZMQ transport and schema), ridge subscribes, and routes on what the engines hold.
+"""The precise prefix path end to end: simulated engines publish their KV-cache events (vLLM's
+ZMQ transport and schema; SGLang's schema and one-token pages, which ridge accumulates into its
+16-token router blocks), ridge subscribes, and routes on what the engines hold. Each test runs
+once per engine.
 
 Two pools serve the model: ``cache`` (prefix caching, KV events, two replicas on one host, so
 each names its own event addresses) and ``general`` (neither). A conversation's follow-up must
@@ -41,27 +43,27 @@ def text(words: int, seed: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def fleet(folder: Path) -> Fleet:
+def fleet(folder: Path, engine: str = "vllm") -> Fleet:
     http = free_ports(7)
     cache_urls = [f"http://127.0.0.1:{p}" for p in http[:2]]
     return parse_fleet({
         "routing": {"features": {"tokenizers": {MODEL: str(folder)}}},
         "pools": [
-            {"name": "cache", "engine": "vllm", "models": [MODEL], "endpoints": cache_urls,
+            {"name": "cache", "engine": engine, "models": [MODEL], "endpoints": cache_urls,
              "levers": {"prefix_caching": True}, "model": FACTS, "hardware": HARDWARE,
              "kv_events": {"port": http[2], "addresses": [f"tcp://127.0.0.1:{http[3]}",
                                                           f"tcp://127.0.0.1:{http[4]}"],
                            "replay_addresses": [f"tcp://127.0.0.1:{http[5]}",
                                                 f"tcp://127.0.0.1:{http[6]}"]}},
-            {"name": "general", "engine": "vllm", "models": [MODEL], "model": FACTS,
+            {"name": "general", "engine": engine, "models": [MODEL], "model": FACTS,
              "hardware": HARDWARE, "endpoints": [f"http://127.0.0.1:{free_ports(1)[0]}"]},
         ],
     })  # fmt: skip
 
 
-@pytest.fixture
-async def ridge(tmp_path: Path) -> AsyncIterator[RunningRidge]:
-    served = fleet(model_folder(tmp_path / "model"))
+@pytest.fixture(params=["vllm", "sglang"])
+async def ridge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunningRidge]:
+    served = fleet(model_folder(tmp_path / "model"), request.param)
     sim = await start_fleet(served, speed=20.0, seed=3)
     try:
         async with running_ridge(served) as running:

@@ -93,11 +93,13 @@ async def test_a_burst_through_both_workers_spreads_fairly(gateway: Server) -> N
 
 
 async def test_metrics_from_any_worker_count_every_workers_requests(gateway: Server) -> None:
-    before = await _requests_total(gateway)
+    before = await _settled_total(gateway)
     for i in range(12):
         assert (await _chat(gateway.url, f"count me {i}"))[0] == 200
+    after = await _settled_total(gateway)  # a request is counted just after its last byte
+    assert after == before + 12
     totals = {await _requests_total(gateway) for _ in range(6)}  # scrapes land on both workers
-    assert totals == {before + 12}
+    assert totals == {after}
 
 
 async def test_a_killed_worker_is_replaced_and_serving_goes_on(gateway: Server) -> None:
@@ -128,3 +130,16 @@ async def _requests_total(gateway: Server) -> float:
         text = await resp.text()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("ridge_requests_total{") and 'status="200"' in line)
+
+
+async def _settled_total(gateway: Server) -> float:
+    """The request count once two scrapes a moment apart agree (the last request's record
+    lands just after its response), or the last one read."""
+    total = await _requests_total(gateway)
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        again = await _requests_total(gateway)
+        if again == total:
+            break
+        total = again
+    return total

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.dialects import DIALECTS, EngineDialect, dialect_for, metrics_fields
+from backends.dialects import DIALECTS, Aggregate, EngineDialect, dialect_for, metrics_fields
 from backends.fleet_file import Engine
 from backends.metrics import parse_samples
 from routing.snapshots import EngineMetrics
@@ -108,3 +108,11 @@ def test_reading_lookup() -> None:
     assert block is not None
     assert (block.metric, block.label) == ("vllm:cache_config_info", "block_size")
     assert d.reading("no_such_field") is None
+
+
+def test_finished_request_counters_are_the_engines_own() -> None:
+    vllm = DIALECTS[Engine.VLLM].reading("requests_finished_total")
+    sglang = DIALECTS[Engine.SGLANG].reading("requests_finished_total")
+    assert vllm is not None and vllm.metric == "vllm:request_success_total"
+    assert sglang is not None and sglang.metric == "sglang:num_requests_total"
+    assert vllm.aggregate is Aggregate.SUM and sglang.aggregate is Aggregate.SUM

@@ -7,6 +7,8 @@ import pytest
 
 from backends.fleet_file import (
     KV_CACHE_DTYPE_BYTES,
+    KV_EVENT_ENGINES,
+    Engine,
     FleetConfigError,
     KvEventSource,
     Role,
@@ -120,7 +122,8 @@ def test_routing_overrides() -> None:
                                           "picker": "round_robin"})],
         "routing": {
             "policy": {"long_prompt_tokens": 4096, "high_prefix_share": 0.7,
-                       "spec_max_ridge_fraction": 0.2, "rules": ["prefix", "default"]},
+                       "spec_max_ridge_fraction": 0.2, "idle_spec_fraction": 0.1,
+                       "idle_spec_margin": 2.5, "rules": ["prefix", "default"]},
             "scheduler": {"scorers": {"cache_aware": 1, "session_affinity": 0.5},
                           "picker": "random_top", "seed": 3},
         },
@@ -129,6 +132,7 @@ def test_routing_overrides() -> None:
     policy = fleet.policy_config()
     assert (policy.long_prompt_tokens, policy.high_prefix_share, policy.spec_max_ridge_fraction,
             policy.rules) == (4096, 0.7, 0.2, ("prefix", "default"))
+    assert (policy.idle_spec_fraction, policy.idle_spec_margin) == (0.1, 2.5)
     assert policy.long_match_blocks == 8  # untouched fields keep routing's defaults
     fleet_wide = fleet.scheduler_config("p")
     assert fleet_wide.scorers == (("cache_aware", 1.0), ("session_affinity", 0.5))
@@ -136,6 +140,14 @@ def test_routing_overrides() -> None:
         ("healthy",), "random_top", 3)
     own = fleet.scheduler_config("q")
     assert (own.filters, own.scorers, own.picker) == ((), (("least_load", 2.0),), "round_robin")
+
+
+def test_the_idle_spec_rule_is_on_by_default_and_can_be_turned_off() -> None:
+    assert "idle_spec" in parse_fleet({"pools": [pool()]}).policy_config().rules
+    off = parse_fleet(routing(policy={"rules": ["pd", "spec", "prefix", "default"]}))
+    assert off.policy_config().rules == ("pd", "spec", "prefix", "default")
+    assert parse_fleet(routing(policy={"idle_spec_fraction": 0})).policy_config() \
+        .idle_spec_fraction == 0.0
 
 
 def test_routing_settings_build_working_routers() -> None:
@@ -192,6 +204,10 @@ def routing(**section: Any) -> dict[str, Any]:
          "greater than 0"),
         (routing(policy={"spec_max_ridge_fraction": 0}), "routing.policy.spec_max_ridge_fraction",
          "greater than 0"),
+        (routing(policy={"idle_spec_fraction": 1.5}), "routing.policy.idle_spec_fraction",
+         "less than or equal to 1"),
+        (routing(policy={"idle_spec_margin": -1}), "routing.policy.idle_spec_margin",
+         "greater than or equal to 0"),
         (routing(policy={"long_prompt": 10}), "routing.policy.long_prompt",
          "Extra inputs are not permitted"),
         (routing(colour="red"), "routing.colour", "Extra inputs are not permitted"),
@@ -520,10 +536,18 @@ def test_a_dns_pool_takes_kv_events_from_each_resolved_address() -> None:
         u: KvEventSource(f"tcp://10.0.0.{i}:5557", None, "") for i, u in enumerate(resolved, 1)}
 
 
+def test_an_sglang_pool_takes_kv_events_too() -> None:
+    """Both engines' formats are decoded (backends.kv_events_wire.WIRE_FORMATS)."""
+    assert {Engine.VLLM, Engine.SGLANG} == KV_EVENT_ENGINES
+    p = parse_fleet({"pools": [pool(engine="sglang", levers=CACHED,
+                                    kv_events={"port": 5557, "replay_port": 5558})]}).pools[0]
+    assert p.kv_event_sources() == {"http://h:1": KvEventSource("tcp://h:5557", "tcp://h:5558",
+                                                                "")}
+    with pytest.raises(FleetConfigError, match="it needs levers.prefix_caching: true"):
+        parse_fleet({"pools": [pool(engine="sglang", kv_events={"port": 5557})]})
+
+
 @pytest.mark.parametrize(("over", "problem"), [
-    ({"engine": "sglang", "levers": CACHED, "kv_events": {"port": 5557}},
-     "ridge reads vLLM's KV event format only; sglang's publisher encodes events as msgpack "
-     "arrays"),
     ({"kv_events": {"port": 5557}}, "it needs levers.prefix_caching: true"),
     ({"levers": CACHED, "kv_events": {"port": 5557, "replay_port": 5557}},
      "replay_port must differ from port"),

@@ -28,8 +28,10 @@ def test_real_vllm_page() -> None:
         kv_cache_usage=0.0,
         prefix_cache_queries_total=232.0,
         prefix_cache_hits_total=0.0,
+        host_cache_hits_total=0.0,  # vllm:external_prefix_cache_hits_total, no connector
         prompt_tokens_total=232.0,
         generation_tokens_total=183.0,
+        requests_finished_total=8.0,  # request_success_total: 4 stop + 4 length
         preemptions_total=0.0,
         spec_draft_tokens_total=None,  # speculation was off: the page has no spec_decode_*
         spec_accepted_tokens_total=None,
@@ -58,6 +60,7 @@ def test_sglang_sample_page() -> None:
         prefix_cache_hits_total=61027.0,
         prompt_tokens_total=8128902.0,
         generation_tokens_total=7557572.0,
+        requests_finished_total=11228.0,
         preemptions_total=17.0,
         estimated_flops_total=1.3e17,
         estimated_read_bytes_total=2.1e15,
@@ -105,6 +108,41 @@ def test_label_sets_are_combined_as_the_dialect_says() -> None:
     assert m.prompt_tokens_total == 15.0  # the _created sample is not added in
     assert (m.kv_block_size, m.kv_blocks_total) == (16, 300)  # MAX, SUM of labels
     assert m.waiting is None  # not on the page: unknown, not zero
+
+
+VLLM_FINISHED = """\
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="qwen"} 12.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen"} 30.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="qwen"} 2.0
+vllm:request_success_total{engine="0",finished_reason="error",model_name="qwen"} 0.0
+vllm:request_success_total{engine="0",finished_reason="repetition",model_name="qwen"} 0.0
+vllm:request_success_total{engine="1",finished_reason="stop",model_name="qwen"} 5.0
+vllm:request_success_total{engine="1",finished_reason="length",model_name="qwen"} 1.0
+# HELP vllm:request_success_created Count of successfully processed requests.
+# TYPE vllm:request_success_created gauge
+vllm:request_success_created{engine="0",finished_reason="stop",model_name="qwen"} 1.79e+09
+"""
+
+SGLANG_FINISHED = """\
+# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="qwen"} 41.0
+# HELP sglang:num_aborted_requests_total Number of requests aborted.
+# TYPE sglang:num_aborted_requests_total counter
+sglang:num_aborted_requests_total{model_name="qwen"} 3.0
+"""
+
+
+def test_vllm_finished_requests_sum_every_reason_and_engine() -> None:
+    # 12 + 30 + 2 + 0 + 0 (engine 0) + 5 + 1 (engine 1); the _created gauge is not read
+    assert normalise(VLLM_FINISHED, VLLM).requests_finished_total == 50.0
+
+
+def test_sglang_finished_requests_come_from_num_requests_total() -> None:
+    # the aborted counter is a separate count, not added in
+    assert normalise(SGLANG_FINISHED, SGLANG).requests_finished_total == 41.0
 
 
 @pytest.mark.parametrize(

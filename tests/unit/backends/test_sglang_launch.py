@@ -3,6 +3,7 @@ can emit is in the table of SGLang's documented server arguments (SGLang cannot 
 
 from __future__ import annotations
 
+import json
 from itertools import product
 from typing import Any
 
@@ -206,3 +207,45 @@ def test_engine_args_may_not_set_a_capacity_lever(arg: str) -> None:
     tuned = pool({"prefix_caching": True, "host_kv_cache": {"size_gb": 64}},
                  engine_args=["--hicache-write-policy", "write_back"])
     assert sglang_args(tuned, 1, "m")[-2:] == ["--hicache-write-policy", "write_back"]
+
+
+EVENTS = {"prefix_caching": True}
+SGLANG_KV_EVENTS_CONFIG = frozenset({"publisher", "endpoint", "bind", "replay_endpoint",
+                                     "buffer_steps", "hwm", "max_queue_size", "topic", "format"})
+"""The fields of SGLang 0.5.23's ``KVEventsConfig`` (sglang/srt/disaggregation/kv_events.py), the
+pydantic model ``--kv-events-config``'s JSON is validated into."""
+
+
+def test_kv_events_render_sglangs_zmq_publisher_on_every_address() -> None:
+    p = pool(EVENTS, kv_events={"port": 5557, "replay_port": 5558, "topic": "kv"})
+    for args in (sglang_args(p, 1, "m"), LAUNCHER.args(p, "0.0.0.0", 30000, "m")):
+        (value,) = after(args, "--kv-events-config")
+        config = json.loads(str(value))
+        assert config == {"publisher": "zmq", "endpoint": "tcp://*:5557",
+                          "replay_endpoint": "tcp://*:5558", "topic": "kv"}
+        assert set(config) <= SGLANG_KV_EVENTS_CONFIG
+    (value,) = after(sglang_args(pool(EVENTS, kv_events={"port": 6000}), 1, "m"),
+                     "--kv-events-config")
+    assert json.loads(str(value)) == {"publisher": "zmq", "endpoint": "tcp://*:6000", "topic": ""}
+    assert "--kv-events-config" not in sglang_args(pool(EVENTS), 1, "m")
+    assert FLAGS["kv_events"] in DOCUMENTED
+
+
+def test_an_engine_sharing_a_host_binds_its_own_event_ports() -> None:
+    p = pool(EVENTS, kv_events={"port": 5557, "replay_port": 5558})
+    args = sglang_args(p, 1, "m", SGLangSettings(kv_events_ports=(5602, None)))
+    assert json.loads(str(after(args, "--kv-events-config")[0])) == {
+        "publisher": "zmq", "endpoint": "tcp://*:5602", "topic": ""}
+
+
+@pytest.mark.parametrize("extra", [["--dp-size", "2"], ["--data-parallel-size=4"]])
+def test_kv_events_refuse_data_parallel_ranks_behind_one_endpoint(extra: list[str]) -> None:
+    with pytest.raises(LaunchError, match="each rank publishes its KV events"):
+        sglang_args(pool(EVENTS, kv_events={"port": 5557}, engine_args=extra), 1, "m")
+    single = pool(EVENTS, kv_events={"port": 5557}, engine_args=["--dp-size", "1"])
+    assert "--kv-events-config" in sglang_args(single, 1, "m")
+
+
+def test_engine_args_may_not_set_kv_events() -> None:
+    with pytest.raises(LaunchError, match="--kv-events-config"):
+        sglang_args(pool({}, engine_args=["--kv-events-config", "{}"]), 1, "m")

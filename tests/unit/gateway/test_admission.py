@@ -286,3 +286,34 @@ def test_the_app_builds_it_from_the_settings_and_the_fleets_slos() -> None:
     assert admission is not None
     features = rig().route()[1].features
     assert admission.budget_s("p", features, None) == 1.5  # min(2.0 − 0, 1.5)
+
+
+def _long_route(r: Rig, text: str) -> tuple[Ask, Route]:
+    features = FeatureExtractor().extract(
+        {"model": "m", "messages": [{"role": "user", "content": text}]},
+        RequestInfo("chat", "m", None, True, None, None))
+    pools = r.registry.snapshot()
+    urls = [e.url for p in pools for e in p.endpoints]
+    return (Ask("m", features.block_hashes, None, urls, 10),
+            Route(r.router, features, pools, frozenset(), None))
+
+
+@pytest.mark.parametrize(("affinity", "follow_up", "same_place"), [
+    (0.5, "", True),            # its whole prompt is cached on the full endpoint: it goes there
+    (0.0, "", False),           # affinity off: the endpoint with room takes it
+    (0.5, " more" * 1000, False),  # a third of it is cached there: the one with room
+])
+async def test_a_request_whose_cache_is_on_a_full_endpoint_waits_there(
+        affinity: float, follow_up: str, same_place: bool) -> None:
+    r = rig()
+    r.admission = Admission(AdmissionConfig(1000.0, 256, 30.0, cache_affinity=affinity),
+                            SloPolicy(), r.registry.snapshot, None, r.clock)
+    opening = " ".join(f"word{i}" for i in range(300))  # ~600 tokens: dozens of blocks
+    ask, route = _long_route(r, opening)
+    first, _ = await r.admission.place(r.state, ask, route)  # that endpoint is now full
+    assert first is not None
+    ask, route = _long_route(r, opening + follow_up)
+    second, waited = await r.admission.place(r.state, ask, route)
+    assert second is not None and waited == 0.0
+    same = second.reservations[0].endpoint == first.reservations[0].endpoint
+    assert same is same_place

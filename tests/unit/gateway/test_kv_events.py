@@ -1,6 +1,7 @@
 """gateway.kv_events against real ZMQ sockets on 127.0.0.1: a fake engine publishes with
 vLLM's framing (``(topic, seq, payload)`` on the publish socket, vLLM's replay protocol on a
-ROUTER) and payloads from :class:`backends.kv_events_wire.Codec`; the subscribers apply,
+ROUTER, or earlier SGLang's without the topic frame) and payloads from
+:class:`backends.kv_events_wire.Codec` (or SGLang's codec); the subscribers apply,
 replay, reset and skip as the module says. The publish socket is an XPUB, vLLM's PUB that
 also reports subscriptions, so a test can wait until a subscriber is there instead of losing
 its first batches to ZMQ's slow joiner. Conditions are polled with generous deadlines."""
@@ -18,7 +19,7 @@ import zmq
 import zmq.asyncio
 
 from backends.fleet_file import KvEventSource, parse_fleet
-from backends.kv_events_wire import END_SEQ, Codec, seq_bytes
+from backends.kv_events_wire import END_SEQ, Codec, EventCodec, SglangCodec, seq_bytes
 from gateway.kv_events import KvEventSubscribers, SubscriberSettings, wanted_sources
 from routing.kv_events import AllCleared, BlocksRemoved, BlocksStored, KvEvent
 
@@ -56,14 +57,16 @@ class Engine:
     """vLLM's publisher, by hand: an XPUB and a ROUTER on 127.0.0.1 ports of the system's
     choice, a replay buffer, and seq numbers the test chooses."""
 
-    def __init__(self, context: zmq.asyncio.Context, replay: bool = True) -> None:
+    def __init__(self, context: zmq.asyncio.Context, replay: bool = True,
+                 codec: EventCodec | None = None, bare: bool = False) -> None:
+        self.bare = bare  # replay as earlier SGLang: no topic frame
         self.pub = context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind("tcp://127.0.0.1:0")
         self.router: zmq.asyncio.Socket | None = None
         self.buffer: list[tuple[int, bytes]] = []
-        self.codec = Codec()
+        self.codec: EventCodec = Codec() if codec is None else codec
         self._task: asyncio.Task[None] | None = None
         if replay:
             self.router = context.socket(zmq.ROUTER)
@@ -102,11 +105,12 @@ class Engine:
         assert self.router is not None
         while True:
             client, _, start = await self.router.recv_multipart()
+            topic = [] if self.bare else [TOPIC.encode()]
             for seq, body in list(self.buffer):
                 if seq >= int.from_bytes(start, "big"):
                     await self.router.send_multipart(
-                        [client, b"", TOPIC.encode(), seq.to_bytes(8, "big"), body])
-            await self.router.send_multipart([client, b"", b"", END_SEQ, b""])
+                        [client, b"", *topic, seq.to_bytes(8, "big"), body])
+            await self.router.send_multipart([client, b"", *(topic and [b""]), END_SEQ, b""])
 
     async def close(self) -> None:
         if self._task is not None:
@@ -353,3 +357,39 @@ def test_the_wanted_streams_of_a_fleet() -> None:
         "http://10.0.0.7:8000": KvEventSource("tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558", ""),
     }
     assert set(wanted_sources(fleet.pools)) == {"http://a:8000", "http://b:8000"}
+
+
+SGLANG = {URL: "sglang"}
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["sglang-0.5.23", "earlier-sglang"])
+async def test_an_sglang_endpoint_is_read_in_sglangs_format(
+        context: zmq.asyncio.Context, bare: bool) -> None:
+    """SGLang 0.5.23 replays as vLLM does; earlier SGLang without the topic frame."""
+    engine, sink = Engine(context, codec=SglangCodec(), bare=bare), Sink()
+    engine.publish(0, live=False)  # only the replay has it
+    async with running(sink, context) as manager:
+        await manager.sync({URL: engine.source()}, SGLANG)
+        await engine.subscribed()
+        await until(lambda: sink.batches(URL) == [0], "the initial replay")
+        engine.publish(1)
+        engine.publish(2, live=False)  # lost on the way: replayed
+        engine.publish(3)
+        await until(lambda: len(sink.batches(URL)) >= 4, "live batches and the gap")
+        assert sink.batches(URL) == [0, 1, 2, 3]
+        counters = manager.counters()[URL]
+        assert counters.decode_errors == 0 and counters.resets == 0
+    await engine.close()
+
+
+async def test_an_endpoint_whose_engine_changed_starts_over(
+        context: zmq.asyncio.Context) -> None:
+    engine, sink = Engine(context, replay=False), Sink()
+    async with running(sink, context) as manager:
+        await manager.sync({URL: engine.source()})
+        await engine.subscribed()
+        await manager.sync({URL: engine.source()}, {URL: "vllm"})  # the same: nothing restarts
+        assert sink.resets(URL) == 0
+        await manager.sync({URL: engine.source()}, SGLANG)
+        assert sink.resets(URL) == 1 and manager.sources() == {URL: engine.source()}
+    await engine.close()

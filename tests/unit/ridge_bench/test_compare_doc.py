@@ -11,6 +11,7 @@ from ridge_bench.compare_doc import (
     BEGIN,
     END,
     checks,
+    detail_table,
     goodput_table,
     markdown,
     portable,
@@ -114,3 +115,16 @@ def test_write_doc_appends_the_block_to_a_doc_without_markers(tmp_path: Path) ->
     doc = tmp_path / "new.md"
     write_doc(doc, "table")
     assert doc.read_text() == f"{BEGIN}\ntable\n{END}\n"
+
+
+def test_the_detail_table_shows_the_gateways_cpu_and_memory_when_measured() -> None:
+    old = cell("chat", "cache_aware", 1.0)  # a results.json without the memory figures
+    ridge = {**cell("chat", "cache_aware", 1.0), "gateway_peak_rss_mb": 120.4,
+             "ridge_prefix_index_bytes": 2**20, "ridge_kv_event_index_bytes": 2**19}
+    sglang = {**cell("chat", "sglang_ca", 1.0), "gateway_peak_rss_mb": 30.0,
+              "cpu": {"wall_s": 10.0, "sim": {"cpu_s": 1.0, "core_pct": 10.0},
+                      "sglang": {"cpu_s": 3.0, "core_pct": 30.0}}}
+    rows = [r.split(" | ")[-3:-1] for r in detail_table([old, ridge, sglang]).splitlines()[2:]]
+    assert rows == [["10/20/10", "-"], ["10/20/10", "120 (index 1.5 MB)"], ["10/30/10", "30"]]
+    small = {**ridge, "ridge_prefix_index_bytes": 10000, "ridge_kv_event_index_bytes": None}
+    assert "| 120 (index 10 kB) |" in detail_table([small])

@@ -12,16 +12,20 @@ from ridge_bench.fleets import (
     HOMOGENEOUS,
     LEVERS,
     LEVERS_SGLANG,
+    RIDGE,
     ROUTERS,
     custom_router,
+    parse_gateway,
     render,
 )
 
 
 def _gpus(path: Path) -> list[tuple[str, float, float, str]]:
     fleet = load_fleet(path)
+    assert all(p.hardware is not None for p in fleet.pools)
     return sorted((p.hardware.name, p.hardware.peak_flops, p.hardware.mem_bandwidth,
-                   repr(p.model)) for p in fleet.pools for _ in p.endpoints)
+                   repr(p.model)) for p in fleet.pools if p.hardware is not None
+                  for _ in p.endpoints)
 
 
 @pytest.mark.parametrize("levers", [LEVERS, LEVERS_SGLANG], ids=lambda p: p.name)
@@ -74,3 +78,32 @@ def test_the_three_baselines_differ_only_in_their_scheduler(tmp_path: Path) -> N
                                      itertools.count(1000).__next__).pools
     assert [c.scorers for c in configs] == [(), (("least_load", 1.0),), (("cache_aware", 1.0),)]
     assert configs[0].picker == "round_robin"
+
+
+def test_the_sglang_routers_run_the_homogeneous_fleet_behind_the_sglang_router() -> None:
+    ca, rr = ROUTERS["sglang_ca"], ROUTERS["sglang_rr"]
+    assert (ca.fleet, ca.gateway, ca.sglang_policy) == (HOMOGENEOUS, "sglang:cache_aware",
+                                                        "cache_aware")
+    assert (rr.fleet, rr.sglang_policy) == (HOMOGENEOUS, "round_robin")
+    assert ca.scheduler is None and rr.scheduler is None
+    others = [r for r in ROUTERS.values() if r.name not in ("sglang_ca", "sglang_rr")]
+    assert all(r.gateway == RIDGE and r.sglang_policy is None for r in others)
+
+
+def test_custom_routers_may_run_behind_the_sglang_router(tmp_path: Path) -> None:
+    router = custom_router(f"sg={LEVERS}@sglang:round_robin")
+    assert (router.name, router.fleet, router.sglang_policy) == ("sg", LEVERS, "round_robin")
+    assert custom_router(f"r={LEVERS}@ridge").gateway == RIDGE
+    odd = tmp_path / "a@b.yaml"  # an @ not followed by a gateway belongs to the path
+    assert custom_router(f"odd={odd}").fleet == odd and custom_router(f"odd={odd}").gateway == RIDGE
+    for bad in (f"x={LEVERS}@sglang:power_of_two", f"x={LEVERS}@sglang:", "x=@sglang:random"):
+        with pytest.raises(ValueError):
+            custom_router(bad)
+
+
+def test_parse_gateway() -> None:
+    assert parse_gateway("ridge") == "ridge"
+    assert parse_gateway("sglang:random") == "sglang:random"
+    for bad in ("sglang", "vllm", "sglang:manual"):
+        with pytest.raises(ValueError, match="expected ridge"):
+            parse_gateway(bad)

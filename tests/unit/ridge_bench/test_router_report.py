@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ridge_bench.compare import saturated
 from ridge_bench.driver import RunData
+from ridge_bench.engines import CacheUse, FleetCacheUse
 from ridge_bench.goodput import RequestResult, Slo
 from ridge_bench.route import Route
 from ridge_bench.router_report import build_report, report_dict, text
@@ -37,6 +40,37 @@ def test_mixed_report_splits_steps_and_kinds() -> None:
     assert body["steps"][2]["errors"] == {"HTTP 503": 1}
     shown = text(report)
     assert "step 3 @ 6/s" in shown and "errors: HTTP 503: 1" in shown
+
+
+def test_requests_per_replica_in_json_and_text() -> None:
+    wl = build("mixed", 0, 6.0, 30.0, steps=1)
+    ends = {"http://a:1": CacheUse(100, 40, 12), "http://b:1": CacheUse(80, 20, 8),
+            "http://c:1": CacheUse(0, 0, 0), "http://d:1": CacheUse(0, 0, None)}
+    cache = FleetCacheUse(total=CacheUse(180, 60, 20),
+                          pools={"radix": CacheUse(180, 60, 20), "spec": CacheUse(0, 0, 0)},
+                          missing=("http://e:1",), endpoints=ends)
+    report = build_report(wl, RunData(results=[ok("chat", 0, "radix")], window_s=30.0,
+                                      wall_s=31.0), SLO, 0.8, cache=cache)
+    body = json.loads(json.dumps(report_dict(report)))["engine_prefix_cache"]
+    # a 12, b 8, c 0 (d's engine does not count, e was not scraped): mean 20/3, max 12 -> 1.8
+    assert body["max_mean_requests_per_replica"] == pytest.approx(1.8)
+    assert body["requests"] == 20
+    assert body["pools"]["spec"]["requests"] == 0
+    assert {k: v["requests"] for k, v in body["endpoints"].items()} == {
+        "http://a:1": 12, "http://b:1": 8, "http://c:1": 0, "http://d:1": None}
+    shown = text(report)
+    assert "max/mean requests per replica 1.80" in shown
+    assert ("requests per replica (engine counters): http://a:1 12, http://b:1 8, "
+            "http://c:1 0 | max/mean 1.80") in shown
+
+
+def test_no_engine_counters_no_replica_figures() -> None:
+    wl = build("mixed", 0, 6.0, 30.0, steps=1)
+    report = build_report(wl, RunData(results=[ok("chat", 0, "radix")], window_s=30.0,
+                                      wall_s=31.0), SLO, 0.8)
+    assert report_dict(report)["engine_prefix_cache"] is None
+    shown = text(report)
+    assert "max/mean requests per replica -" in shown and "engine counters" not in shown
 
 
 def test_processes_over_most_of_a_core_are_flagged() -> None:

@@ -32,3 +32,8 @@ def test_label_values_are_bounded_and_label_safe() -> None:
     assert fallback_reason("prefix", "fallback_saturated") in values
     assert all(re.fullmatch(r"[a-z_>]+", v) for v in values)
     assert lever_values() == LEVERS | {NO_LEVER}
+
+
+def test_the_spare_room_reason_is_a_plain_reason() -> None:
+    assert "idle_spec_capacity" in REASONS
+    assert "idle_spec_capacity" in reason_values(["pd", "spec", "idle_spec", "prefix", "default"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -208,3 +209,127 @@ def test_bad_parameters() -> None:
         KvEventIndex(0, 10)
     with pytest.raises(ValueError):
         KvEventIndex(16, 0)
+
+
+# -- pages smaller than a router block (SGLang: one token by default) -----------------------------
+
+def paged(**kw: object) -> KvEventIndex:
+    """Router blocks of 4 tokens: PROMPT is 4 of them, 16 one-token pages, 8 two-token pages."""
+    idx = KvEventIndex(block_tokens=4, max_blocks=kw.pop("max_blocks", 10_000), **kw)  # type: ignore[arg-type]
+    idx.follow(URL, ["m"])
+    return idx
+
+
+def page(ids: list[int], size: int, n: int) -> bytes:
+    """The engine hash of page ``n`` (pages of ``size`` tokens)."""
+    return engine_blocks(ids, size)[n]
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_pages_are_accumulated_into_whole_router_blocks(size: int) -> None:
+    request = token_block_hashes(PROMPT, 4, "m")
+    whole = paged()
+    whole.apply(URL, [store(PROMPT, size)])
+    assert whole.match(request, [URL]) == {URL: 4} and len(whole) == 4
+    assert whole.pages == 16 // size - 4  # the pages that complete no router block
+    split = paged()  # the same pages in events cut inside router blocks, as SGLang's nodes are
+    cuts = [0, 3 // size, 6 // size, 16 // size]
+    split.apply(URL, [store(PROMPT, size, a, b - a) for a, b in pairwise(cuts)])
+    assert split.match(request, [URL]) == {URL: 4}
+    partial = paged()  # a chain ending inside a router block holds the blocks before it
+    partial.apply(URL, [store(PROMPT, size, 0, 6 // size)])
+    assert partial.match(request, [URL]) == {URL: 1} and partial.dropped == 0
+
+
+def test_evicting_one_page_drops_the_router_block_holding_it() -> None:
+    idx = paged()
+    idx.apply(URL, [store(PROMPT, 1)])
+    request = token_block_hashes(PROMPT, 4, "m")
+    idx.apply(URL, [BlocksRemoved([page(PROMPT, 1, 15)], "GPU")])  # a tail page
+    assert idx.match(request, [URL]) == {URL: 3} and len(idx) == 3
+    idx.apply(URL, [BlocksRemoved([page(PROMPT, 1, 9)], "GPU")])  # one inside block 2
+    assert idx.match(request[:3], [URL]) == {URL: 2} and len(idx) == 2
+    # stored again, the page counts at once for the block it completes with its neighbours
+    idx.apply(URL, [BlocksStored([page(PROMPT, 1, 9)], page(PROMPT, 1, 8), PROMPT[9:10], 1,
+                                 "GPU")])
+    assert idx.match(request, [URL]) == {URL: 3}
+    idx.apply(URL, [BlocksRemoved(engine_blocks(PROMPT, 1), "GPU")])
+    assert len(idx) == 0 and idx.pages == 0 and idx.memory_bytes() == 0  # all forgotten
+
+
+def test_a_chain_branching_inside_a_router_block() -> None:
+    one, two = PROMPT[:6] + [90, 91], PROMPT[:6] + [80, 81]
+    idx = paged()
+    idx.apply(URL, [store(one, 1), store(two, 1, 6, 2)])  # two continues one's page 5
+    assert idx.match(token_block_hashes(one, 4, "m"), [URL]) == {URL: 2}
+    assert idx.match(token_block_hashes(two, 4, "m"), [URL]) == {URL: 2}
+    idx.apply(URL, [BlocksRemoved([page(one, 1, 5)], "GPU")])  # shared by both blocks 1
+    assert idx.match(token_block_hashes(two, 4, "m"), [URL]) == {URL: 1}
+    assert idx.match(token_block_hashes(one, 4, "m"), [URL]) == {URL: 1}
+    idx.apply(URL, [BlocksRemoved(engine_blocks(one, 1) + engine_blocks(two, 1)[6:], "GPU")])
+    assert len(idx) == 0 and idx.pages == 0
+
+
+def test_pages_straddling_router_blocks() -> None:
+    """Pages of 3 tokens with router blocks of 4: a page may complete one block and start the
+    next; losing it loses both."""
+    idx = paged()
+    idx.apply(URL, [store(PROMPT, 3)])  # 5 pages, 15 tokens: 3 router blocks
+    request = token_block_hashes(PROMPT, 4, "m")
+    assert idx.match(request, [URL]) == {URL: 3}
+    idx.apply(URL, [BlocksRemoved([page(PROMPT, 3, 2)], "GPU")])  # tokens 6..8
+    assert idx.match(request, [URL]) == {URL: 1} and len(idx) == 1
+
+
+def test_pages_in_a_host_tier_are_priced() -> None:
+    idx = KvEventIndex(block_tokens=4, max_blocks=1000)
+    idx.follow(URL, ["m"], reload_ratio=0.5)
+    idx.apply(URL, [store(PROMPT, 1), store(PROMPT, 1, medium="CPU_PINNED")])
+    request = token_block_hashes(PROMPT, 4, "m")
+    assert idx.match_tiers(request, [URL]) == ({URL: 4}, {})
+    idx.apply(URL, [BlocksRemoved([page(PROMPT, 1, 13)], "GPU")])  # block 3: host only
+    assert idx.match_tiers(request, [URL]) == ({URL: 4}, {URL: 1 * 4 * 0.5})
+    idx.apply(URL, [BlocksRemoved([page(PROMPT, 1, 13)], "CPU_PINNED")])
+    assert idx.match_tiers(request, [URL]) == ({URL: 3}, {})
+
+
+def test_sizes_neither_below_nor_a_multiple_are_skipped_and_the_cap_counts_pages() -> None:
+    idx = paged()
+    idx.apply(URL, [BlocksStored(engine_blocks(PROMPT, 6), None, PROMPT[:12], 6, "GPU")])
+    assert len(idx) == 0 and idx.dropped == 2
+    capped = paged(max_blocks=1)  # one router block, and 1 × 4 pages completing none
+    capped.apply(URL, [store(PROMPT, 1)])
+    assert len(capped) == 1 and capped.pages == 4 and capped.dropped == 1
+
+
+def test_random_page_streams_agree_with_a_brute_force_engine() -> None:
+    """An engine of one-token pages holding random prefixes, evicting leaf pages first as a
+    radix cache does: the index's match equals the leading router blocks whose every page the
+    engine holds."""
+    rng = random.Random(11)
+    idx = paged()
+    prompts = [[rng.randrange(2) for _ in range(rng.randrange(1, 14))] for _ in range(30)]
+    held: set[bytes] = set()
+    for step in range(600):
+        ids = rng.choice(prompts)
+        names = engine_blocks(ids, 1)
+        if rng.random() < 0.6:
+            have = 0
+            while have < len(names) and names[have] in held:
+                have += 1
+            if have < len(names):
+                idx.apply(URL, [store(ids, 1, have)])
+                held.update(names[have:])
+        else:
+            leaves = [n for n in held if not any(o != n and o.startswith(n[:-1] + b",")
+                                                 for o in held)]
+            if leaves:
+                gone = rng.sample(leaves, min(len(leaves), rng.randrange(1, 4)))
+                held.difference_update(gone)
+                idx.apply(URL, [BlocksRemoved(gone, "GPU")])
+        probe = rng.choice(prompts)
+        pages = engine_blocks(probe, 1)
+        expect = 0
+        while 4 * (expect + 1) <= len(pages) and set(pages[:4 * (expect + 1)]) <= held:
+            expect += 1
+        assert idx.match(token_block_hashes(probe, 4, "m"), [URL]).get(URL, 0) == expect, step

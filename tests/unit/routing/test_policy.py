@@ -31,6 +31,8 @@ LAYOUT: dict[str, tuple[str, tuple[str, ...], str | None, float, tuple[str, ...]
 }
 MIXED_URLS = ("g1", "g2", "r1", "r2", "s1", "c1")
 BUSY = {u: 4 for u in MIXED_URLS}  # 4 requests per mixed endpoint: "under load"
+GENERAL_URLS = ("g1", "g2", "r1", "r2", "c1")  # the mixed pools without speculation
+GENERAL_BUSY = {u: 5 for u in GENERAL_URLS}
 
 
 def fleet(drop: tuple[str, ...] = (), models: dict[str, tuple[str, ...]] | None = None,
@@ -144,12 +146,36 @@ CASES = [
     Case("spec pool at the ridge → default", ("general", None, "none", "spec>fallback_near_ridge"),
          features=features(prompt_tokens=100, output=800), view=view(load={"s1": 50}),
          detail="out=800,in=100,batch=50.0/50.0,load=0.0"),
+    # idle_spec: ridge_tokens 100, K = 0 → the spec cap is 50, the idle room 0.25 × 50 = 12.5
+    Case("busy general pools, idle spec pool → ordinary work takes its spare room",
+         ("spec", None, "none", "idle_spec_capacity"), view=view(load=GENERAL_BUSY),
+         detail="load=5.0/0.0,batch=0.0/12.5"),
+    Case("f alone, busy general pools → the idle spec pool too",
+         ("spec", None, "none", "idle_spec_capacity"),
+         view=view(load=GENERAL_BUSY, prefix_share=0.9), detail="load=5.0/0.0,batch=0.0/12.5"),
+    Case("a long match stays with its cache, however busy",
+         ("radix", None, PREFIX_CACHE, "long_match"), features=features(prompt_tokens=1600),
+         view=view(load=GENERAL_BUSY, matched={"r1": 8})),
+    Case("spec pool past its idle room → ordinary work stays general, no fallback named",
+         ("general", None, "none", "default"), view=view(load={**GENERAL_BUSY, "s1": 13}),
+         detail="load=5.0"),
+    Case("... while a decode-heavy request still gets speculation there",
+         ("spec", None, SPECULATIVE, "low_load_decode_heavy"),
+         features=features(prompt_tokens=100, output=800),
+         view=view(load={**GENERAL_BUSY, "s1": 13}), detail="out=800,in=100,batch=13.0/50.0"),
+    Case("general pools about as idle as the spec pool → general",
+         ("general", None, "none", "default"), view=view(load={u: 3 for u in GENERAL_URLS})),
     # default and last resort
     Case("general pool saturated → the next general pool",
          ("radix", None, "none", "default"), pools=fleet(state=saturated("g1", "g2"))),
-    Case("every general pool saturated → least-loaded open pool, reason says so",
-         ("spec", None, "none", "default>fallback_saturated"),
-         pools=fleet(state=saturated("g1", "g2", "r1", "r2", "c1"))),
+    Case("every general pool saturated, spec pool past its idle room → least-loaded open pool, "
+         "reason says so", ("spec", None, "none", "default>fallback_saturated"),
+         pools=fleet(drop=("prefill", "decode"), state=saturated("g1", "g2", "r1", "r2", "c1")),
+         view=view(load={"s1": 13})),
+    Case("every general pool saturated, spec pool idle → its spare room",
+         ("spec", None, "none", "idle_spec_capacity"),
+         pools=fleet(state=saturated("g1", "g2", "r1", "r2", "c1")),
+         detail="load=inf/0.0,batch=0.0/12.5"),
     Case("every pool saturated → least-loaded of them",
          ("prefill", "decode", PD_DISAGGREGATION, "default>fallback_saturated"),
          pools=fleet(state=saturated("g1", "g2", "r1", "r2", "c1", "s1", "p1")),
@@ -424,3 +450,83 @@ def test_a_session_on_an_endpoint_that_does_not_cache_is_no_evidence() -> None:
     feats = features(prompt_tokens=2600, output=64, session="abc")
     got = LeverPolicy().decide(PolicyInput(feats, pools, view(session_endpoint="s1")))
     assert got is not None and got.reason == "default"
+
+
+# -- ordinary work on a speculative pool's spare room (idle_spec) ------------------------------
+
+
+# The spec pool's idle room is 12.5 sequences (0.25 × its cap of 50); the general pools hold 30
+# per endpoint: ordinary work leaves the pool first as it fills, decode-heavy work at the cap.
+FILLING = [(0, "spec", "spec"), (12, "spec", "spec"), (13, "chunk", "spec"),
+           (49, "chunk", "spec"), (50, "chunk", "chunk")]
+
+
+@pytest.mark.parametrize(("batch", "ordinary", "decode_heavy"), FILLING)
+def test_a_filling_spec_pool_sheds_ordinary_work_before_decode_heavy_work(
+        batch: int, ordinary: str, decode_heavy: str) -> None:
+    state = view(load={**{u: 30 for u in GENERAL_URLS}, "s1": batch, "c1": 29})
+    assert _pool(LeverPolicy().decide(PolicyInput(features(), fleet(), state))) == ordinary
+    assert _pool(LeverPolicy().decide(PolicyInput(DECODE_HEAVY, fleet(), state))) == decode_heavy
+
+
+@pytest.mark.parametrize(("general", "spec", "pool"), [
+    (3, 0, "general"), (4, 0, "spec"), (9, 5, "spec"), (8, 5, "general"), (0, 0, "general"),
+])
+def test_the_general_pools_must_be_busier_by_the_margin(general: int, spec: int,
+                                                        pool: str) -> None:
+    state = view(load={**{u: general for u in GENERAL_URLS}, "s1": spec})
+    assert _pool(LeverPolicy().decide(PolicyInput(features(), fleet(), state))) == pool
+
+
+def test_idle_spec_compares_with_the_least_loaded_open_general_pool() -> None:
+    # general and radix are busy, chunk is idle: the default rule has a good place for it
+    state = view(load={"g1": 9, "g2": 9, "r1": 9, "r2": 9})
+    assert _pool(LeverPolicy().decide(PolicyInput(features(), fleet(), state))) == "chunk"
+    # chunk is saturated: the least-loaded pool that can take it is at 9
+    got = LeverPolicy().decide(PolicyInput(features(), fleet(state=saturated("c1")), state))
+    assert got is not None and (got.pool, got.detail) == ("spec", "load=9.0/0.0,batch=0.0/12.5")
+
+
+def test_idle_spec_can_be_turned_off_or_tuned() -> None:
+    inp = PolicyInput(features(), fleet(), view(load=GENERAL_BUSY))
+    assert _pool(LeverPolicy().decide(inp)) == "spec"
+    off = PolicyConfig(rules=("pd", "spec", "prefix", "default"))
+    assert _pool(LeverPolicy(off).decide(inp)) == "general"
+    assert _pool(LeverPolicy(PolicyConfig(idle_spec_fraction=0.0)).decide(inp)) == "general"
+    assert _pool(LeverPolicy(PolicyConfig(idle_spec_margin=6.0)).decide(inp)) == "general"
+    half = LeverPolicy(PolicyConfig(idle_spec_fraction=0.5)).decide(
+        PolicyInput(features(), fleet(), view(load={**GENERAL_BUSY, "s1": 1})))
+    assert half is not None and half.detail == "load=5.0/1.0,batch=1.0/25.0"
+
+
+def test_idle_spec_leaves_long_prefills_and_sessions_to_their_rules() -> None:
+    no_pd = LeverPolicy(PolicyConfig(rules=("spec", "idle_spec", "prefix", "default")))
+    long_ = PolicyInput(features(prompt_tokens=3000), fleet(), view(load=GENERAL_BUSY))
+    assert _pool(no_pd.decide(long_)) == "general"
+    # 3000 tokens, 10 of 30 blocks cached: 2000 uncached, short enough (no long match: 10 < 15)
+    cached = PolicyInput(features(prompt_tokens=3000, blocks=30), fleet(),
+                         view(load=GENERAL_BUSY, matched={"g1": 10}))
+    assert _pool(no_pd.decide(cached)) == "spec"
+    session = PolicyInput(features(session="abc"), fleet(),
+                          view(load=GENERAL_BUSY, session_endpoint="r2"))
+    got = LeverPolicy().decide(session)
+    assert got is not None and (got.pool, got.reason) == ("radix", "session_follow_up")
+
+
+def test_idle_spec_needs_a_known_ridge_and_a_general_pool() -> None:
+    unknown = tuple(replace(p, ridge_tokens=0.0) for p in fleet())
+    got = LeverPolicy().decide(PolicyInput(features(), unknown, view(load=GENERAL_BUSY)))
+    assert got is not None and (got.pool, got.reason) == ("general", "default")
+    only_spec = fleet(drop=("general", "radix", "chunk"))
+    got = LeverPolicy().decide(PolicyInput(features(), only_spec, view(load={"p1": 9})))
+    assert got is not None and (got.pool, got.reason) == ("spec", "default")
+
+
+def test_header_of_an_idle_spec_decision() -> None:
+    pools = tuple(replace(p, ridge_tokens=403.0, draft_tokens=4) if p.name == "spec" else p
+                  for p in fleet())
+    got = LeverPolicy().decide(PolicyInput(features(), pools,
+                                           view(load={**GENERAL_BUSY, "s1": 1})))
+    assert got is not None
+    assert got.header_value() == ("pool=spec; lever=none; reason=idle_spec_capacity; "
+                                  "load=5.0/1.0,batch=1.0/10.1")

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from backends.dialects import dialect_for
+from backends.metrics import normalise
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.exposition import _num
@@ -170,3 +172,34 @@ def test_sglang_reports_cached_tokens_by_cache_source_and_its_host_pool() -> Non
     sched = '{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}'
     assert _value(text, f"sglang:hicache_host_total_tokens{sched}") == 488_281  # 64e9 ÷ 131,072
     assert 0 < _value(text, f"sglang:hicache_host_used_tokens{sched}") <= 488_281
+
+
+def _finish_two_abort_one(engine: str) -> SimEndpoint:
+    """Two requests run to their length limit; a third is aborted mid-decode."""
+    ep = endpoint(engine)
+    trace = simulate(ep.core, [(0.0, make_request("a", 300, 20)),
+                               (0.0, make_request("b", 200, 10))])
+    req = make_request("c", 300, 1000)
+    now = req.arrival = trace.step_starts[-1] + 1.0
+    ep.core.add(req)
+    for _ in range(5):
+        now += ep.core.step(now).seconds + ep.core.config.device.overheads.request_s
+    assert ep.core.num_running == 1
+    ep.core.abort(req, now)
+    return ep
+
+
+def test_vllm_counts_finished_requests_per_reason_as_ridge_reads_them() -> None:
+    text = _finish_two_abort_one("vllm").metrics_text()
+    success = 'vllm:request_success_total{engine="0",finished_reason='
+    assert _value(text, success + '"length",model_name="m"}') == 2
+    assert _value(text, success + '"abort",model_name="m"}') == 1
+    assert _value(text, success + '"stop",model_name="m"}') == 0
+    assert normalise(text, dialect_for("vllm")).requests_finished_total == 3
+
+
+def test_sglang_counts_finished_requests_as_ridge_reads_them() -> None:
+    text = _finish_two_abort_one("sglang").metrics_text()
+    assert _value(text, 'sglang:num_requests_total{model_name="m"}') == 3
+    assert _value(text, 'sglang:num_aborted_requests_total{model_name="m"}') == 1
+    assert normalise(text, dialect_for("sglang")).requests_finished_total == 3

@@ -1,7 +1,10 @@
 """The simulator's KV-cache events, received on real ZMQ sockets on 127.0.0.1 as the gateway
 receives vLLM's: stored blocks chained from the prompt's start with the model's token ids and
 the engine's block size, a removal for exactly each evicted block, the host tier's placeholders,
-replay, the stream rebuilding the simulator's cache, and the fleet's start-up wiring."""
+replay, the stream rebuilding the simulator's cache, and the fleet's start-up wiring; and as it
+receives SGLang's: one-token pages under 64-bit hashes, joined events, self-describing host
+copies, and the precise index rebuilt from them holding exactly the router blocks whose every
+page the simulator caches."""
 
 from __future__ import annotations
 
@@ -14,19 +17,32 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import zmq
 
-from backends.fleet_file import FleetConfigError, Pool, parse_fleet
-from backends.kv_events_wire import END_SEQ, Codec, seq_bytes, seq_of
+from backends.fleet_file import Engine, FleetConfigError, Pool, parse_fleet
+from backends.kv_events_wire import END_SEQ, Codec, EventCodec, SglangCodec, seq_bytes, seq_of
 from backends.sim import start_fleet
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
-from backends.sim.kv_events import MEDIUM_HOST, TokenIds, alone_id, block_key, events_of
+from backends.sim.kv_events import (
+    MEDIUM_HOST,
+    MEDIUM_HOST_SGLANG,
+    SIM_FORMATS,
+    SimKvEvents,
+    TokenIds,
+    alone_id,
+    block_key,
+    events_of,
+    page_key,
+)
 from backends.sim.kv_publisher import ZmqPublisher
 from backends.sim.kvcache import BlockPool, chain_hashes
 from backends.sim.pd import KVTransferHub
 from backends.sim.request import SimRequest
+from routing.features import token_block_hashes
+from routing.kv_event_index import KvEventIndex
 from routing.kv_events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
 from routing.prompt_tokens import PromptTokenizer, load_prompt_tokenizer
 from tests.fakes.harness import free_ports
@@ -48,14 +64,16 @@ def tiny(tmp_path: Path) -> PromptTokenizer:
     return load_prompt_tokenizer(model_folder(tmp_path / "model"))
 
 
-def kv_pool(blocks: int, host_blocks: int = 0) -> Pool:
-    """A vLLM pool on an A100 whose KV cache holds ``blocks`` blocks (and the context one
-    request can fill), with a host tier of ``host_blocks`` blocks."""
-    raw = make_pool(prefix_caching=True).model_dump(mode="json")
+def kv_pool(blocks: int, host_blocks: int = 0, engine: str = "vllm") -> Pool:
+    """A vLLM pool on an A100 whose KV cache holds ``blocks`` blocks of 16 tokens (and the
+    context one request can fill), with a host tier of ``host_blocks`` blocks; ``engine``
+    sglang: the same bytes in one-token pages (a host tier then holds whole GB)."""
+    raw = make_pool(prefix_caching=True, engine=engine).model_dump(mode="json")
     raw["model"]["max_context"] = blocks * BLOCK
     raw["hardware"]["kv_cache_bytes"] = blocks * BLOCK * LLAMA_KV
     if host_blocks:
-        raw["levers"]["host_kv_cache"] = {"size_gb": (host_blocks + 0.5) * BLOCK * LLAMA_KV / 1e9}
+        size = (host_blocks + 0.5) * BLOCK * LLAMA_KV / 1e9
+        raw["levers"]["host_kv_cache"] = {"size_gb": size if engine == "vllm" else -(-size // 1)}
         raw["hardware"]["host_link_bandwidth"] = 25e9
     return Pool.model_validate(raw)
 
@@ -64,9 +82,11 @@ class Stream:
     """A SUB socket on a publisher's address; probes are published until one arrives (a PUB
     drops what it sends before the subscription reaches it) and skipped after."""
 
-    def __init__(self, publisher: ZmqPublisher, address: str) -> None:
+    def __init__(self, publisher: ZmqPublisher, address: str,
+                 codec: EventCodec | None = None) -> None:
         self.publisher = publisher
-        self.codec = Codec()
+        self.codec: EventCodec = Codec() if codec is None else codec
+        self.payloads: list[bytes] = []
         self.sub: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
         self.sub.connect(address)
         self.sub.subscribe(b"")
@@ -86,6 +106,7 @@ class Stream:
             if payload == MARK:
                 return out
             if payload != PROBE:
+                self.payloads.append(payload)
                 out.append((seq_of(seq), self.codec.decode(payload)[1]))
 
     def events(self) -> list[KvEvent]:
@@ -102,8 +123,14 @@ async def running(pool: Pool, tokenizer: PromptTokenizer,
     replay_address = f"tcp://127.0.0.1:{ports[1]}" if replay else None
     ep = SimEndpoint(pool, 0, 1, VirtualClock(), KVTransferHub(), 0, tokenizer)
     publisher = ZmqPublisher(address, replay_address)
-    stream = Stream(publisher, address)
-    ep.publish_kv_events(publisher)
+    if pool.engine is Engine.VLLM:
+        stream = Stream(publisher, address)
+        ep.publish_kv_events(publisher)
+    else:  # as publish_kv_events does, in the pool's engine's format
+        stream = Stream(publisher, address, SglangCodec())
+        ep.kv_events = SimKvEvents(ep.core.pool, TokenIds(tokenizer), publisher,
+                                   engine=pool.engine)
+        ep.runner.after_step = ep.kv_events.flush
     ep.runner.start()
     try:
         yield ep, stream, replay_address
@@ -252,9 +279,10 @@ async def test_replay_from_a_seq_gives_the_batches_sent_live(tiny: PromptTokeniz
     assert replayed == [(seq, events) for seq, events in live if seq >= start]
 
 
-def replay(address: str, start: int) -> list[tuple[int, list[KvEvent]]]:
+def replay(address: str, start: int,
+           codec: EventCodec | None = None) -> list[tuple[int, list[KvEvent]]]:
     """The decoded batches a DEALER gets back from ``start`` on (probes and markers left out)."""
-    codec = Codec()
+    codec = Codec() if codec is None else codec
     dealer: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     dealer.connect(address)
     out: list[tuple[int, list[KvEvent]]] = []
@@ -329,6 +357,138 @@ def test_a_generated_token_has_the_id_its_text_has_alone(tiny: PromptTokenizer) 
     req.tokens += [" you", " zzz"]
     assert ids.span(req, 0, 4) == [7, 8, 4, 0]  # an unknown word is the model's [UNK]
     assert ids.span(req, 3, 4) == [0] and ids.span(req, 0, 1) == [7]
+
+
+# -- SGLang ----------------------------------------------------------------------------------
+
+def sglang_pool(blocks: int, host: bool = False) -> Pool:
+    """An SGLang pool of ``blocks`` × 16 one-token pages, with a 1 GB host tier if ``host``."""
+    return kv_pool(blocks, 1 if host else 0, "sglang")
+
+
+def test_an_sglang_pool_is_told_apart_by_the_format_table() -> None:
+    assert SIM_FORMATS[Engine.SGLANG].key(5) == page_key(5)
+    assert page_key(5) == int.from_bytes(block_key(5)[:8], "big", signed=True)
+    assert SIM_FORMATS[Engine.SGLANG].host_medium == MEDIUM_HOST_SGLANG == "CPU_PINNED"
+    assert SIM_FORMATS[Engine.VLLM].key(5) == block_key(5)
+
+
+async def test_sglang_pages_chain_under_64_bit_hashes_in_sglangs_batches(
+        tiny: PromptTokenizer) -> None:
+    body = chat(text(60, 1), max_tokens=40)
+    async with running(sglang_pool(64), tiny) as (ep, stream, replay_address):
+        req, answer = await ask(ep, body)
+        events = stream.events()
+        raw = [msgspec.msgpack.decode(p) for p in stream.payloads]
+    assert ep.config.block_size == 1 and replay_address is None
+    stored = stored_of(events)
+    assert stored and stored[0].parent is None
+    for before, after in zip(stored, stored[1:], strict=False):
+        assert after.parent == before.block_hashes[-1]
+    assert all(e.block_size == 1 and e.medium == MEDIUM_DEVICE and e.plain
+               and len(e.token_ids) == len(e.block_hashes) for e in stored)
+    assert len(stored[0].block_hashes) > 1  # the prompt's pages: one event
+    hashes = [h for e in stored for h in e.block_hashes]
+    assert hashes == [page_key(h) for h in req.hashes[:len(hashes)]]
+    ids = [i for e in stored for i in e.token_ids]
+    prompt = list(tiny.prompt_ids(body, "chat") or ())
+    assert len(ids) == len(prompt) + len(answer) - 1  # every token computed: all but the last
+    assert ids == (prompt + [alone_id(tiny, t) for t in answer])[:len(ids)]
+    # SGLang's batch: [ts, events, attn_dp_rank], its events maps tagged by type
+    assert raw and all(len(b) == 3 and b[2] == 0 for b in raw)
+    assert all(e["type"] == "BlockStored" and isinstance(e["block_hashes"][0], int)
+               for b in raw for e in b[1])
+
+
+async def test_an_sglang_eviction_removes_exactly_the_evicted_pages_joined(
+        tiny: PromptTokenizer) -> None:
+    async with running(sglang_pool(8), tiny) as (ep, stream, _):
+        await ask(ep, chat(text(45, 3), max_tokens=10))
+        announced = {h for e in stored_of(stream.events()) for h in e.block_hashes}
+        before = {page_key(h) for h in ep.core.pool.cached_names()}
+        await ask(ep, chat("tool " + text(90, 4), max_tokens=20))  # needs every page
+        events = stream.events()
+        after = {page_key(h) for h in ep.core.pool.cached_names()}
+    assert before == announced
+    removed = removed_of(events)
+    gone = [h for e in removed for h in e.block_hashes]
+    stored = {h for e in stored_of(events) for h in e.block_hashes}
+    assert gone and all(e.medium == MEDIUM_DEVICE for e in removed)
+    assert any(len(e.block_hashes) > 1 for e in removed)  # consecutive removals joined
+    assert len(gone) == len(set(gone)) and set(gone) == (before | stored) - after
+
+
+def apply_sglang(events: Iterable[KvEvent], media: dict[int, set[str]]) -> None:
+    """Apply SGLang's events as a subscriber does, checking each is consistent with what came
+    before: every store, the host tier's too, names its tokens and a known parent."""
+    for e in events:
+        if isinstance(e, BlocksStored):
+            assert e.medium in (MEDIUM_DEVICE, MEDIUM_HOST_SGLANG)
+            assert e.parent is None or e.parent in media, "a store after an unknown page"
+            assert e.block_size == 1 and len(e.token_ids) == len(e.block_hashes)
+            for h in e.block_hashes:
+                assert isinstance(h, int)
+                media.setdefault(h, set()).add(str(e.medium))
+        elif isinstance(e, BlocksRemoved):
+            for h in e.block_hashes:
+                assert isinstance(h, int) and e.medium in media.get(h, set())
+                media[h].discard(str(e.medium))
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["device", "host-tier"])
+async def test_sglangs_stream_gives_the_index_exactly_the_router_blocks_cached(
+        tiny: PromptTokenizer, host: bool) -> None:
+    """The precise index fed the stream holds a router block (16 tokens) exactly when the
+    simulator caches each of its pages, on the device or in the host tier (which, 1 GB, keeps
+    every page here)."""
+    url = "http://127.0.0.1:1"
+    index = KvEventIndex(16, 100_000)
+    index.follow(url, ["m"])
+    media: dict[int, set[str]] = {}
+    first, asked = text(45, 5), []
+    async with running(sglang_pool(8, host), tiny, replay=True) as (ep, stream, address):
+        _, answer = await ask(ep, chat(first, max_tokens=12))
+        bodies = [chat("tool " + text(80, 6), max_tokens=20),  # evicts the first
+                  chat(first, max_tokens=6),  # back from the host tier
+                  chat(first, "".join(answer), "hello", max_tokens=8),  # the next turn
+                  *[chat("you " + text(70, seed), max_tokens=30) for seed in (7, 8)]]
+        for body in bodies:
+            asked.append((await ask(ep, body))[0])
+        live = stream.batches()
+        assert address is not None
+        events = [e for _, batch in replay(address, 0, SglangCodec()) for e in batch]
+        assert events == [e for _, batch in live for e in batch]  # replay: all of it
+        apply_sglang(events, media)
+        index.apply(url, events)
+        pool = ep.core.pool
+        cached = set(pool.cached_names())
+        hosted = set() if pool.host is None else set(pool.host.names())
+        held_ids, ids = TokenIds(tiny), {h for h, m in media.items() if m}
+    assert (ep.core.stats.host_hits > 0) == host
+    assert ids == {page_key(h) for h in cached | hosted}
+    assert {h for h, m in media.items() if MEDIUM_HOST_SGLANG in m} == {
+        page_key(h) for h in hosted}
+    held: set[int] = set()
+    not_held: set[int] = set()
+    on_host: set[int] = set()
+    partly: set[int] = set()
+    for req in asked:
+        routers = token_block_hashes(held_ids.span(req, 0, len(req.hashes)) or [], 16, "m")
+        for k, router in enumerate(routers):
+            pages = req.hashes[16 * k:16 * (k + 1)]
+            (held if all(p in cached or p in hosted for p in pages) else not_held).add(router)
+            if not all(p in cached for p in pages):
+                on_host.add(router)
+                if any(p in cached for p in pages):
+                    partly.add(router)
+    assert held
+    if host:  # blocks the device evicted (a page or more) are held by the host tier
+        assert on_host & held and not not_held
+    else:  # some blocks are still cached, some were evicted, some only partly
+        assert not_held - held and partly - held
+    assert all(index.match([h], [url]) == {url: 1} for h in held)
+    assert all(index.match([h], [url]) == {} for h in not_held - held)
+    assert index.held_blocks() == {url: len(held)}
 
 
 # -- start-up ----------------------------------------------------------------------------------
