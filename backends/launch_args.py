@@ -20,12 +20,14 @@ whose flags contradict its pool's levers would make every routing decision wrong
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from backends.fleet_file import Pool, Role
+from backends.fleet_file import KvEvents, Pool, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +144,24 @@ class Launcher:
                 checkpoint: str) -> list[Arg]:
         """The whole argv of one engine."""
         return [python, "-m", self.module, *self.args(pool, host, port, checkpoint)]
+
+
+def kv_events_args(pool: Pool, flag: str, data_parallel_flags: Collection[str],
+                   config: Callable[[KvEvents], Mapping[str, Any]],
+                   ports: tuple[int, int | None] | None = None) -> list[Arg]:
+    """``flag`` and the JSON ``config`` of a pool's ``kv_events`` (the engine's own object);
+    nothing without. ``ports``: this engine's (publish, replay) ports, None = the pool's. A
+    pool whose ``engine_args`` set data parallelism (any of ``data_parallel_flags`` above 1) is
+    refused: each rank publishes on a port of its own (PORT + rank), several streams behind one
+    endpoint."""
+    events = pool.kv_events
+    if events is None:
+        return []
+    sizes = flag_values(pool.engine_args, data_parallel_flags)
+    if sizes and sizes[-1] != "1":
+        raise LaunchError(f"pool {pool.name!r}: with {sizes[-1]} data-parallel ranks each rank "
+                          "publishes its KV events on a port of its own (PORT + rank), one "
+                          "endpoint with several streams: run one engine per endpoint")
+    if ports is not None:
+        events = events.model_copy(update={"port": ports[0], "replay_port": ports[1]})
+    return [flag, json.dumps(dict(config(events)))]

@@ -70,7 +70,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -83,8 +82,8 @@ from backends.launch_args import (
     LaunchError,
     api_key_args,
     extra_args,
-    flag_values,
     flags_set,
+    kv_events_args,
 )
 from backends.pd_client import SGLANG_BOOTSTRAP_PORT
 
@@ -256,7 +255,8 @@ def sglang_args(pool: Pool, port: int, model_path: str,
         args += [FLAGS["context_length"], str(settings.context_length)]
     lora = lora_args(pool)
     args += lever_args(pool) + pd_args(pool, settings.transfer_backend) + lora
-    args += kv_events_args(pool, settings.kv_events_ports)
+    args += kv_events_args(pool, FLAGS["kv_events"], DATA_PARALLEL_FLAGS, kv_events_config,
+                           settings.kv_events_ports)
     args += api_key_args(pool, FLAGS["api_key"])
     rendered = flags_set(lora, set(LORA_FLAGS.values()))
     return args + extra_args(pool, set(FLAGS.values()) | ALIASES | rendered)
@@ -328,22 +328,6 @@ def pd_args(pool: Pool, transfer_backend: str) -> list[Arg]:
                           f"{', '.join(sorted(TRANSFER_BACKENDS))}")
     return [FLAGS["pd_mode"], mode, FLAGS["pd_backend"], transfer_backend,
             FLAGS["pd_bootstrap_port"], str(SGLANG_BOOTSTRAP_PORT)]
-
-
-def kv_events_args(pool: Pool, ports: tuple[int, int | None] | None = None) -> list[Arg]:
-    """``--kv-events-config`` of a pool with ``kv_events`` (module docstring); nothing without.
-    ``ports``: this engine's (publish, replay) ports, None = the pool's."""
-    events = pool.kv_events
-    if events is None:
-        return []
-    sizes = flag_values(pool.engine_args, DATA_PARALLEL_FLAGS)
-    if sizes and sizes[-1] != "1":
-        raise LaunchError(f"pool {pool.name!r}: with --dp-size {sizes[-1]} each rank "
-                          "publishes its KV events on a port of its own (PORT + rank), one "
-                          "endpoint with several streams: run one engine per endpoint")
-    if ports is not None:
-        events = events.model_copy(update={"port": ports[0], "replay_port": ports[1]})
-    return [FLAGS["kv_events"], json.dumps(kv_events_config(events))]
 
 
 def kv_events_config(events: KvEvents) -> dict[str, Any]:

@@ -93,8 +93,8 @@ from backends.launch_args import (
     LaunchError,
     api_key_args,
     extra_args,
-    flag_values,
     flags_set,
+    kv_events_args,
     resolve,
     shell_join,
 )
@@ -218,7 +218,8 @@ def vllm_args(
     if settings.enforce_eager:
         args.append(FLAGS["enforce_eager"])
     lora = lora_args(pool)
-    args += lever_args(pool) + pd_args(pool) + kv_events_args(pool, settings.kv_events_ports)
+    args += lever_args(pool) + pd_args(pool) + kv_events_args(
+        pool, FLAGS["kv_events"], DATA_PARALLEL_FLAGS, kv_events_config, settings.kv_events_ports)
     args += lora
     args += api_key_args(pool, FLAGS["api_key"])
     rendered = flags_set(lora, set(LORA_FLAGS.values()))
@@ -292,22 +293,6 @@ def pd_args(pool: Pool) -> list[Arg]:
     if pool.role is Role.MIXED:
         return []
     return [FLAGS["kv_transfer"], json.dumps(dict(KV_TRANSFER))]
-
-
-def kv_events_args(pool: Pool, ports: tuple[int, int | None] | None = None) -> list[Arg]:
-    """``--kv-events-config`` of a pool with ``kv_events`` (module docstring); nothing without.
-    ``ports``: this engine's (publish, replay) ports, None = the pool's."""
-    events = pool.kv_events
-    if events is None:
-        return []
-    sizes = flag_values(pool.engine_args, DATA_PARALLEL_FLAGS)
-    if sizes and sizes[-1] != "1":
-        raise LaunchError(f"pool {pool.name!r}: with --data-parallel-size {sizes[-1]} each "
-                          "rank publishes its KV events on a port of its own (PORT + rank), "
-                          "one endpoint with several streams: run one engine per endpoint")
-    if ports is not None:
-        events = events.model_copy(update={"port": ports[0], "replay_port": ports[1]})
-    return [FLAGS["kv_events"], json.dumps(kv_events_config(events))]
 
 
 def engine_event_ports(pool: Pool, url: str) -> tuple[int, int | None] | None:
