@@ -129,12 +129,13 @@ def matrix(cells: Sequence[Cell], args: argparse.Namespace) -> compare.Matrix:
     routers = {c.name: fleets.Router(c.name, c.file, None, c.name, GATEWAYS[c.router])
                for c in cells}
     return compare.Matrix(routers, (TRACE,), {TRACE: len(replay.times_s) / span_s},
-                          {TRACE: span_s}, template, args.speed, Path(args.out),
+                          {TRACE: span_s}, template, Path(args.out),
                           command=" ".join(["python -m ridge_bench.capacity", *sys.argv[1:]]))
 
 
-async def run(cells: Sequence[Cell], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every cell in order (a repeated cell runs again); results saved after each."""
+async def run(cells: Sequence[Cell], args: argparse.Namespace) -> dict[str, Any]:
+    """Every cell in order (a repeated cell runs again); the results (meta and cells), saved
+    after each cell."""
     m = matrix(cells, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,15 +145,13 @@ async def run(cells: Sequence[Cell], args: argparse.Namespace) -> list[dict[str,
                             "cells": []}
     stop = asyncio.Event()
     for cell in cells:
-        if stop.is_set():
-            break
         print(f"== {cell.name}", file=sys.stderr, flush=True)
         result = await compare.run_cell(m, cell.name, TRACE, stop)
         body["cells"].append({**result, "fleet": cell.fleet, "router": cell.router,
                               "fleet_file": str(cell.file)})
         (out / "results.json").write_text(json.dumps(body, indent=1) + "\n")
         await asyncio.sleep(compare.SETTLE_S)
-    return list(body["cells"])
+    return body
 
 
 def parser() -> argparse.ArgumentParser:
@@ -189,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.speed <= 0:
             raise SystemExit("--speed must be positive")
         cells = parse_cells(args.cells, extra_fleets(args.extra_fleet))
-        asyncio.run(run(cells, args))
-        saved = json.loads((Path(args.out) / "results.json").read_text())
+        saved = asyncio.run(run(cells, args))
     if args.doc:
         capacity_doc.write(Path(args.doc), saved)
     return 0

@@ -20,7 +20,8 @@ Each cell (router, workload), in order, with nothing shared between cells:
 4. read the CPU time the simulator, the gateway (key ``ridge`` or ``sglang``) and this client
    used during the run, and the whole machine's; read the gateway's peak resident memory
    (``VmHWM`` of its process, MB = 2^20 B) and, for ridge, its routing indexes' estimated
-   memory (the ``/metrics`` gauges of :data:`RIDGE_INDEX_GAUGES`, bytes, summed over labels);
+   memory (the ``/metrics`` gauges of :data:`ridge_bench.compare_doc.INDEX_GAUGES`, bytes,
+   summed over labels);
    stop the gateway, then the simulator (SIGTERM to each child's pid, then SIGKILL), whatever
    happened before.
 
@@ -82,8 +83,6 @@ from ridge_bench.workloads import NAMES
 SATURATED_CORE_FRACTION = 0.8
 START_TIMEOUT_S = 60.0
 SETTLE_S = 2.0
-RIDGE_INDEX_GAUGES = compare_doc.INDEX_GAUGES
-"""ridge's gauges of its routing indexes' memory [B], stored per cell under the same names."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +95,13 @@ class Matrix:
     rates: Mapping[str, float]
     durations: Mapping[str, float]
     template: Options
-    speed: float
     out: Path
     command: str = ""
+
+    @property
+    def speed(self) -> float:
+        """The simulator's speed-up, the template's (:attr:`Options.speed`)."""
+        return self.template.speed
 
     def meta(self) -> dict[str, Any]:
         return compare_doc.meta(self.template, self.rates, self.durations, self.speed,
@@ -207,11 +210,11 @@ def peak_rss_mb(pid: int) -> float | None:
 
 
 def index_bytes(exposition: str) -> dict[str, float]:
-    """Each gauge of :data:`RIDGE_INDEX_GAUGES` present in a Prometheus text ``exposition``,
-    summed over its label sets [B]."""
+    """Each gauge of :data:`ridge_bench.compare_doc.INDEX_GAUGES` present in a Prometheus text
+    ``exposition``, summed over its label sets [B]."""
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(exposition):
-        if family.name in RIDGE_INDEX_GAUGES:
+        if family.name in compare_doc.INDEX_GAUGES:
             out[family.name] = sum(s.value for s in family.samples if s.name == family.name)
     return out
 
@@ -396,7 +399,7 @@ def matrix_of(args: argparse.Namespace) -> Matrix:
     routers = {name: known[name] for name in names}
     rates = per_workload(args.rate, DEFAULT_RATES, "--rate")
     durations = per_workload(args.duration, dict.fromkeys(NAMES, 60.0), "--duration")
-    return Matrix(routers, workloads, rates, durations, template, args.speed, Path(args.out))
+    return Matrix(routers, workloads, rates, durations, template, Path(args.out))
 
 
 def command_line(argv: Sequence[str]) -> str:
