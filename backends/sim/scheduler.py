@@ -215,7 +215,10 @@ class Scheduler:
         return q
 
     def _record_admission(self, req: SimRequest, computed: int, now: float) -> None:
-        if self.pool.caching:
+        """Prefix-cache queries and hits at a request's admission, as vLLM 0.32 counts them:
+        a preempted request's re-admission is left out (``PrefixCacheStats.record(preempted=
+        True)`` counts it apart, outside ``vllm:prefix_cache_*``)."""
+        if self.pool.caching and req.preemptions == 0:
             self.stats.prefix_queries += len(req.tokens)
             self.stats.prefix_hits += computed
         if req.first_scheduled is None:

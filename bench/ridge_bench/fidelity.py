@@ -104,10 +104,13 @@ async def real(fleet: Fleet, plan: Plan, log_dir: Path) -> Results:
         await running.stop()
 
 
-def verdict(real_side: Results, sim_side: Results, tolerance: float = TOLERANCE) -> list[str]:
-    """What fails: lever effects off by more than ``tolerance``, unequal prompt tokens."""
+def verdict(real_side: Results, sim_side: Results, tolerance: float = TOLERANCE,
+            timed_factor: float | None = None) -> list[str]:
+    """What fails: lever effects off by more than ``tolerance`` (ratios of times, with
+    ``timed_factor``, by more than that factor), unequal prompt tokens."""
     levers = [f"{r.figure}: real {r.real:.3f}, simulated {r.sim:.3f}"
-              for r in lever_rows(real_side, sim_side, tolerance) if r.verdict != "pass"]
+              for r in lever_rows(real_side, sim_side, tolerance, timed_factor)
+              if r.verdict != "pass"]
     return levers + token_mismatches(real_side, sim_side)
 
 

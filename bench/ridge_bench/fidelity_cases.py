@@ -14,9 +14,9 @@ timed (every answer is exactly ``max_tokens`` long on both sides):
   their TTFTs, sorted, and the sum of their decode rates;
 - ``copy`` and ``chat``: "Repeat the following code exactly:" + ~280 tokens of code
   (``copy_tokens`` tokens) and an ordinary question (``chat_tokens``), each on plain, then on
-  spec: both decode rates; around the spec runs the spec engine's
-  ``vllm:spec_decode_num_drafts`` and ``..._num_accepted_tokens_per_pos`` counters, summed over
-  the repeats (acceptance by position = accepted at the position ÷ drafts).
+  spec: both decode rates and the spec run's answer length; around the spec runs the spec
+  engine's ``vllm:spec_decode_num_drafts`` and ``..._num_accepted_tokens_per_pos`` counters, per
+  run (acceptance by position = accepted at the position ÷ drafts, over every run).
 
 Once, after the repeats (``errors``): a prompt over the context, ``max_tokens`` over the context
 and a body without ``messages`` — status, error type, param and message. Every request's
@@ -124,6 +124,7 @@ async def lever_case(s: aiohttp.ClientSession, side: Side, plan: Plan, case: str
     after = await counters(s, side.spec)
     _add(out, case, "plain_tokens_per_s", plain.decode_tokens_per_s)
     _add(out, case, "spec_tokens_per_s", spec.decode_tokens_per_s)
+    _add(out, case, "spec_completion_tokens", spec.completion_tokens)
     _add(out, case, "drafts", after.get(DRAFTS, 0.0) - before.get(DRAFTS, 0.0))
     _add(out, case, "accepted_per_position", [
         after.get(ACCEPTED_AT.format(i), 0.0) - before.get(ACCEPTED_AT.format(i), 0.0)

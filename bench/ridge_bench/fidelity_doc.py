@@ -43,10 +43,14 @@ def _row(row: Row, verdict: bool) -> str:
     return "| " + " | ".join([*cells, *([row.verdict] if verdict else [])]) + " |"
 
 
-def lever_table(real: Results, sim: Results, tolerance: float) -> list[str]:
-    return [f"| lever effect | real | simulated | simulated ÷ real | within {tolerance:.0%} |",
+def lever_table(real: Results, sim: Results, tolerance: float,
+                timed_factor: float | None = None) -> list[str]:
+    band = f"within {tolerance:.0%}"
+    if timed_factor is not None:
+        band += f" (ratios of times: within {timed_factor:g}×)"
+    return [f"| lever effect | real | simulated | simulated ÷ real | {band} |",
             "| --- | --- | --- | --- | --- |",
-            *(_row(r, True) for r in lever_rows(real, sim, tolerance))]
+            *(_row(r, True) for r in lever_rows(real, sim, tolerance, timed_factor))]
 
 
 def _distinct(counts: Sequence[int]) -> str:
@@ -112,10 +116,11 @@ def _clip(message: Any) -> str:
 
 
 def markdown(real: Results, sim: Results, meta: Mapping[str, Any],
-             tolerance: float = TOLERANCE) -> str:
+             tolerance: float = TOLERANCE, timed_factor: float | None = None) -> str:
     """Every table of the report, with a line of run facts above them."""
     facts = "; ".join(f"{k}: {v}" for k, v in meta.items())
-    parts = [f"_{facts}._", "", "**Lever effects**", "", *lever_table(real, sim, tolerance), "",
+    parts = [f"_{facts}._", "", "**Lever effects**", "",
+             *lever_table(real, sim, tolerance, timed_factor), "",
              "**Prompt tokens** (every request, exactly)", "", *token_table(real, sim), "",
              "**Times and rates** (medians; no verdict: they depend on the host)", "",
              *absolute_table(real, sim), "", *ranks_table(real, sim), "",

@@ -18,8 +18,9 @@ from ridge_bench.fidelity_report import (
 
 
 def side(cached: float = 0.1, four: float = 80.0, copy_spec: float = 60.0,
-         chat_spec: float = 20.0, tokens: int = 50) -> dict[str, Any]:
-    """Two repeats of every case: one stream 20 tok/s, plain 20 tok/s on copy and chat."""
+         chat_spec: float = 20.0, tokens: int = 50, copy_len: int = 41) -> dict[str, Any]:
+    """Two repeats of every case: one stream 20 tok/s, plain 20 tok/s on copy and chat; the
+    copy answers 41 tokens long with 30 drafts accepted (4 tokens per decode step)."""
     return {
         "short": {"ttft_s": [0.1, 0.2], "prompt_tokens": [tokens, tokens]},
         "long": {"ttft_s": [2.0, 2.2], "prompt_tokens": [1000, 1000]},
@@ -30,10 +31,10 @@ def side(cached: float = 0.1, four: float = 80.0, copy_spec: float = 60.0,
                          "total_tokens_per_s": [four, four], "prompt_tokens": [39] * 8},
         "copy": {"plain_tokens_per_s": [20.0, 20.0], "spec_tokens_per_s": [copy_spec] * 2,
                  "drafts": [10.0, 10.0], "accepted_per_position": [[9, 8, 7, 6], [9, 8, 7, 6]],
-                 "prompt_tokens": [301] * 4},
+                 "spec_completion_tokens": [copy_len, copy_len], "prompt_tokens": [301] * 4},
         "chat": {"plain_tokens_per_s": [20.0, 20.0], "spec_tokens_per_s": [chat_spec] * 2,
                  "drafts": [0.0, 0.0], "accepted_per_position": [[0] * 4, [0] * 4],
-                 "prompt_tokens": [36] * 4},
+                 "spec_completion_tokens": [48, 48], "prompt_tokens": [36] * 4},
     }
 
 
@@ -44,6 +45,9 @@ def test_lever_effects_are_ratios_of_medians_or_of_one_repeats_pair() -> None:
     assert figures["concurrency: 4 streams ÷ 1, total decode rate"] == pytest.approx(4.0)
     assert figures["n-gram speed-up, copy: spec ÷ plain decode rate"] == pytest.approx(3.0)
     assert figures["n-gram speed-up, chat: spec ÷ plain decode rate"] == pytest.approx(1.0)
+    # 40 decode tokens in 40 - 30 = 10 steps; the chat accepted nothing: one token a step
+    assert figures["n-gram tokens per decode step, copy"] == pytest.approx(4.0)
+    assert figures["n-gram tokens per decode step, chat"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(("chat_spec", "verdict"), [(24.8, "pass"), (15.2, "pass"),
@@ -52,7 +56,22 @@ def test_a_lever_passes_within_25_percent(chat_spec: float, verdict: str) -> Non
     rows = {r.figure: r for r in lever_rows(side(), side(chat_spec=chat_spec))}
     row = rows["n-gram speed-up, chat: spec ÷ plain decode rate"]
     assert row.verdict == verdict
-    assert sum(r.verdict == "pass" for r in rows.values()) == 4 - (verdict == "FAIL")
+    assert sum(r.verdict == "pass" for r in rows.values()) == 6 - (verdict == "FAIL")
+
+
+@pytest.mark.parametrize(("chat_spec", "verdict"), [(39.8, "pass"), (10.2, "pass"),
+                                                    (40.2, "FAIL"), (9.8, "FAIL")])
+def test_ratios_of_times_pass_within_the_timed_factor(chat_spec: float, verdict: str) -> None:
+    rows = {r.figure: r for r in lever_rows(side(), side(chat_spec=chat_spec), timed_factor=2.0)}
+    assert rows["n-gram speed-up, chat: spec ÷ plain decode rate"].verdict == verdict
+
+
+@pytest.mark.parametrize(("copy_len", "verdict"), [(39, "pass"), (38, "FAIL")])
+def test_tokens_per_step_keep_the_tolerance_under_a_timed_factor(copy_len: int,
+                                                                 verdict: str) -> None:
+    # 38 decode tokens in 8 steps: 4.75 a step, 19 % over 4.0; 37 in 7: 5.29, 32 % over
+    rows = {r.figure: r for r in lever_rows(side(), side(copy_len=copy_len), timed_factor=2.0)}
+    assert rows["n-gram tokens per decode step, copy"].verdict == verdict
 
 
 def test_one_token_off_is_a_mismatch() -> None:

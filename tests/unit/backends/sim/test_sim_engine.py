@@ -82,6 +82,20 @@ def test_full_cache_preempts_and_every_request_still_finishes() -> None:
     assert core.pool.num_free == core.pool.num_blocks
 
 
+def test_a_preempted_requests_readmission_is_no_prefix_cache_query() -> None:
+    """vLLM 0.32 counts a re-admission after preemption apart (``preempted=True``): the
+    prefix-cache queries are each request's prompt once, however often it was preempted."""
+    pool = make_pool(model="llama-3-8b", hardware="a100-80gb", prefix_caching=True)
+    pool = pool.model_copy(update={
+        "hardware": pool.hardware.model_copy(update={"kv_cache_bytes": 131_072 * 16 * 40}),
+        "model": pool.model.model_copy(update={"max_context": 512})})
+    core = make_core(pool)
+    reqs = [make_request(f"r{i}", 100, 120, fill="abcd"[i]) for i in range(4)]
+    simulate(core, [(0.0, r) for r in reqs])
+    assert core.stats.preemptions > 0
+    assert core.stats.prefix_queries == 4 * 100  # four 100-token prompts, once each
+
+
 def test_a_preempted_request_names_its_recomputed_blocks_again() -> None:
     """Preemption frees the request's blocks: the ones it recomputes are cached again."""
     core = make_core(make_pool(prefix_caching=True))
