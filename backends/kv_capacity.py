@@ -15,6 +15,11 @@ of KV at 131,072 B per token = 426,788 tokens; with fp8 KV, 853,576.
 
 A pool without model or hardware facts, or whose accelerator the catalogue does not know and
 whose ``kv_cache_bytes`` is not given, has an unknown capacity (None).
+
+A host KV tier (``levers.host_kv_cache``) holds ⌊size ÷ KV bytes per token⌋ more tokens
+(:func:`host_tier_tokens`; the host copies are the device's KV, same dtype); an engine's whole
+prefix cache is both (:func:`engine_cache_tokens`). Worked: a 128 GB host tier beside
+Llama-3-8B fp16 holds 128e9 ÷ 131,072 = 976,562 tokens.
 """
 
 from __future__ import annotations
@@ -52,3 +57,19 @@ def engine_kv_tokens(pool: Pool) -> int | None:
         memory = ACCELERATORS[names[0]].memory_bytes
         kv_bytes = engine_kv_bytes(pool.engine, memory, model.to_shape().weight_bytes)
     return int(kv_bytes // per_token)
+
+
+def host_tier_tokens(pool: Pool) -> int:
+    """Tokens one engine's host KV tier holds = ⌊size [B] ÷ KV bytes per token [B/token]⌋ (0
+    without a host tier or the model's facts)."""
+    tier, model = pool.levers.host_kv_cache, pool.model
+    if tier is None or model is None:
+        return 0
+    return int(tier.size_bytes // model.to_shape(pool.levers.kv_dtype_bytes).kv_bytes_per_token)
+
+
+def engine_cache_tokens(pool: Pool) -> int | None:
+    """Tokens one engine of ``pool`` can keep cached: its device KV and its host tier [tokens],
+    None when the device's is unknown."""
+    device = engine_kv_tokens(pool)
+    return None if device is None else device + host_tier_tokens(pool)

@@ -151,7 +151,8 @@ class Gate:
     def __call__(self, view: StateView) -> RoutePlan | None:
         route = self._route
         self.held = None
-        full = full_endpoints(view.load, self._limits) if self._check else NOTHING
+        load = view.load
+        full = full_endpoints(load, self._limits) if self._check and load else NOTHING
         if self._paced:
             full = full | self._paced
         choose = route.router.choose

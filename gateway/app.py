@@ -34,7 +34,7 @@ from backends.client import BackendClient, Timeouts
 from backends.fleet_file import Fleet
 from backends.http1_client import Http1Client
 from backends.httpx_client import HttpxClient
-from backends.kv_capacity import engine_kv_tokens
+from backends.kv_capacity import engine_cache_tokens
 from backends.probe import HeadersFor, HttpProbe, MetricsSource
 from backends.prompt_tokenizers import fleet_tokenizers
 from backends.registry import BreakerConfig, EndpointRegistry, Poller
@@ -395,12 +395,13 @@ MIN_PREFIX_ENTRIES = 10_000
 def prefix_index_entries(state: StateSettings, fleet: Fleet) -> int:
     """The prefix index's cap: ``state.max_prefix_entries`` when set, else enough entries for
     every block the fleet's engines can hold (:func:`routing.prefix_index.entries_to_remember`
-    over every endpoint's :func:`backends.kv_capacity.engine_kv_tokens`, in the fleet's router
-    blocks), at least :data:`FALLBACK_PREFIX_ENTRIES` when an endpoint's capacity is unknown,
+    over every endpoint's :func:`backends.kv_capacity.engine_cache_tokens`, in the fleet's router
+    blocks: device KV and host tier), at least :data:`FALLBACK_PREFIX_ENTRIES` when an
+    endpoint's capacity is unknown,
     and at most ``state.prefix_index_max_bytes`` of memory."""
     if state.max_prefix_entries is not None:
         return state.max_prefix_entries
-    capacities = [engine_kv_tokens(p) for p in fleet.pools for _ in p.endpoints]
+    capacities = [engine_cache_tokens(p) for p in fleet.pools for _ in p.endpoints]
     known = [c for c in capacities if c is not None]
     entries = entries_to_remember(known, fleet.routing.features.block_tokens)
     if len(known) < len(capacities):

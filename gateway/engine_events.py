@@ -14,7 +14,7 @@ file after a reload), and stops following the others: their requests fall back t
 approximate index.
 
 Index size (:func:`index_blocks`): the router blocks of every followed engine's KV capacity
-(device, :func:`backends.kv_capacity.engine_kv_tokens`, and host tier), twice over for
+(device and host tier, :func:`backends.kv_capacity.engine_cache_tokens`), twice over for
 headroom; :data:`FALLBACK_BLOCKS` when an engine's capacity is unknown. A pool with a host tier
 and the facts prices its host-only blocks at :func:`reload_ratio` of recomputing them.
 
@@ -38,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from backends.fleet_file import Fleet, Pool
-from backends.kv_capacity import engine_kv_tokens
+from backends.kv_capacity import engine_cache_tokens
 from gateway.kv_events import KvEventCounters, KvEventSubscribers, wanted_sources
 from routing.event_state import EventState
 from routing.fleet_math import host_reload_ratio
@@ -63,21 +63,13 @@ def index_blocks(fleet: Fleet, block_tokens: int) -> int:
     capacity is unknown."""
     total = 0
     for pool in event_pools(fleet):
-        tokens = engine_kv_tokens(pool)
+        tokens = engine_cache_tokens(pool)
         if tokens is None:
             return FALLBACK_BLOCKS
-        tokens += host_tier_tokens(pool)
         total += len(pool.endpoints) * -(-tokens // block_tokens)
     return max(1, 2 * total)
 
 
-def host_tier_tokens(pool: Pool) -> int:
-    """Tokens one engine's host KV tier holds = ⌊size [B] ÷ KV bytes per token [B/token]⌋ (0
-    without a host tier or the model's facts)."""
-    tier, model = pool.levers.host_kv_cache, pool.model
-    if tier is None or model is None:
-        return 0
-    return int(tier.size_bytes // model.to_shape(pool.levers.kv_dtype_bytes).kv_bytes_per_token)
 
 
 def reload_ratio(pool: Pool) -> float:

@@ -57,6 +57,7 @@ Algorithm, per request:
 from __future__ import annotations
 
 import json
+import struct
 import sys
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -149,14 +150,18 @@ def _render_content(content: Any) -> str:
     return _dumps(content)
 
 
+_ROLE_CONTENT = frozenset({"role", "content"})
+
+
 def _render_message(message: Any) -> str:
     if not isinstance(message, Mapping):
         return _STX + _dumps(message) + _ETX
     role = message.get("role")
-    head = f"{_STX}{role if isinstance(role, str) else _dumps(role)}{_US}"
-    extra = {k: v for k, v in message.items() if k not in ("role", "content")}
-    tail = _US + _dumps(extra) if extra else ""
-    return head + _render_content(message.get("content")) + tail + _ETX
+    tail = ""
+    if not message.keys() <= _ROLE_CONTENT:  # extra fields: rendered after the content
+        tail = _US + _dumps({k: v for k, v in message.items() if k not in _ROLE_CONTENT})
+    content = _render_content(message.get("content"))
+    return f"{_STX}{role if isinstance(role, str) else _dumps(role)}{_US}{content}{tail}{_ETX}"
 
 
 def _chat_parts(payload: Mapping[str, Any]) -> list[str]:
@@ -310,19 +315,30 @@ def chain_token_hashes(ids: Sequence[int], block_tokens: int, h: int) -> tuple[i
     ``h`` (the hash of the block before them, or :func:`chain_start`)."""
     if block_tokens < 1:
         raise ValueError("block_tokens must be >= 1")
-    view, step = memoryview(_little_endian(ids)), 4 * block_tokens
-    return tuple([(h := _xxh3(view[end - step:end], h))
-                  for end in range(step, len(view) + 1, step)])
+    return _chain_bytes(_little_endian(ids), 0, 4 * block_tokens, h)
 
 
 def _chain(text: str, start: int, block_chars: int, h: int) -> tuple[int, ...]:
     """The chained hashes of the full blocks of ``text`` from character ``start`` (a block
     boundary) on, chained from ``h``, the hash before them."""
-    ends = range(start + block_chars, len(text) + 1, block_chars)
     if text.isascii():
-        data = text.encode("ascii")
-        return tuple([(h := _xxh3(data[end - block_chars:end], h)) for end in ends])
+        return _chain_bytes(text.encode("ascii"), start, block_chars, h)
+    ends = range(start + block_chars, len(text) + 1, block_chars)
     return tuple([(h := _xxh3(_utf8(text[end - block_chars:end]), h)) for end in ends])
+
+
+def _chain_bytes(data: bytes, start: int, block_bytes: int, h: int) -> tuple[int, ...]:
+    """The chained hashes of the full ``block_bytes``-byte blocks of ``data`` (an ASCII text's
+    encoding, one byte a character, or token ids) from byte ``start`` on, chained from ``h``.
+    The blocks are cut in one C call (:func:`struct.unpack_from`, a format of one ``Ns`` field
+    a block), cheaper than a slice each."""
+    blocks = (len(data) - start) // block_bytes
+    cut = struct.unpack_from(f"{block_bytes}s" * blocks, data, start)
+    return tuple([(h := _xxh3(block, h)) for block in cut])
+
+
+Lead = tuple[str, tuple[int, ...]]
+"""A cached lead: its text and its block hashes."""
 
 
 class LeadCache:
@@ -330,10 +346,14 @@ class LeadCache:
     requests open with the same tools or system prompt, whose blocks need hashing once.
 
     ``hashes(text, lead, block_chars, seed)`` equals ``block_hashes(text, block_chars, seed)``:
-    the full blocks inside the first ``lead`` characters come from the cache (keyed by the
-    seed and their text), the rest are chained on from the last of them. Bounded: at most
-    ``max_entries`` leads and ``max_chars`` characters of them, least recently used dropped
-    first; a lead shorter than ``min_blocks`` blocks is not cached. Instance state only.
+    the full blocks inside the first ``lead`` characters come from the cache, the rest are
+    chained on from the last of them. An entry is keyed by the seed, the block size, the
+    length of those blocks [characters] and the XXH3-64 digest of their UTF-8 text (cheaper to
+    compute than the string's own hash), and found only when its text is the prompt's
+    beginning (a digest collision reads as a miss, whose entry replaces the other). Bounded:
+    at most ``max_entries`` leads and ``max_chars`` characters of them, least recently used
+    dropped first; a lead shorter than ``min_blocks`` blocks is not cached. Instance state
+    only.
     """
 
     __slots__ = ("_max_entries", "_max_chars", "_min_blocks", "_map", "_chars")
@@ -342,7 +362,7 @@ class LeadCache:
                  min_blocks: int = 4) -> None:
         self._max_entries, self._max_chars = max_entries, max_chars
         self._min_blocks = min_blocks
-        self._map: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._map: dict[tuple[str, int, int, int], Lead] = {}
         self._chars = 0
 
     def __len__(self) -> int:
@@ -352,21 +372,32 @@ class LeadCache:
         cut = lead // block_chars * block_chars
         if cut < self._min_blocks * block_chars or cut > self._max_chars:
             return block_hashes(text, block_chars, seed)
-        key = (seed, text[:cut])
-        head = self._map.pop(key, None)
-        if head is None:
-            head = block_hashes(key[1], block_chars, seed)
-            self._chars += cut
+        data = text.encode("ascii") if text.isascii() else None
+        key = (seed, block_chars, cut,
+               _xxh3(data[:cut] if data is not None else _utf8(text[:cut])))
+        held = self._map.pop(key, None)
+        if held is None or not text.startswith(held[0]):
+            held = self._learn(text[:cut], block_chars, seed, held is None)
+        self._map[key] = held  # the most recently used, last
+        head = held[1]
+        if data is None:
+            return head + _chain(text, cut, block_chars, head[-1])
+        return head + _chain_bytes(data, cut, block_chars, head[-1])
+
+    def _learn(self, lead: str, block_chars: int, seed: str, new: bool) -> Lead:
+        """The entry of ``lead``: counted and room made for it when ``new`` (not replacing a
+        colliding one of the same length)."""
+        if new:
+            self._chars += len(lead)
             self._trim()
-        self._map[key] = head  # the most recently used, last
-        return head + _chain(text, cut, block_chars, head[-1])
+        return lead, block_hashes(lead, block_chars, seed)
 
     def _trim(self) -> None:
         while self._map and (len(self._map) >= self._max_entries
                              or self._chars > self._max_chars):
             oldest = next(iter(self._map))
             del self._map[oldest]
-            self._chars -= len(oldest[1])
+            self._chars -= oldest[2]
 
 
 def token_id_count(payload: Mapping[str, Any], kind: str) -> int | None:
@@ -446,7 +477,7 @@ def _prompt_blocks(payload: Mapping[str, Any], info: RequestInfo, config: Featur
         blocks = token_block_hashes(ids, config.block_tokens, info.model)
         return blocks, config.block_tokens, len(ids)
     text, lead = canonical_lead(payload, info.kind)
-    given = token_id_count(payload, info.kind)
+    given = token_id_count(payload, info.kind) if info.kind == "completions" else None
     prompt_tokens = given if given is not None else counter.count(text)
     return (hasher(text, lead, config.block_chars, info.model),
             tokens_per_block(config, len(text), prompt_tokens), prompt_tokens)

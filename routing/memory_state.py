@@ -121,7 +121,7 @@ class SessionMap:
             del self._map[oldest]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # never changed once made; not frozen: made for every request
 class _Held:
     endpoint: str
     tokens: int
@@ -185,11 +185,11 @@ class Reservations:
 
     def _add(self, endpoint: str, requests: int, tokens: int) -> None:
         old = self._load.get(endpoint, NO_LOAD)
-        new = LoadCounts(old.requests + requests, old.tokens + tokens)
-        if new.requests <= 0:
+        count = old.requests + requests
+        if count <= 0:
             self._load.pop(endpoint, None)
         else:
-            self._load[endpoint] = new
+            self._load[endpoint] = LoadCounts(count, old.tokens + tokens)
 
     def load_of(self, endpoint: str) -> LoadCounts:
         return self._load.get(endpoint, NO_LOAD)
@@ -232,13 +232,16 @@ class MemoryState:
         """Prefix matches and loads of ``ask.endpoints``, the model's prefix share and the
         session's endpoint, now (no I/O)."""
         now = self._clock()
-        self._in_flight.expire(now)
-        load = self._in_flight.counts()
-        return StateView(
-            matched_blocks=self._prefix.match(ask.block_hashes, ask.endpoints),
-            load={url: c for url in ask.endpoints if (c := load.get(url)) is not None},
-            prefix_share=self._windows.prefix_share(ask.model),
-            session_endpoint=self._sessions.get(ask.session, now) if ask.session else None,
+        in_flight = self._in_flight
+        in_flight.expire(now)
+        counts = in_flight.counts()
+        get = counts.get
+        endpoints = ask.endpoints
+        return StateView(  # matched blocks, load, prefix share, session endpoint
+            self._prefix.match(ask.block_hashes, endpoints),
+            {url: c for url in endpoints if (c := get(url)) is not None} if counts else {},
+            self._windows.prefix_share(ask.model),
+            self._sessions.get(ask.session, now) if ask.session else None,
         )
 
     async def read(self, ask: Ask) -> StateView:
@@ -251,8 +254,13 @@ class MemoryState:
         if choice is None:
             return None
         matched = view.matched_blocks
+        urls = choice.urls
+        if len(urls) == 1:  # one endpoint (no prefill/decode pair): no generator to run
+            url = urls[0]
+            return Placed(choice, (self.hold(url, ask.tokens, ask.block_hashes, None,
+                                             matched.get(url, 0)),), view)
         held = tuple(self.hold(url, ask.tokens, ask.block_hashes, before=matched.get(url, 0))
-                     for url in choice.urls)
+                     for url in urls)
         return Placed(choice, held, view)
 
     def hold(self, endpoint: str, tokens: int, block_hashes: Sequence[int],

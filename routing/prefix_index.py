@@ -131,52 +131,52 @@ class PrefixIndex:
             gens.previous, gens.current = gens.current, {}
         self._current = 0
 
-    def _leading(self, hashes: Sequence[int], gens: _Generations, cutoff: float,
-                 hint: int) -> int:
-        """How many leading ``hashes`` ``gens`` hold fresh: a binary search whose first probes
-        test ``hint`` (another endpoint's length: prompts are held up to the same boundaries,
-        the end of a shared system prompt or of an earlier turn, so it is often exact). Both
-        generations are looked up in line: this is the innermost loop of every request."""
-        current, previous = gens.current.get, gens.previous.get
-        first = current(hashes[0]) or previous(hashes[0])
-        if first is None or first < cutoff:
-            return 0
-        lo, hi = 0, len(hashes)
-        if 1 < hint <= hi:
-            stamp = current(hashes[hint - 1]) or previous(hashes[hint - 1])
-            if stamp is not None and stamp >= cutoff:
-                lo = hint
-                if hint < hi:
-                    stamp = current(hashes[hint]) or previous(hashes[hint])
-                    if stamp is not None and stamp >= cutoff:
-                        lo = hint + 1
-                    else:
-                        hi = hint
-            else:
-                hi = hint - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            stamp = current(hashes[mid - 1]) or previous(hashes[mid - 1])
-            if stamp is not None and stamp >= cutoff:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
     def match(self, hashes: Sequence[int],
               endpoints: Iterable[str] | None = None) -> dict[str, int]:
         """Per endpoint (all known, or those of ``endpoints``), how many leading blocks of
-        ``hashes`` it probably holds; endpoints with none are left out."""
+        ``hashes`` it probably holds; endpoints with none are left out.
+
+        Per endpoint: block 0 first, then a binary search whose first probes test ``hint``,
+        the length found on the previous endpoint (prompts are held up to the same
+        boundaries, the end of a shared system prompt or of an earlier turn, so it is often
+        exact). Both generations are looked up in line, and the search is written out here
+        rather than called per endpoint: this is the innermost loop of every request."""
         if not hashes:
             return {}
         cutoff = self._clock() - self._max_age_s
         maps = self._maps
         out: dict[str, int] = {}
-        hint = 0
+        hint, head, blocks = 0, hashes[0], len(hashes)
         for url in (maps if endpoints is None else endpoints):
             gens = maps.get(url)
-            if gens is not None and (n := self._leading(hashes, gens, cutoff, hint)):
-                out[url] = hint = n
+            if gens is None:
+                continue
+            current, previous = gens.current.get, gens.previous.get
+            stamp = current(head) or previous(head)
+            if stamp is None or stamp < cutoff:
+                continue
+            lo, hi = 0, blocks
+            if 1 < hint <= hi:
+                stamp = current(hashes[hint - 1]) or previous(hashes[hint - 1])
+                if stamp is not None and stamp >= cutoff:
+                    lo = hint
+                    if hint < hi:
+                        stamp = current(hashes[hint]) or previous(hashes[hint])
+                        if stamp is not None and stamp >= cutoff:
+                            lo = hint + 1
+                        else:
+                            hi = hint
+                else:
+                    hi = hint - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                stamp = current(hashes[mid - 1]) or previous(hashes[mid - 1])
+                if stamp is not None and stamp >= cutoff:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo:
+                out[url] = hint = lo
         return out
 
     def holds(self, endpoint: str, block: int, since: float) -> bool:

@@ -103,40 +103,50 @@ class Router:
     def _place(self, decision: RouteDecision, features: RequestFeatures,
                pools: tuple[PoolSnapshot, ...], view: StateView,
                exclude: frozenset[str]) -> RoutePlan | None:
-        by_name = {p.name: p for p in pools}
-        timings: list[PluginTiming] = []
         lever = decision.lever
-        first = self._pick(by_name[decision.pool], lever, features, view, exclude, timings)
+        first, timings = self._pick(_named(pools, decision.pool), lever, features, view,
+                                    exclude)
         if first is None:
             return None
         if decision.decode_pool is None:
-            return RoutePlan(decision, first, None, tuple(timings))
-        decode = self._pick(by_name[decision.decode_pool], lever, features, view, exclude,
-                            timings)
+            return RoutePlan(decision, first, None, timings)
+        decode, more = self._pick(_named(pools, decision.decode_pool), lever, features, view,
+                                  exclude)
         if decode is None:
             return None
-        return RoutePlan(decision, decode, first, tuple(timings))
+        return RoutePlan(decision, decode, first, timings + more)
 
     def _pick(self, pool: PoolSnapshot, lever: str, features: RequestFeatures,
-              view: StateView, exclude: frozenset[str],
-              timings: list[PluginTiming]) -> EndpointSnapshot | None:
+              view: StateView, exclude: frozenset[str]) -> Picked:
         lacking = pool.lacking.get(lever) if pool.lacking else None
         if lacking:
             exclude = exclude | lacking
         tiers = adapter_tiers(pool, features.model) if pool.adapter_names else None
         if tiers is None:
-            return self._schedule(pool, features, view, exclude, timings)
+            return self._schedule(pool, features, view, exclude)
         everyone = frozenset(ep.url for ep in pool.endpoints)
+        timings: tuple[PluginTiming, ...] = ()
         for tier in tiers:
-            chosen = self._schedule(pool, features, view, exclude | (everyone - tier), timings)
+            chosen, ran = self._schedule(pool, features, view, exclude | (everyone - tier))
+            timings += ran
             if chosen is not None:
-                return chosen
-        return None
+                return chosen, timings
+        return None, timings
 
     def _schedule(self, pool: PoolSnapshot, features: RequestFeatures, view: StateView,
-                  exclude: frozenset[str],
-                  timings: list[PluginTiming]) -> EndpointSnapshot | None:
-        result = self._schedulers[pool.name].schedule(
+                  exclude: frozenset[str]) -> Picked:
+        chosen, _, timings = self._schedulers[pool.name].run(
             SchedulingContext(features, pool, view, exclude))
-        timings.extend(result.timings)
-        return result.endpoint
+        return chosen, timings
+
+
+Picked = tuple[EndpointSnapshot | None, tuple[PluginTiming, ...]]
+"""A pool's replica (None: none could take the request) and the plugins that ran for it."""
+
+
+def _named(pools: tuple[PoolSnapshot, ...], name: str) -> PoolSnapshot:
+    """The pool called ``name`` (KeyError when none is): a scan, as fleets hold few pools."""
+    for pool in pools:
+        if pool.name == name:
+            return pool
+    raise KeyError(name)

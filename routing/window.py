@@ -79,20 +79,22 @@ def nearest_rank(sorted_values: list[int], q: float) -> float | None:
 class CountWindow:
     """The last ``size`` integer observations, with their running sum."""
 
-    __slots__ = ("_values", "_total")
+    __slots__ = ("_values", "_size", "_total")
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError("window size must be >= 1")
         self._values: deque[int] = deque(maxlen=size)
+        self._size = size
         self._total = 0
 
     def add(self, value: int) -> None:
         values = self._values
-        if len(values) == values.maxlen:
-            self._total -= values[0]
+        if len(values) == self._size:
+            self._total = self._total - values[0] + value  # the oldest leaves
+        else:
+            self._total += value
         values.append(value)
-        self._total += value
 
     def __len__(self) -> int:
         return len(self._values)

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from backends.fleet_file import Fleet, load_fleet
-from backends.kv_capacity import engine_kv_tokens
+from backends.kv_capacity import engine_cache_tokens
 from ridge_bench import capacity_doc, compare, fleets
 from ridge_bench.command import Options
 from ridge_bench.goodput import Slo
@@ -91,16 +91,9 @@ def extra_fleets(specs: Sequence[str]) -> dict[str, Path]:
 
 def fleet_capacity_tokens(fleet: Fleet) -> int:
     """KV tokens the whole fleet holds: device KV of every engine plus its host tier [tokens]
-    (:func:`backends.kv_capacity.engine_kv_tokens`; host bytes ÷ KV bytes per token)."""
-    total = 0
-    for pool in fleet.pools:
-        device = engine_kv_tokens(pool) or 0
-        host = 0
-        if pool.levers.host_kv_cache is not None and pool.model is not None:
-            per_token = pool.model.to_shape(pool.levers.kv_dtype_bytes).kv_bytes_per_token
-            host = int(pool.levers.host_kv_cache.size_bytes // per_token)
-        total += (device + host) * len(pool.endpoint_urls())
-    return total
+    (:func:`backends.kv_capacity.engine_cache_tokens`; 0 for an engine whose KV is unknown)."""
+    return sum((engine_cache_tokens(pool) or 0) * len(pool.endpoint_urls())
+               for pool in fleet.pools)
 
 
 def bounds(trace: Path, requests: int, fleet_files: Mapping[str, Path]

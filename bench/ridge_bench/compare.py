@@ -1,11 +1,13 @@
 """The router comparison: every router × every workload on the same simulated GPUs.
 
 ``python -m ridge_bench.compare [--workloads agent,rag,chat,mixed] [--routers ...] [--requests 400]
-[--duration 60] [--rate agent=12 ...] [--out DIR] [--doc docs/benchmarks/router.md]``
+[--duration 60] [--rate agent=12 ...] [--tokenizer MODEL_DIR [--kv-events]] [--out DIR]
+[--doc docs/benchmarks/router.md]``
 
 Each cell (router, workload), in order, with nothing shared between cells:
 
-1. render the router's fleet file on free 127.0.0.1 ports (:mod:`ridge_bench.fleets`);
+1. render the router's fleet file on free 127.0.0.1 ports (:mod:`ridge_bench.fleets`), with the
+   run's :class:`ridge_bench.fleets.Extras`;
 2. start the simulator (``python -m backends.sim --config F --speed S --seed N``) and wait for
    its ready line, then the router's gateway on a free 127.0.0.1 port: ``ridge serve --config
    F``, waited for until ``/ready`` answers (:func:`ridge_bench.procs.start_ridge`), or, for an
@@ -21,9 +23,17 @@ Each cell (router, workload), in order, with nothing shared between cells:
    used during the run, and the whole machine's; read the gateway's peak resident memory
    (``VmHWM`` of its process, MB = 2^20 B) and, for ridge, its routing indexes' estimated
    memory (the ``/metrics`` gauges of :data:`ridge_bench.compare_doc.INDEX_GAUGES`, bytes,
-   summed over labels);
+   summed over labels) and the KV-cache events it applied (``kv_events_applied``: the sum of
+   ``ridge_kv_events_total`` over endpoints, None when it follows no engine's events);
    stop the gateway, then the simulator (SIGTERM to each child's pid, then SIGKILL), whatever
    happened before.
+
+Every cell's fleet may be extended (:class:`ridge_bench.fleets.Extras`): ``--tokenizer MODEL_DIR``
+(a Hugging Face model folder) counts every served model's prompt tokens with that tokenizer, in
+the simulator and in ridge; ``--kv-events`` (only with ``--tokenizer``: the simulated engines'
+events carry token ids) makes every prefix-caching pool publish KV-cache events on free ports,
+which ridge follows. Both are in the results' ``meta`` (``tokenizer``: the folder's name,
+``kv_events``) and in the command line the doc prints.
 
 Routers: :data:`ridge_bench.fleets.ROUTERS`, plus ``--extra-router NAME=FLEET_FILE`` (ridge with
 the file's own routing) or ``--extra-router NAME=FLEET_FILE@sglang:POLICY`` (the SGLang router
@@ -97,6 +107,7 @@ class Matrix:
     template: Options
     out: Path
     command: str = ""
+    extras: fleets.Extras = fleets.Extras()
 
     @property
     def speed(self) -> float:
@@ -104,8 +115,10 @@ class Matrix:
         return self.template.speed
 
     def meta(self) -> dict[str, Any]:
-        return compare_doc.meta(self.template, self.rates, self.durations, self.speed,
-                                self.command)
+        """The settings every cell shared (:func:`ridge_bench.compare_doc.meta`) and the fleet
+        extras (:meth:`ridge_bench.fleets.Extras.meta`)."""
+        return {**compare_doc.meta(self.template, self.rates, self.durations, self.speed,
+                                   self.command), **self.extras.meta()}
 
 
 TIME_SETTINGS: Mapping[str, tuple[type[BaseModel], str]] = MappingProxyType({
@@ -219,16 +232,34 @@ def index_bytes(exposition: str) -> dict[str, float]:
     return out
 
 
-async def ridge_index_bytes(url: str) -> dict[str, float]:
-    """:func:`index_bytes` of ridge's ``GET /metrics`` at ``url`` (empty if it fails)."""
+KV_EVENTS_APPLIED = "ridge_kv_events_total"
+"""ridge's counter of KV-cache events applied, per endpoint (:mod:`gateway.engine_events`)."""
+
+
+def sample_sum(exposition: str, sample: str) -> float | None:
+    """The sum of every ``sample`` in a Prometheus text ``exposition`` over its label sets;
+    None when there is none."""
+    values = [s.value for family in text_string_to_metric_families(exposition)
+              for s in family.samples if s.name == sample]
+    return sum(values) if values else None
+
+
+async def ridge_metrics(url: str) -> str:
+    """ridge's ``GET /metrics`` at ``url`` (empty if it fails)."""
     timeout = aiohttp.ClientTimeout(total=10.0)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session, \
                 session.get(url + "/metrics") as resp:
-            body = await resp.text() if resp.status == 200 else ""
+            return await resp.text() if resp.status == 200 else ""
     except (aiohttp.ClientError, TimeoutError):
-        return {}
-    return index_bytes(body)
+        return ""
+
+
+def ridge_figures(exposition: str) -> dict[str, Any]:
+    """From ridge's ``/metrics``: its index gauges [B] (:func:`index_bytes`) and the KV-cache
+    events it applied (``kv_events_applied``, :data:`KV_EVENTS_APPLIED` summed)."""
+    return {**index_bytes(exposition),
+            "kv_events_applied": sample_sum(exposition, KV_EVENTS_APPLIED)}
 
 
 def sglang_gateway(policy: str) -> gateways.Gateway:
@@ -265,11 +296,11 @@ async def start_gateway(router: fleets.Router, workdir: Path, config: Path, opts
     return await start_sglang(policy, workdir, opts.fleet, opts.model)
 
 
-async def gateway_memory(gateway: Child) -> dict[str, Any]:
-    """The running gateway's peak RSS [MB] and, for ridge, its index gauges [B]."""
+async def gateway_figures(gateway: Child) -> dict[str, Any]:
+    """The running gateway's peak RSS [MB] and, for ridge, :func:`ridge_figures`."""
     out: dict[str, Any] = {"gateway_peak_rss_mb": peak_rss_mb(gateway.proc.pid)}
     if gateway.name == "ridge":
-        out.update(await ridge_index_bytes(gateway.url))
+        out.update(ridge_figures(await ridge_metrics(gateway.url)))
     return out
 
 
@@ -280,7 +311,7 @@ async def run_cell(matrix: Matrix, router_name: str, workload: str,
     workdir = matrix.out / f"{workload}-{router_name}"
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "fleet.yaml"
-    fleet = fleets.render(router, config, free_port)
+    fleet = fleets.render(router, config, free_port, matrix.extras)
     opts = replace(matrix.template, workload=workload, rate=matrix.rates[workload],
                    duration_s=matrix.durations[workload], fleet=fleet,
                    model=matrix.template.model or cell_model(router, fleet))
@@ -294,13 +325,13 @@ async def run_cell(matrix: Matrix, router_name: str, workload: str,
                                {"router": router_name, "fleet": router.fleet.name,
                                 "gateway": router.gateway})
         cpu = meter.end()
-        memory = await gateway_memory(gateway)
+        figures = await gateway_figures(gateway)
     finally:
         if gateway is not None:
             await gateway.stop()
         await sim.stop()
     print(text(report), flush=True)
-    return {**report_dict(report), "cpu": cpu, **memory,
+    return {**report_dict(report), "cpu": cpu, **figures,
             "saturated": saturated(cpu, report.client_cpu_s)}
 
 
@@ -367,12 +398,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-e2e", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--speed", type=float, default=1.0, help="simulated time speed-up")
+    p.add_argument("--tokenizer", metavar="MODEL_DIR",
+                   help="count every model's prompt tokens with this Hugging Face model "
+                        "folder's tokenizer (tokenizer.json, tokenizer_config.json), in the "
+                        "simulator and in ridge")
+    p.add_argument("--kv-events", action="store_true",
+                   help="every prefix-caching pool publishes KV-cache events, which ridge "
+                        "follows (needs --tokenizer)")
     p.add_argument("--out", default="bench-results/router", help="results directory")
     p.add_argument("--doc", help="rewrite the generated part of this markdown file")
     p.add_argument("--progress", action="store_true", help="progress bar per cell")
     p.add_argument("--from-results", metavar="RESULTS_JSON",
                    help="run nothing: rewrite --doc from a saved results.json")
     return p
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line, parsed; an argparse error (exit 2) for ``--kv-events`` without
+    ``--tokenizer`` or a ``--tokenizer`` folder without ``tokenizer.json``."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.kv_events and not args.tokenizer:
+        p.error("--kv-events needs --tokenizer: the simulated engines' KV-cache events carry "
+                "the model's token ids")
+    if args.tokenizer and not (Path(args.tokenizer) / "tokenizer.json").is_file():
+        p.error(f"--tokenizer {args.tokenizer}: no tokenizer.json in that folder")
+    return args
+
+
+def extras_of(args: argparse.Namespace) -> fleets.Extras:
+    """The fleet extras the command line asks for."""
+    tokenizer = Path(args.tokenizer).resolve() if args.tokenizer else None
+    return fleets.Extras(tokenizer, args.kv_events)
 
 
 def matrix_of(args: argparse.Namespace) -> Matrix:
@@ -399,7 +456,8 @@ def matrix_of(args: argparse.Namespace) -> Matrix:
     routers = {name: known[name] for name in names}
     rates = per_workload(args.rate, DEFAULT_RATES, "--rate")
     durations = per_workload(args.duration, dict.fromkeys(NAMES, 60.0), "--duration")
-    return Matrix(routers, workloads, rates, durations, template, Path(args.out))
+    return Matrix(routers, workloads, rates, durations, template, Path(args.out),
+                  extras=extras_of(args))
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -409,7 +467,7 @@ def command_line(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
+    args = parse_args(argv)
     if args.from_results:
         if not args.doc:
             raise SystemExit("--from-results needs --doc")

@@ -246,16 +246,29 @@ def steps_table(cells: Sequence[Cell]) -> str:
 
 
 LOCAL_FLAGS = ("--out", "--doc", "--from-results")
+FOLDER_FLAGS = ("--tokenizer",)
+"""Flags whose value is a local folder that matters to the results: printed with the folder's
+name only."""
 
 
 def portable(command: str) -> str:
-    """``command`` without the flags that only name local files (``--out``, ``--doc``)."""
-    words, out, skip = shlex.split(command), [], False
+    """``command`` without the flags that only name local files (``--out``, ``--doc``), and
+    with only the last name of a :data:`FOLDER_FLAGS` folder."""
+    words, out, skip, shorten = shlex.split(command), [], False, False
     for word in words:
         if skip:
             skip = False
+        elif shorten:
+            out.append(Path(word).name)
+            shorten = False
         elif word in LOCAL_FLAGS:
             skip = True
+        elif word in FOLDER_FLAGS:
+            out.append(word)
+            shorten = True
+        elif word.startswith(tuple(f"{f}=" for f in FOLDER_FLAGS)):
+            flag, _, folder = word.partition("=")
+            out.append(f"{flag}={Path(folder).name}")
         elif not word.startswith(tuple(f"{f}=" for f in LOCAL_FLAGS)):
             out.append(word)
     return shlex.join(out)
@@ -270,7 +283,18 @@ def _settings(m: Mapping[str, Any]) -> str:
             f"TTFT ≤ {slo['ttft_s']:g} s, TPOT ≤ {slo['tpot_s'] * 1000:g} ms, e2e ≤ "
             f"{slo['e2e_s']:g} s; seed {m['seed']}; simulated speed {m['speed']:g}; "
             f"rates [req/s]: {rates} (mixed, chat_ramp: the heaviest of {m['steps']} steps). "
-            f"Machine: {m['cpus']} CPUs ({m['machine']}), Python {m['python']}.")
+            f"{_extras(m)}Machine: {m['cpus']} CPUs ({m['machine']}), Python {m['python']}.")
+
+
+def _extras(m: Mapping[str, Any]) -> str:
+    """How the cells' fleets counted prompt tokens and whether their engines published
+    KV-cache events (results saved before those settings existed say nothing)."""
+    if "tokenizer" not in m:
+        return ""
+    tokens = (f"the {m['tokenizer']} tokenizer" if m["tokenizer"]
+              else "the fleet file's tokenizers, else an estimate")
+    events = "on" if m.get("kv_events") else "off"
+    return f"Prompt tokens: {tokens}; KV-cache events: {events}. "
 
 
 SECTIONS: tuple[tuple[str, Callable[[Sequence[Cell]], str]], ...] = (

@@ -28,6 +28,18 @@ More routers (fleet variants for experiments) come from :func:`custom_router`, w
 :func:`render` writes a cell's fleet file: the router's file with every endpoint moved to a free
 127.0.0.1 port (so cells never collide with each other or anything else on the machine) and
 the scheduler set, validated by :func:`backends.fleet_file.parse_fleet` before it is written.
+Every port it hands out in one fleet is distinct (:func:`distinct`).
+
+:class:`Extras` adds to every cell's fleet, whatever its router:
+
+- ``tokenizer``: a Hugging Face model folder (``tokenizer.json``, ``tokenizer_config.json``)
+  declared, required, for every model the fleet serves under ``routing.features.tokenizers``
+  (:func:`with_tokenizer`), so the simulator and ridge count exact prompt tokens;
+- ``kv_events``: every pool whose engines publish KV-cache events (a vLLM or SGLang pool with
+  prefix caching, :func:`publishes_kv_events`) gets ``kv_events`` on free ports
+  (:func:`with_kv_events`): one publish and one replay address per endpoint, since every
+  endpoint of a cell shares the host 127.0.0.1. The simulator publishes them only with the
+  model's tokenizer (the events carry token ids), so ``kv_events`` goes with ``tokenizer``.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from backends.fleet_file import Fleet, parse_fleet
+from backends.fleet_file import KV_EVENT_ENGINES, Fleet, parse_fleet
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root
 HOMOGENEOUS = ROOT / "deploy" / "bench" / "homogeneous.yaml"
@@ -141,10 +153,90 @@ def with_scheduler(raw: Mapping[str, Any], scheduler: Mapping[str, Any] | None
     return out
 
 
-def render(router: Router, path: Path, ports: Callable[[], int]) -> Fleet:
-    """Write ``router``'s fleet, on fresh ports, to ``path``; returns it parsed."""
+@dataclass(frozen=True)
+class Extras:
+    """What every cell's fleet gets on top of its router's file (module doc): ``tokenizer``,
+    the model folder every served model's prompt tokens are counted with (None: the file's
+    own tokenizers, if any), and ``kv_events``: the prefix-caching pools publish KV-cache
+    events (needs ``tokenizer``)."""
+
+    tokenizer: Path | None = None
+    kv_events: bool = False
+
+    def meta(self) -> dict[str, Any]:
+        """The extras as results metadata: the tokenizer's folder name (None without one)
+        and whether KV-cache events were on."""
+        name = None if self.tokenizer is None else self.tokenizer.resolve().name
+        return {"tokenizer": name, "kv_events": self.kv_events}
+
+
+def distinct(ports: Callable[[], int], tries: int = 100) -> Callable[[], int]:
+    """``ports`` never giving the same port twice: a repeat is skipped (RuntimeError after
+    ``tries`` repeats in a row)."""
+    given: set[int] = set()
+
+    def next_port() -> int:
+        for _ in range(tries):
+            port = ports()
+            if port not in given:
+                given.add(port)
+                return port
+        raise RuntimeError(f"no new port after {tries} tries")
+
+    return next_port
+
+
+def with_tokenizer(raw: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
+    """A copy with ``folder`` (made absolute) as the required tokenizer of every model any
+    pool serves, merged into ``routing.features.tokenizers`` (None: unchanged)."""
+    out = copy.deepcopy(dict(raw))
+    if folder is None:
+        return out
+    entry = {"path": str(folder.resolve()), "required": True}
+    features = out.setdefault("routing", {}).setdefault("features", {})
+    tokenizers = features.setdefault("tokenizers", {})
+    for pool in out["pools"]:
+        for model in pool["models"]:
+            tokenizers[model] = dict(entry)
+    return out
+
+
+def publishes_kv_events(pool: Mapping[str, Any]) -> bool:
+    """Whether a raw pool's engines can publish KV-cache events: an engine whose events ridge
+    reads (:data:`backends.fleet_file.KV_EVENT_ENGINES`) with prefix caching on."""
+    engines = {e.value for e in KV_EVENT_ENGINES}
+    levers = pool.get("levers") or {}
+    return pool.get("engine") in engines and bool(levers.get("prefix_caching", False))
+
+
+def with_kv_events(raw: Mapping[str, Any], ports: Callable[[], int]) -> dict[str, Any]:
+    """A copy where every pool that :func:`publishes_kv_events` has ``kv_events`` with a
+    publish and a replay address ``tcp://127.0.0.1:<ports()>`` per endpoint (the pool's
+    ``port`` and ``replay_port`` are its first endpoint's)."""
+    out = copy.deepcopy(dict(raw))
+    for pool in out["pools"]:
+        if not publishes_kv_events(pool):
+            continue
+        publish = [ports() for _ in pool["endpoints"]]
+        replay = [ports() for _ in pool["endpoints"]]
+        pool["kv_events"] = {
+            "port": publish[0], "replay_port": replay[0],
+            "addresses": [f"tcp://127.0.0.1:{p}" for p in publish],
+            "replay_addresses": [f"tcp://127.0.0.1:{p}" for p in replay],
+        }
+    return out
+
+
+def render(router: Router, path: Path, ports: Callable[[], int], extras: Extras = Extras()
+           ) -> Fleet:
+    """Write ``router``'s fleet with ``extras``, on fresh distinct ports, to ``path``; returns
+    it parsed."""
+    fresh = distinct(ports)
     raw = yaml.safe_load(router.fleet.read_text())
-    body = with_scheduler(with_ports(raw, ports), router.scheduler)
+    body = with_scheduler(with_ports(raw, fresh), router.scheduler)
+    body = with_tokenizer(body, extras.tokenizer)
+    if extras.kv_events:
+        body = with_kv_events(body, fresh)
     fleet = parse_fleet(body, source=f"{router.fleet.name} ({router.name})")
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return fleet

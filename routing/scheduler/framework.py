@@ -119,6 +119,10 @@ class ScheduleResult:
     timings: tuple[PluginTiming, ...] = ()
 
 
+Run = tuple[EndpointSnapshot | None, dict[str, float], tuple[PluginTiming, ...]]
+"""A :class:`ScheduleResult`'s fields, in order: the pick, the totals, the timings."""
+
+
 def clamp(score: float) -> float:
     """``score`` clamped to [0, 1]; NaN counts 0."""
     if math.isnan(score):
@@ -133,7 +137,8 @@ def top(candidates: Sequence[EndpointSnapshot], totals: Mapping[str, float],
     if not candidates:
         return []
     best = max(totals.values())
-    floor = best - max(rel_tol * abs(best), 1e-12)
+    margin = rel_tol * abs(best)
+    floor = best - (1e-12 if margin < 1e-12 else margin)  # max(margin, 1e-12), inline
     return [ep for ep in candidates if totals[ep.url] >= floor]
 
 
@@ -168,22 +173,42 @@ class Scheduler:
                 self._picker[0])
 
     def schedule(self, ctx: SchedulingContext) -> ScheduleResult:
-        timed = self._calls % self._every == 0
-        self._calls += 1
-        timings: list[PluginTiming] | None = [] if timed else None
+        return ScheduleResult(*self.run(ctx))
+
+    def run(self, ctx: SchedulingContext) -> Run:
+        """:meth:`schedule`'s pick, totals and timings as a plain tuple (the router's call: it
+        needs no result object)."""
+        calls = self._calls
+        self._calls = calls + 1
+        if calls % self._every == 0:
+            return self._timed(ctx)
+        candidates: Sequence[EndpointSnapshot] = ctx.pool.endpoints
+        if ctx.exclude:
+            candidates = tuple(ep for ep in candidates if ep.url not in ctx.exclude)
+        for _, plugin in self._filters:
+            if not candidates:
+                break
+            candidates = plugin.filter(ctx, candidates)
+        if not candidates:
+            return None, {}, ()
+        totals = self._totals(ctx, candidates)
+        return self._picker[1].pick(ctx, candidates, totals), totals, ()
+
+    def _timed(self, ctx: SchedulingContext) -> Run:
+        """:meth:`run` with every plugin call timed."""
+        timings: list[PluginTiming] = []
         candidates = self._filter(ctx, timings)
         if not candidates:
-            return ScheduleResult(None, {}, tuple(timings or ()))
+            return None, {}, tuple(timings)
         totals = self._score(ctx, candidates, timings)
         name, picker = self._picker
-        start = self._clock() if timings is not None else 0
+        start = self._clock()
         chosen = picker.pick(ctx, candidates, totals)
-        if timings is not None:
-            timings.append(PluginTiming(PICKER, name, self._clock() - start))
-        return ScheduleResult(chosen, totals, tuple(timings or ()))
+        timings.append(PluginTiming(PICKER, name, self._clock() - start))
+        return chosen, totals, tuple(timings)
 
     def _filter(self, ctx: SchedulingContext,
-                timings: list[PluginTiming] | None) -> Sequence[EndpointSnapshot]:
+                timings: list[PluginTiming]) -> Sequence[EndpointSnapshot]:
         candidates: Sequence[EndpointSnapshot] = ctx.pool.endpoints
         if ctx.exclude:
             candidates = tuple(ep for ep in candidates if ep.url not in ctx.exclude)
@@ -191,11 +216,22 @@ class Scheduler:
         for name, plugin in self._filters:
             if not candidates:
                 break
-            start = clock() if timings is not None else 0
+            start = clock()
             candidates = plugin.filter(ctx, candidates)
-            if timings is not None:
-                timings.append(PluginTiming(FILTER, name, clock() - start))
+            timings.append(PluginTiming(FILTER, name, clock() - start))
         return candidates
+
+    def _totals(self, ctx: SchedulingContext,
+                candidates: Sequence[EndpointSnapshot]) -> dict[str, float]:
+        """:meth:`_score` untimed; one scorer (the default configuration) in one pass."""
+        if len(self._scorers) != 1:
+            return self._score(ctx, candidates, None)
+        _, plugin, weight = self._scorers[0]
+        get = plugin.score(ctx, candidates).get
+        # 0.0 + weight × clamp(score), as :meth:`_score` sums it (clamp inline, as there)
+        return {ep.url: 0.0 + weight * (s if 0.0 <= (s := get(ep.url, 0.0)) <= 1.0
+                                        else 1.0 if s > 1.0 else 0.0)
+                for ep in candidates}
 
     def _score(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
                timings: list[PluginTiming] | None) -> dict[str, float]:

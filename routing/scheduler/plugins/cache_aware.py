@@ -48,5 +48,8 @@ class CacheAware:
     def score(self, ctx: SchedulingContext,
               candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
         costs = cache_costs(candidates, ctx.features, ctx.view)
-        cheapest = min(costs.values(), default=1.0)
-        return {url: cheapest / c for url, c in costs.items()}
+        if costs:
+            cheapest = min(costs.values())
+            for url, c in costs.items():
+                costs[url] = cheapest / c  # in place: the costs are this call's own
+        return costs

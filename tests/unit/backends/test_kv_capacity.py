@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from backends.fleet_file import parse_fleet
-from backends.kv_capacity import engine_kv_tokens
+from backends.kv_capacity import engine_cache_tokens, engine_kv_tokens, host_tier_tokens
 
 
 def pool(**over: Any) -> Any:
@@ -33,3 +33,16 @@ def test_given_kv_bytes_win_and_unknowns_are_none() -> None:
     unknown = {"name": "my-box", "peak_flops": 1e12, "mem_bandwidth": 1e11}
     assert engine_kv_tokens(pool(hardware=unknown)) is None
     assert engine_kv_tokens(pool(model=None, hardware=None)) is None
+
+
+def test_a_host_tier_adds_its_tokens_to_the_engines_cache() -> None:
+    # 128e9 B of host memory at 131,072 B per token (fp16 Llama-3-8B)
+    tiered = pool(levers={"prefix_caching": True, "host_kv_cache": {"size_gb": 128}})
+    assert host_tier_tokens(tiered) == int(128e9 // 131_072) == 976_562
+    assert engine_cache_tokens(tiered) == 426_788 + 976_562
+    # fp8 KV: the host copies are fp8 too, twice the tokens
+    fp8 = pool(levers={"prefix_caching": True, "kv_cache_dtype": "fp8",
+                       "host_kv_cache": {"size_gb": 128}})
+    assert host_tier_tokens(fp8) == int(128e9 // 65_536)
+    assert host_tier_tokens(pool()) == 0 and engine_cache_tokens(pool()) == 426_788
+    assert engine_cache_tokens(pool(model=None, hardware=None)) is None

@@ -155,3 +155,12 @@ def test_the_prefix_index_remembers_what_the_fleets_engines_can_hold() -> None:
     # an engine of unknown capacity (no catalogue accelerator, no kv_cache_bytes): the fallback
     real = load_fleet(ROOT / "gateway" / "demo" / "demo-real-fleet.yaml")
     assert prefix_index_entries(StateSettings(), real) == FALLBACK_PREFIX_ENTRIES
+
+
+def test_the_prefix_index_remembers_the_host_tier_too() -> None:
+    from gateway.app import prefix_index_entries
+    from gateway.settings import StateSettings
+
+    # 8 engines of 207,061 device tokens and 976,562 in a 128 GB host tier, 16-token blocks
+    host = load_fleet(ROOT / "deploy" / "bench" / "capacity-host.yaml")
+    assert prefix_index_entries(StateSettings(), host) == 2 * 8 * -(-(207_061 + 976_562) // 16)

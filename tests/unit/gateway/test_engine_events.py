@@ -13,11 +13,11 @@ import zmq.asyncio
 from prometheus_client import CollectorRegistry
 
 from backends.fleet_file import Fleet, parse_fleet
+from backends.kv_capacity import host_tier_tokens
 from gateway.engine_events import (
     FALLBACK_BLOCKS,
     EngineEvents,
     KvEventGauges,
-    host_tier_tokens,
     index_blocks,
     reload_ratio,
     with_engine_events,

@@ -100,3 +100,42 @@ def test_ridge_time_settings_follow_the_simulators_speed() -> None:
     for var in env:
         section, name = var.removeprefix("RIDGE_").lower().split("__")
         assert hasattr(getattr(settings, section), name), var
+
+
+def test_kv_events_without_a_tokenizer_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        compare.parse_args(["--kv-events"])
+    assert exc.value.code == 2
+    assert "--kv-events needs --tokenizer" in capsys.readouterr().err
+
+
+def test_the_tokenizer_folder_must_hold_a_tokenizer(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--tokenizer", str(tmp_path)])
+    assert "no tokenizer.json" in capsys.readouterr().err
+
+
+def test_the_switches_reach_every_cell_fleet_and_the_results_meta(tmp_path: Path) -> None:
+    folder = tmp_path / "smol"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    args = compare.parse_args(["--tokenizer", str(folder), "--kv-events"])
+    matrix = compare.matrix_of(args)
+    assert matrix.extras == fleets.Extras(folder.resolve(), kv_events=True)
+    meta = matrix.meta()
+    assert (meta["tokenizer"], meta["kv_events"]) == ("smol", True)
+    plain = compare.matrix_of(compare.parse_args([])).meta()
+    assert (plain["tokenizer"], plain["kv_events"]) == (None, False)
+
+
+def test_the_kv_events_ridge_applied_are_summed_over_endpoints() -> None:
+    counters = METRICS + """# HELP ridge_kv_events_total events applied
+# TYPE ridge_kv_events_total counter
+ridge_kv_events_total{pool="a",endpoint="0"} 7.0
+ridge_kv_events_total{pool="a",endpoint="1"} 5.0
+"""
+    figures = compare.ridge_figures(counters)
+    assert figures["kv_events_applied"] == 12.0
+    assert figures["ridge_prefix_index_bytes"] == 4096.0
+    assert compare.ridge_figures(METRICS)["kv_events_applied"] is None

@@ -128,3 +128,22 @@ def test_the_detail_table_shows_the_gateways_cpu_and_memory_when_measured() -> N
     assert rows == [["10/20/10", "-"], ["10/20/10", "120 (index 1.5 MB)"], ["10/30/10", "30"]]
     small = {**ridge, "ridge_prefix_index_bytes": 10000, "ridge_kv_event_index_bytes": None}
     assert "| 120 (index 10 kB) |" in detail_table([small])
+
+
+def test_the_printed_command_keeps_the_tokenizer_by_its_folder_name() -> None:
+    cmd = "python -m ridge_bench.compare --tokenizer /a/b/smollm2-135m --kv-events --out /x"
+    assert portable(cmd) == "python -m ridge_bench.compare --tokenizer smollm2-135m --kv-events"
+    assert portable("python -m ridge_bench.compare --tokenizer=/a/smol") == \
+        "python -m ridge_bench.compare --tokenizer=smol"
+
+
+def test_the_settings_say_how_prompt_tokens_were_counted_and_whether_events_were_on() -> None:
+    meta = {"command": "x", "requests": 1, "durations_s": {"agent": 1}, "steps": 3,
+            "seed": 0, "speed": 1, "slo": {"ttft_s": 2, "tpot_s": 0.1, "e2e_s": 30},
+            "rates": {"agent": 6}, "cpus": 2, "machine": "x86_64", "python": "3.11"}
+    cells = [cell("agent", "ridge", 1.0)]
+    assert "KV-cache events" not in markdown(cells, meta)  # results saved before the switches
+    on = markdown(cells, {**meta, "tokenizer": "smollm2-135m", "kv_events": True})
+    assert "Prompt tokens: the smollm2-135m tokenizer; KV-cache events: on." in on
+    off = markdown(cells, {**meta, "tokenizer": None, "kv_events": False})
+    assert "KV-cache events: off." in off

@@ -1,4 +1,5 @@
-"""The comparison's fleets: fair (same GPUs and replica count), routable, rendered on free ports."""
+"""The comparison's fleets: fair (same GPUs and replica count), routable, rendered on free ports,
+with the tokenizer and KV-cache events when asked."""
 
 from __future__ import annotations
 
@@ -7,16 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from backends.fleet_file import load_fleet
+from backends.fleet_file import Fleet, address_port, load_fleet
 from ridge_bench.fleets import (
     HOMOGENEOUS,
     LEVERS,
     LEVERS_SGLANG,
     RIDGE,
     ROUTERS,
+    Extras,
     custom_router,
+    distinct,
     parse_gateway,
+    publishes_kv_events,
     render,
+    with_tokenizer,
 )
 
 
@@ -107,3 +112,68 @@ def test_parse_gateway() -> None:
     for bad in ("sglang", "vllm", "sglang:manual"):
         with pytest.raises(ValueError, match="expected ridge"):
             parse_gateway(bad)
+
+
+def _event_ports(fleet: Fleet) -> list[int]:
+    return [address_port(a) for p in fleet.pools for s in p.kv_event_sources().values()
+            for a in (s.publish, s.replay) if a is not None]
+
+
+@pytest.mark.parametrize("name", list(ROUTERS))
+def test_both_extras_give_every_model_the_tokenizer_and_every_prefix_pool_events(
+        name: str, tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    fleet = render(ROUTERS[name], tmp_path / "f.yaml", itertools.count(40000).__next__,
+                   Extras(folder, kv_events=True))
+    assert load_fleet(tmp_path / "f.yaml") == fleet
+    served = {m for p in fleet.pools for m in p.models}
+    tokenizers = fleet.routing.features.tokenizers
+    assert set(tokenizers) == served
+    assert all(t.path == str(folder.resolve()) and t.required for t in tokenizers.values())
+    assert [p.kv_events is not None for p in fleet.pools] == \
+        [p.levers.prefix_caching for p in fleet.pools]
+    assert any(p.kv_events is not None for p in fleet.pools)
+    http = [int(u.rsplit(":", 1)[1]) for p in fleet.pools for u in p.endpoint_urls()]
+    events = _event_ports(fleet)
+    assert len(events) == 2 * sum(len(p.endpoints) for p in fleet.pools if p.kv_events)
+    assert len(set(http + events)) == len(http) + len(events)
+
+
+def test_without_extras_the_fleet_has_no_tokenizers_and_no_events(tmp_path: Path) -> None:
+    fleet = render(ROUTERS["ridge"], tmp_path / "f.yaml", itertools.count(40000).__next__)
+    assert fleet.routing.features.tokenizers == {}
+    assert all(p.kv_events is None for p in fleet.pools)
+
+
+def test_the_tokenizer_alone_adds_no_events(tmp_path: Path) -> None:
+    fleet = render(ROUTERS["ridge_sglang"], tmp_path / "f.yaml",
+                   itertools.count(40000).__next__, Extras(tmp_path))
+    assert set(fleet.routing.features.tokenizers) == {"llama-3-8b"}
+    assert all(p.kv_events is None for p in fleet.pools)
+
+
+def test_the_tokenizer_merges_into_the_files_own_features(tmp_path: Path) -> None:
+    raw = {"routing": {"features": {"block_tokens": 32}},
+           "pools": [{"name": "a", "engine": "vllm", "models": ["m", "n"],
+                      "endpoints": ["http://127.0.0.1:1"]}]}
+    body = with_tokenizer(raw, Path("rel"))
+    features = body["routing"]["features"]
+    assert features["block_tokens"] == 32
+    assert features["tokenizers"] == {m: {"path": str(Path("rel").resolve()), "required": True}
+                                      for m in ("m", "n")}
+    assert "routing" not in with_tokenizer({"pools": []}, None)
+
+
+def test_only_pools_with_prefix_caching_publish_events() -> None:
+    assert publishes_kv_events({"engine": "sglang", "levers": {"prefix_caching": True}})
+    assert not publishes_kv_events({"engine": "vllm", "levers": {"speculative": {}}})
+    assert not publishes_kv_events({"engine": "vllm"})
+
+
+def test_distinct_ports_skip_repeats() -> None:
+    ports = distinct(iter([5, 5, 6, 5, 7]).__next__)
+    assert [ports(), ports(), ports()] == [5, 6, 7]
+    with pytest.raises(RuntimeError, match="no new port"):
+        stuck = distinct(lambda: 1, tries=3)
+        stuck()
+        stuck()
