@@ -237,13 +237,11 @@ class MemoryState:
         counts = in_flight.counts()
         get = counts.get
         endpoints = ask.endpoints
-        prefix = self._prefix
-        return StateView(  # matched blocks, load, prefix share, session endpoint, ...
-            prefix.match(ask.block_hashes, endpoints),
+        return StateView(  # matched blocks, load, prefix share, session endpoint
+            self._prefix.match(ask.block_hashes, endpoints),
             {url: c for url in endpoints if (c := get(url)) is not None} if counts else {},
             self._windows.prefix_share(ask.model),
             self._sessions.get(ask.session, now) if ask.session else None,
-            footprint=prefix.footprint,
         )
 
     async def read(self, ask: Ask) -> StateView:

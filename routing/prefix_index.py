@@ -33,9 +33,6 @@ hash itself is the key, so a look-up builds no key object.
   endpoint already had, so the held set stays a prefix). O(blocks).
 - ``forget_endpoint(url)`` drops the endpoint's entries in O(1); if the URL comes back it
   starts empty (an engine that restarted has an empty cache).
-- ``footprint(endpoint)``: the entries held for the endpoint, both generations: how much
-  prompt text was recently sent there, the least-recently-used slice of it dropped with the
-  generations. O(1).
 - ``held_blocks()``: per endpoint, the distinct blocks it holds that count as cached (recorded
   within ``max_age_s``), for the telemetry's working set. O(entries), at C speed: a scrape's
   work, never the request path's.
@@ -205,13 +202,6 @@ class PrefixIndex:
         gens = self._maps.pop(url, None)
         if gens is not None:
             self._current -= len(gens.current)
-
-    def footprint(self, endpoint: str) -> int:
-        """The entries held for ``endpoint``, both generations, stale ones included: how much
-        prompt text was recently sent there [blocks] (a block in both generations counts
-        twice). O(1)."""
-        gens = self._maps.get(endpoint)
-        return 0 if gens is None else len(gens)
 
     def held_blocks(self) -> dict[str, int]:
         """Per endpoint, the distinct blocks it holds recorded within ``max_age_s`` (endpoints

@@ -46,10 +46,7 @@ class StateView:
     approximate index's guess from what was sent there. ``reload_tokens``: per endpoint whose
     match reaches into its host KV tier (known from its events), what reloading those blocks
     costs, in prompt tokens recomputed [tokens] (``KvEventIndex.match_tiers``; None: no such
-    match, and no dictionary made for every view). ``footprint``: per endpoint URL, how many
-    prompt blocks the prefix index recently recorded there (:meth:`PrefixIndex.footprint`,
-    read when called, so a view that never asks costs nothing; None: the state keeps no such
-    count).
+    match, and no dictionary made for every view).
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
@@ -58,7 +55,6 @@ class StateView:
     session_endpoint: str | None = None
     exact_endpoints: frozenset[str] = frozenset()
     reload_tokens: Mapping[str, float] | None = None
-    footprint: Callable[[str], int] | None = None
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)

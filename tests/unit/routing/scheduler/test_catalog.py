@@ -47,8 +47,7 @@ def test_unknown_name_message_lists_the_known_ones() -> None:
 
 def test_catalog_names() -> None:
     assert set(FILTERS) == {"adapter_affinity", "healthy", "not_saturated"}
-    assert set(SCORERS) == {"cache_aware", "footprint", "least_load", "prefix_match",
-                            "session_affinity"}
+    assert set(SCORERS) == {"cache_aware", "least_load", "prefix_match", "session_affinity"}
     assert set(PICKERS) == {"max_score", "random_top", "round_robin"}
     with pytest.raises(TypeError):
         cast(Any, SCORERS)["x"] = SCORERS["least_load"]  # read-only table
