@@ -43,6 +43,7 @@ from gateway.kv_events import KvEventCounters, KvEventSubscribers, wanted_source
 from routing.event_state import EventState
 from routing.fleet_math import host_reload_ratio
 from routing.kv_event_index import BYTES_PER_BLOCK, BYTES_PER_PAGE, KvEventIndex
+from routing.prefix_index import entries_to_remember
 from routing.snapshots import PoolSnapshot
 from routing.state import RouterState
 
@@ -58,18 +59,14 @@ def event_pools(fleet: Fleet) -> list[Pool]:
 
 
 def index_blocks(fleet: Fleet, block_tokens: int) -> int:
-    """The index's cap [router blocks]: 2 × Σ ⌈KV tokens ÷ block_tokens⌉ over the endpoints of
-    the ``kv_events`` pools (device and host tier), or :data:`FALLBACK_BLOCKS` when one's
-    capacity is unknown."""
-    total = 0
-    for pool in event_pools(fleet):
-        tokens = engine_cache_tokens(pool)
-        if tokens is None:
-            return FALLBACK_BLOCKS
-        total += len(pool.endpoints) * -(-tokens // block_tokens)
-    return max(1, 2 * total)
-
-
+    """The index's cap [router blocks]: :func:`~routing.prefix_index.entries_to_remember`, 2 ×
+    Σ ⌈KV tokens ÷ block_tokens⌉, over the endpoints of the ``kv_events`` pools (device and host
+    tier), or :data:`FALLBACK_BLOCKS` when one's capacity is unknown."""
+    tokens = [engine_cache_tokens(pool) for pool in event_pools(fleet) for _ in pool.endpoints]
+    known = [t for t in tokens if t is not None]
+    if len(known) < len(tokens):
+        return FALLBACK_BLOCKS
+    return max(1, entries_to_remember(known, block_tokens))
 
 
 def reload_ratio(pool: Pool) -> float:

@@ -222,26 +222,25 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def sample_sums(exposition: str, names: Sequence[str]) -> dict[str, float]:
+    """Each sample of ``names`` present in a Prometheus text ``exposition``, summed over its
+    label sets (one parse)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name in names:
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
 def index_bytes(exposition: str) -> dict[str, float]:
     """Each gauge of :data:`ridge_bench.compare_doc.INDEX_GAUGES` present in a Prometheus text
     ``exposition``, summed over its label sets [B]."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(exposition):
-        if family.name in compare_doc.INDEX_GAUGES:
-            out[family.name] = sum(s.value for s in family.samples if s.name == family.name)
-    return out
+    return sample_sums(exposition, compare_doc.INDEX_GAUGES)
 
 
 KV_EVENTS_APPLIED = "ridge_kv_events_total"
 """ridge's counter of KV-cache events applied, per endpoint (:mod:`gateway.engine_events`)."""
-
-
-def sample_sum(exposition: str, sample: str) -> float | None:
-    """The sum of every ``sample`` in a Prometheus text ``exposition`` over its label sets;
-    None when there is none."""
-    values = [s.value for family in text_string_to_metric_families(exposition)
-              for s in family.samples if s.name == sample]
-    return sum(values) if values else None
 
 
 async def ridge_metrics(url: str) -> str:
@@ -256,10 +255,11 @@ async def ridge_metrics(url: str) -> str:
 
 
 def ridge_figures(exposition: str) -> dict[str, Any]:
-    """From ridge's ``/metrics``: its index gauges [B] (:func:`index_bytes`) and the KV-cache
+    """From ridge's ``/metrics``: its index gauges [B] (as :func:`index_bytes`) and the KV-cache
     events it applied (``kv_events_applied``, :data:`KV_EVENTS_APPLIED` summed)."""
-    return {**index_bytes(exposition),
-            "kv_events_applied": sample_sum(exposition, KV_EVENTS_APPLIED)}
+    sums = sample_sums(exposition, (*compare_doc.INDEX_GAUGES, KV_EVENTS_APPLIED))
+    applied = sums.pop(KV_EVENTS_APPLIED, None)
+    return {**sums, "kv_events_applied": applied}
 
 
 def sglang_gateway(policy: str) -> gateways.Gateway:
