@@ -242,6 +242,12 @@ def index_bytes(exposition: str) -> dict[str, float]:
 KV_EVENTS_APPLIED = "ridge_kv_events_total"
 """ridge's counter of KV-cache events applied, per endpoint (:mod:`gateway.engine_events`)."""
 
+PREDICTION_COUNTERS = {"prefix_predicted_tokens": "ridge_prefix_predicted_tokens_total",
+                       "prefix_lost_tokens": "ridge_prefix_lost_tokens_total"}
+"""A cell's figure → ridge's counter, summed over pools: the prompt tokens its index predicted
+cached on the endpoint it chose, and of those the tokens the engine recomputed
+(:mod:`gateway.telemetry`)."""
+
 
 async def ridge_metrics(url: str) -> str:
     """ridge's ``GET /metrics`` at ``url`` (empty if it fails)."""
@@ -256,10 +262,13 @@ async def ridge_metrics(url: str) -> str:
 
 def ridge_figures(exposition: str) -> dict[str, Any]:
     """From ridge's ``/metrics``: its index gauges [B] (as :func:`index_bytes`) and the KV-cache
-    events it applied (``kv_events_applied``, :data:`KV_EVENTS_APPLIED` summed)."""
-    sums = sample_sums(exposition, (*compare_doc.INDEX_GAUGES, KV_EVENTS_APPLIED))
+    events it applied (``kv_events_applied``, :data:`KV_EVENTS_APPLIED` summed) and its
+    predicted and lost prefix tokens (:data:`PREDICTION_COUNTERS`; None when absent)."""
+    sums = sample_sums(exposition, (*compare_doc.INDEX_GAUGES, KV_EVENTS_APPLIED,
+                                    *PREDICTION_COUNTERS.values()))
     applied = sums.pop(KV_EVENTS_APPLIED, None)
-    return {**sums, "kv_events_applied": applied}
+    predicted = {key: sums.pop(name, None) for key, name in PREDICTION_COUNTERS.items()}
+    return {**sums, "kv_events_applied": applied, **predicted}
 
 
 def sglang_gateway(policy: str) -> gateways.Gateway:

@@ -139,3 +139,17 @@ ridge_kv_events_total{pool="a",endpoint="1"} 5.0
     assert figures["kv_events_applied"] == 12.0
     assert figures["ridge_prefix_index_bytes"] == 4096.0
     assert compare.ridge_figures(METRICS)["kv_events_applied"] is None
+
+
+def test_predicted_and_lost_prefix_tokens_are_summed_over_pools() -> None:
+    counters = METRICS + """# HELP ridge_prefix_predicted_tokens predicted
+# TYPE ridge_prefix_predicted_tokens counter
+ridge_prefix_predicted_tokens_total{pool="a"} 300.0
+ridge_prefix_predicted_tokens_total{pool="b"} 100.0
+# HELP ridge_prefix_lost_tokens lost
+# TYPE ridge_prefix_lost_tokens counter
+ridge_prefix_lost_tokens_total{pool="a"} 40.0
+"""
+    figures = compare.ridge_figures(counters)
+    assert (figures["prefix_predicted_tokens"], figures["prefix_lost_tokens"]) == (400.0, 40.0)
+    assert compare.ridge_figures(METRICS)["prefix_lost_tokens"] is None
