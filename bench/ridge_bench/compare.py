@@ -242,8 +242,9 @@ def index_bytes(exposition: str) -> dict[str, float]:
 KV_EVENTS_APPLIED = "ridge_kv_events_total"
 """ridge's counter of KV-cache events applied, per endpoint (:mod:`gateway.engine_events`)."""
 
-PREDICTION_COUNTERS = {"prefix_predicted_tokens": "ridge_prefix_predicted_tokens_total",
-                       "prefix_lost_tokens": "ridge_prefix_lost_tokens_total"}
+PREDICTION_COUNTERS: Mapping[str, str] = MappingProxyType({
+    "prefix_predicted_tokens": "ridge_prefix_predicted_tokens_total",
+    "prefix_lost_tokens": "ridge_prefix_lost_tokens_total"})
 """A cell's figure → ridge's counter, summed over pools: the prompt tokens its index predicted
 cached on the endpoint it chose, and of those the tokens the engine recomputed
 (:mod:`gateway.telemetry`)."""
