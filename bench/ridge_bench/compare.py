@@ -233,12 +233,6 @@ def sample_sums(exposition: str, names: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def index_bytes(exposition: str) -> dict[str, float]:
-    """Each gauge of :data:`ridge_bench.compare_doc.INDEX_GAUGES` present in a Prometheus text
-    ``exposition``, summed over its label sets [B]."""
-    return sample_sums(exposition, compare_doc.INDEX_GAUGES)
-
-
 KV_EVENTS_APPLIED = "ridge_kv_events_total"
 """ridge's counter of KV-cache events applied, per endpoint (:mod:`gateway.engine_events`)."""
 
@@ -262,9 +256,10 @@ async def ridge_metrics(url: str) -> str:
 
 
 def ridge_figures(exposition: str) -> dict[str, Any]:
-    """From ridge's ``/metrics``: its index gauges [B] (as :func:`index_bytes`) and the KV-cache
-    events it applied (``kv_events_applied``, :data:`KV_EVENTS_APPLIED` summed) and its
-    predicted and lost prefix tokens (:data:`PREDICTION_COUNTERS`; None when absent)."""
+    """From ridge's ``/metrics``, each summed over its label sets: the gauges of
+    :data:`ridge_bench.compare_doc.INDEX_GAUGES` present [B], the KV-cache events it applied
+    (``kv_events_applied``, :data:`KV_EVENTS_APPLIED`) and its predicted and lost prefix tokens
+    (:data:`PREDICTION_COUNTERS`); None for a counter that is absent."""
     sums = sample_sums(exposition, (*compare_doc.INDEX_GAUGES, KV_EVENTS_APPLIED,
                                     *PREDICTION_COUNTERS.values()))
     applied = sums.pop(KV_EVENTS_APPLIED, None)

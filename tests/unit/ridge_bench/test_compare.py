@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.settings import Settings
-from ridge_bench import compare, fleets
+from ridge_bench import compare, compare_doc, fleets
 from ridge_bench.gateways import Launch, command
 
 METRICS = """# HELP ridge_prefix_index_bytes their memory [B]
@@ -77,9 +77,10 @@ def test_peak_rss_of_no_process_is_unknown() -> None:
 
 
 def test_ridge_index_gauges_are_summed_over_labels() -> None:
-    assert compare.index_bytes(METRICS) == {"ridge_prefix_index_bytes": 4096.0,
-                                            "ridge_kv_event_index_bytes": 128.0}
-    assert compare.index_bytes("") == {}
+    gauges = compare_doc.INDEX_GAUGES
+    assert compare.sample_sums(METRICS, gauges) == {"ridge_prefix_index_bytes": 4096.0,
+                                                    "ridge_kv_event_index_bytes": 128.0}
+    assert compare.sample_sums("", gauges) == {}
 
 
 def test_sglang_cells_name_the_fleets_model_and_ridge_cells_ask_ridge(tmp_path: Path) -> None:
