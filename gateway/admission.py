@@ -17,7 +17,8 @@ One request (:meth:`Admission.place`, which the dispatcher calls instead of the 
    ``prefill_target`` of the request's TTFT SLO) — left out of the router's choice
    (:class:`Gate`). No limit known and nobody waiting: that is the plain routing path,
    nothing left out. Placed: done. Except: when a full or paced endpoint holds at least
-   ``cache_affinity`` of the prompt (the prefix index's match) and the router, with nothing
+   ``cache_affinity`` of the prompt (the prefix index's match; with KV events, the larger of
+   the engine's match and the blocks sent there, :func:`cache_affine`) and the router, with nothing
    left out but the endpoints of pools where requests wait, would send it there, it goes there
    and waits in that engine's queue: recomputing the prefix on an endpoint with room would
    cost more prefill than the queue, and write a second copy of it into another cache,
@@ -175,11 +176,26 @@ def cache_affine(features: RequestFeatures, view: StateView, full: frozenset[str
     """Whether a full or paced endpoint holds at least ``affinity`` of the prompt's tokens
     (the prefix index's match), more than ``plan``'s endpoint does. Recomputing that prefix
     elsewhere costs more prefill than the queue it would join, and writes a second copy into
-    another cache, evicting what that cache held."""
-    matched, per_block = view.matched_blocks, features.block_tokens
+    another cache, evicting what that cache held.
+
+    Where the match is the engines' own (KV events), an endpoint counts with the larger of
+    its exact match and the blocks sent there (``view.sent_blocks``): the session's home keeps
+    it even when part of its history was evicted, since moving writes the whole history into
+    a second cache (with the exact match alone, agent follow-ups moved three times as often
+    and the hit rate fell, ``docs/benchmarks/router.md``)."""
+    per_block = features.block_tokens
+    held = _held(view)
     need = affinity * features.prompt_tokens
-    best = max((matched.get(url, 0) for url in full), default=0)
-    return best * per_block >= need and best > matched.get(plan.first.url, 0)
+    best = max((held(url) for url in full), default=0)
+    return best * per_block >= need and best > held(plan.first.url)
+
+
+def _held(view: StateView) -> Callable[[str], int]:
+    """Blocks an endpoint counts as holding for :func:`cache_affine`."""
+    matched, sent = view.matched_blocks, view.sent_blocks
+    if sent is None:
+        return lambda url: matched.get(url, 0)
+    return lambda url: max(matched.get(url, 0), sent.get(url, 0))
 
 
 class Ticket:

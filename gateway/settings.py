@@ -149,7 +149,8 @@ class AdmissionSettings(BaseModel):
         "plus this many standard deviations (slots freeing at random) is within its budget")
     cache_affinity: float = Field(
         default=0.5, ge=0, le=1, description="a request whose prompt a full or paced endpoint "
-        "holds at least this fraction of (the prefix index's match) is sent there anyway, to "
+        "holds at least this fraction of (the prefix index's match; with KV events, the larger "
+        "of the engine's match and the blocks sent there) is sent there anyway, to "
         "wait in that engine's queue rather than be recomputed elsewhere (0: never)")
 
 

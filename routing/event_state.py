@@ -7,7 +7,9 @@ Algorithm. Wraps any :class:`routing.state.RouterState` (memory, workers', Redis
   ``matched_blocks`` replaced, for the endpoints the index follows, by the index's match (the
   blocks the engine reports holding, or has pending from requests in flight), names those
   endpoints in ``exact_endpoints``, and carries in ``reload_tokens`` what reloading the part of
-  a match held only in a host tier costs; endpoints without events keep the approximate match;
+  a match held only in a host tier costs, and keeps the approximate match of every endpoint in
+  ``sent_blocks`` (where the session's blocks were sent, evicted or not: admission's cache
+  affinity reads it); endpoints without events keep the approximate match;
 - ``place`` tells the index which followed endpoints took the request (its blocks pending
   there), ``finish`` that the request ended (the engine's events now say what it kept);
 - everything else is the wrapped state's. The wrapped state still records every request in its
@@ -54,7 +56,7 @@ class EventState:
         exact, reload = index.match_tiers(ask.block_hashes, followed)
         matched.update(exact)
         return replace(view, matched_blocks=matched, exact_endpoints=frozenset(followed),
-                       reload_tokens=reload or None)
+                       reload_tokens=reload or None, sent_blocks=view.matched_blocks)
 
     def learned_output(self, model: str) -> float | None:
         return self._inner.learned_output(model)

@@ -46,7 +46,9 @@ class StateView:
     approximate index's guess from what was sent there. ``reload_tokens``: per endpoint whose
     match reaches into its host KV tier (known from its events), what reloading those blocks
     costs, in prompt tokens recomputed [tokens] (``KvEventIndex.match_tiers``; None: no such
-    match, and no dictionary made for every view).
+    match, and no dictionary made for every view). ``sent_blocks``: where ``exact_endpoints``
+    is not empty, the approximate index's match for every endpoint — the leading blocks sent
+    there, evicted or not, so the session's home (None: ``matched_blocks`` is that match).
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
@@ -55,6 +57,7 @@ class StateView:
     session_endpoint: str | None = None
     exact_endpoints: frozenset[str] = frozenset()
     reload_tokens: Mapping[str, float] | None = None
+    sent_blocks: Mapping[str, int] | None = None
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)

@@ -30,7 +30,9 @@ in-flight gauges (``ridge_requests_in_flight``, ``ridge_endpoint_requests_in_fli
 again, and ``ridge_requests_total`` counts what the clients saw (a cut stream as a 502, every
 other request as a 200); ridge serves a normal request, streamed and not; its log holds no
 traceback. A failure message carries the run's timeline: kills, restarts, ridge's view of the
-endpoints, and every request that went wrong, with times.
+endpoints, and every request that went wrong, with times; and for a request lost at the client,
+which engines received it and ridge's log lines about it (every request carries its own
+``x-request-id``), with ridge's request counts and in-flight gauges at that moment.
 
 Run with every upstream transport. Nothing depends on timing: the plan and the chaos draw from
 seeded generators, counts are bounded, waits are bounded generously and serve as hang
@@ -43,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import socket
 import struct
 import sys
@@ -215,6 +218,11 @@ class Spec:
         """What the fake engine generates for it."""
         return " ".join(WORDS[i % len(WORDS)] for i in range(self.tokens))
 
+    @property
+    def request_id(self) -> str:
+        """The ``x-request-id`` the client sends: ridge's log lines about it carry it."""
+        return f"chaos-{self.index}"
+
     def __str__(self) -> str:
         kind = "stream" if self.stream else "whole"
         return f"request {self.index} ({kind}, {self.path}, {self.tokens} tokens)"
@@ -247,7 +255,8 @@ async def send(session: aiohttp.ClientSession, url: str, spec: Spec,
                timeline: Timeline | None = None) -> Outcome:
     outcome = Outcome(spec, started=timeline.now() if timeline else 0.0)
     try:
-        async with asyncio.timeout(HANG_S), session.post(url + spec.path, json=spec.body()) as r:
+        async with asyncio.timeout(HANG_S), session.post(
+                url + spec.path, json=spec.body(), headers={"x-request-id": spec.request_id}) as r:
             outcome.status, outcome.request_id = r.status, r.headers.get("x-request-id", "")
             async for chunk in r.content.iter_any():
                 outcome.body += chunk
@@ -500,6 +509,24 @@ def _text(spec: Spec, datas: list[dict[str, Any]]) -> str:
     return "".join(pieces)
 
 
+async def _evidence(ridge: Server, engines: list[KillableEngine], lost: list[Spec]) -> list[str]:
+    """For a failure message: ridge's gauges and counts now, and for each lost request (at
+    most 5) which engines received it and ridge's log lines about it."""
+    async with aiohttp.ClientSession() as http:
+        samples = await gauges(http, ridge.url)
+    lines = [f"ridge now: requests by status {by_status(samples)}, in flight "
+             f"{ {n: [v for _, v in samples.get(n, [])] for n in IN_FLIGHT_GAUGES} }"]
+    log = ridge.log_path.read_text(errors="replace").splitlines()
+    for spec in lost[:5]:
+        asked = f"(question {spec.index})".encode()
+        received = [sum(asked in body for body in e.bodies) for e in engines]
+        named = re.compile(re.escape(spec.request_id) + r"\b")
+        said = [line[:300] for line in log if named.search(line)][:10]
+        lines.append(f"{spec.request_id}: received by the engines {received}; ridge's log: "
+                     f"{said or 'nothing'}")
+    return lines
+
+
 # -- the test --------------------------------------------------------------------------------
 
 
@@ -523,8 +550,11 @@ async def test_engines_killed_and_restarted_under_load_lose_no_request(
                f"{log.with_streams} events with a stream under way)")
     print(f"\nchaos: {summary}")
     assert len(outcomes) == REQUESTS
-    assert not tally.problems, "\n".join([summary, *tally.problems[:20], "timeline:",
-                                          timeline.text()])
+    if tally.problems:
+        evidence = await _evidence(ridge, engines, [o.spec for o in outcomes
+                                                    if _kind(o).startswith("LOST")])
+        raise AssertionError("\n".join([summary, *tally.problems[:20], *evidence,
+                                        "timeline:", timeline.text()]))
     assert log.kills >= MIN_KILLS, timeline.text()
     assert cut >= 1, f"no stream was cut: {summary}\n{timeline.text()}"
     # ridge counts what clients saw: a cut stream is its 502, every other request a 200

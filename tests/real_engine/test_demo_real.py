@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.real_engine.prompts import CAPITAL_ANSWER, CAPITAL_QUESTION, user
+from tests.real_engine.scrape import poll, totals
 from tests.real_engine.servers import free_port
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
@@ -38,6 +39,8 @@ def _fleet_on_free_ports(tmp_path: Path) -> tuple[Path, list[int]]:
         port = free_port()
         pool["endpoints"] = [f"http://127.0.0.1:{port}"]
         ports.append(port)
+        if "kv_events" in pool:
+            pool["kv_events"] = {"port": free_port(), "replay_port": free_port()}
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path, ports
@@ -76,6 +79,11 @@ def test_demo_real_serves_and_stops_its_engines(tmp_path: Path) -> None:
         assert reply.status_code == 200, reply.text
         assert reply.json()["choices"][0]["message"]["content"] == CAPITAL_ANSWER
         assert "lever=" in reply.headers["x-ridge-route"]
+        events = poll(lambda: totals(url), lambda t: t.get("ridge_kv_events_replays_total", 0)
+                      + t.get("ridge_kv_events_batches_total", 0) > 0, timeout_s=120)
+        assert events.get("ridge_kv_events_replays_total", 0) + \
+            events.get("ridge_kv_events_batches_total", 0) > 0  # it follows the plain engine
+        assert events.get("ridge_kv_events_resets_total", 0) == 0
         tools = httpx.post(url + "/v1/chat/completions", timeout=120, json={
             "model": "smollm2-135m", "messages": user("What is the weather in Paris?"),
             "max_tokens": 32, "temperature": 0, "tool_choice": "auto", "tools": [WEATHER]})

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from backends.fleet_file import parse_fleet
 from backends.registry import EndpointRegistry, PollResult
-from gateway.admission import Admission, AdmissionConfig, Placement, Route
+from gateway.admission import Admission, AdmissionConfig, Placement, Route, cache_affine
 from gateway.app import build_admission, build_router
 from gateway.errors import GatewayError
 from gateway.settings import AdmissionSettings
@@ -26,7 +26,7 @@ from routing.fleet_math import Bounds
 from routing.memory_state import MemoryState
 from routing.router import Router
 from routing.snapshots import EngineMetrics
-from routing.state import Ask, Outcome, Reservation
+from routing.state import Ask, Outcome, Reservation, StateView
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, fleet_of
 
 A, B = "http://a:1", "http://b:1"
@@ -317,3 +317,23 @@ async def test_a_request_whose_cache_is_on_a_full_endpoint_waits_there(
     assert second is not None and waited == 0.0
     same = second.reservations[0].endpoint == first.reservations[0].endpoint
     assert same is same_place
+
+
+@pytest.mark.parametrize(("exact", "sent", "affine"), [
+    (3, None, False),   # no events: a third of the prompt there, under the 0.5 affinity
+    (3, 9, True),       # events say a third is left of the whole prompt sent there: its home
+    (9, 3, True),       # events say more is there than was sent (another request's blocks)
+    (1, 2, False),      # sent there, but under the affinity either way
+])
+def test_with_kv_events_the_blocks_sent_to_an_endpoint_count_for_cache_affinity(
+        exact: int, sent: int | None, affine: bool) -> None:
+    r = rig()
+    _, route = _long_route(r, " ".join(f"word{i}" for i in range(300)))
+    plan = route.router.choose(route.features, route.pools, StateView(), frozenset())
+    assert plan is not None
+    home = B if plan.first.url == A else A
+    ninth = len(route.features.block_hashes) / 9
+    view = StateView(matched_blocks={home: round(exact * ninth)},
+                     exact_endpoints=frozenset({A, B}),
+                     sent_blocks=None if sent is None else {home: round(sent * ninth)})
+    assert cache_affine(route.features, view, frozenset({home}), plan, 0.5) is affine

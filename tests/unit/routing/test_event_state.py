@@ -70,6 +70,7 @@ async def test_followed_endpoints_match_what_the_engine_reports() -> None:
     view = await state.read(ask())
     assert view.matched_blocks == {B: 3}  # A reported nothing: no match there
     assert view.exact_endpoints == frozenset({A})
+    assert view.sent_blocks == {A: len(HASHES), B: 3}  # what was sent, for the session's home
     index.apply(A, [stored(1)])
     assert (await state.read(ask())).matched_blocks == {A: 4, B: 3}
     index.apply(A, [BlocksRemoved([b"e1"], "GPU")])
