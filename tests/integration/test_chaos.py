@@ -30,9 +30,10 @@ in-flight gauges (``ridge_requests_in_flight``, ``ridge_endpoint_requests_in_fli
 again, and ``ridge_requests_total`` counts what the clients saw (a cut stream as a 502, every
 other request as a 200); ridge serves a normal request, streamed and not; its log holds no
 traceback. A failure message carries the run's timeline: kills, restarts, ridge's view of the
-endpoints, and every request that went wrong, with times; and for a request lost at the client,
-which engines received it and ridge's log lines about it (every request carries its own
-``x-request-id``), with ridge's request counts and in-flight gauges at that moment.
+endpoints, and every request that went wrong, with times; and for a request lost at the client
+and for one slower than ``SLOW_S``, which engines received it and ridge's log lines about it
+(every request carries its own ``x-request-id``), with ridge's request counts and in-flight
+gauges at that moment.
 
 Run with every upstream transport. Nothing depends on timing: the plan and the chaos draw from
 seeded generators, counts are bounded, waits are bounded generously and serve as hang
@@ -73,6 +74,7 @@ KILLS, MIN_KILLS = 12, 4  # kill events planned; fewest endpoint kills that must
 DOWN_S = (0.05, 0.6)  # how long killed engines stay down [s], drawn uniformly
 HANG_S = 60.0  # one request's hang detector [s]
 WAIT_S = 60.0  # how long a check waits for what takes ~a poll interval (or a breaker) [s]
+SLOW_S = 3.0  # a request this slow is reported with a failure's evidence [s]
 RIDGE_ENV = {
     "RIDGE_UPSTREAM__RETRIES": "2",
     "RIDGE_REGISTRY__POLL_INTERVAL_S": "0.2",
@@ -509,21 +511,28 @@ def _text(spec: Spec, datas: list[dict[str, Any]]) -> str:
     return "".join(pieces)
 
 
-async def _evidence(ridge: Server, engines: list[KillableEngine], lost: list[Spec]) -> list[str]:
-    """For a failure message: ridge's gauges and counts now, and for each lost request (at
-    most 5) which engines received it and ridge's log lines about it."""
+def _slow(outcome: Outcome) -> bool:
+    """Lost at the client, or slower than :data:`SLOW_S` (each should take well under 1 s)."""
+    return outcome.error is not None or outcome.ended - outcome.started > SLOW_S
+
+
+async def _evidence(ridge: Server, engines: list[KillableEngine],
+                    suspects: list[Outcome]) -> list[str]:
+    """For a failure message: ridge's gauges and counts now, and for each lost or slow
+    request (at most 5) which engines received it and ridge's log lines about it."""
     async with aiohttp.ClientSession() as http:
         samples = await gauges(http, ridge.url)
     lines = [f"ridge now: requests by status {by_status(samples)}, in flight "
              f"{ {n: [v for _, v in samples.get(n, [])] for n in IN_FLIGHT_GAUGES} }"]
     log = ridge.log_path.read_text(errors="replace").splitlines()
-    for spec in lost[:5]:
+    for outcome in suspects[:5]:
+        spec = outcome.spec
         asked = f"(question {spec.index})".encode()
         received = [sum(asked in body for body in e.bodies) for e in engines]
         named = re.compile(re.escape(spec.request_id) + r"\b")
         said = [line[:300] for line in log if named.search(line)][:10]
-        lines.append(f"{spec.request_id}: received by the engines {received}; ridge's log: "
-                     f"{said or 'nothing'}")
+        lines.append(f"{spec.request_id} ({outcome.ended - outcome.started:.1f} s): received "
+                     f"by the engines {received}; ridge's log: {said or 'nothing'}")
     return lines
 
 
@@ -551,8 +560,7 @@ async def test_engines_killed_and_restarted_under_load_lose_no_request(
     print(f"\nchaos: {summary}")
     assert len(outcomes) == REQUESTS
     if tally.problems:
-        evidence = await _evidence(ridge, engines, [o.spec for o in outcomes
-                                                    if _kind(o).startswith("LOST")])
+        evidence = await _evidence(ridge, engines, [o for o in outcomes if _slow(o)])
         raise AssertionError("\n".join([summary, *tally.problems[:20], *evidence,
                                         "timeline:", timeline.text()]))
     assert log.kills >= MIN_KILLS, timeline.text()
