@@ -183,19 +183,15 @@ def cache_affine(features: RequestFeatures, view: StateView, full: frozenset[str
     it even when part of its history was evicted, since moving writes the whole history into
     a second cache (with the exact match alone, agent follow-ups moved three times as often
     and the hit rate fell, ``docs/benchmarks/router.md``)."""
-    per_block = features.block_tokens
-    held = _held(view)
     need = affinity * features.prompt_tokens
-    best = max((held(url) for url in full), default=0)
-    return best * per_block >= need and best > held(plan.first.url)
+    best = max((_held(view, url) for url in full), default=0)
+    return best * features.block_tokens >= need and best > _held(view, plan.first.url)
 
 
-def _held(view: StateView) -> Callable[[str], int]:
-    """Blocks an endpoint counts as holding for :func:`cache_affine`."""
-    matched, sent = view.matched_blocks, view.sent_blocks
-    if sent is None:
-        return lambda url: matched.get(url, 0)
-    return lambda url: max(matched.get(url, 0), sent.get(url, 0))
+def _held(view: StateView, url: str) -> int:
+    """The blocks ``url`` counts as holding for :func:`cache_affine`."""
+    matched, sent = view.matched_blocks.get(url, 0), view.sent_blocks
+    return matched if sent is None else max(matched, sent.get(url, 0))
 
 
 class Ticket:

@@ -233,15 +233,13 @@ def sample_sums(exposition: str, names: Sequence[str]) -> dict[str, float]:
     return out
 
 
-KV_EVENTS_APPLIED = "ridge_kv_events_total"
-"""ridge's counter of KV-cache events applied, per endpoint (:mod:`gateway.engine_events`)."""
-
-PREDICTION_COUNTERS: Mapping[str, str] = MappingProxyType({
+CELL_COUNTERS: Mapping[str, str] = MappingProxyType({
+    "kv_events_applied": "ridge_kv_events_total",
     "prefix_predicted_tokens": "ridge_prefix_predicted_tokens_total",
     "prefix_lost_tokens": "ridge_prefix_lost_tokens_total"})
-"""A cell's figure → ridge's counter, summed over pools: the prompt tokens its index predicted
-cached on the endpoint it chose, and of those the tokens the engine recomputed
-(:mod:`gateway.telemetry`)."""
+"""A cell's figure → ridge's counter, summed over its label sets: the KV-cache events it
+applied (:mod:`gateway.engine_events`), the prompt tokens its index predicted cached on the
+endpoint it chose, and of those the tokens the engine recomputed (:mod:`gateway.telemetry`)."""
 
 
 async def ridge_metrics(url: str) -> str:
@@ -257,14 +255,11 @@ async def ridge_metrics(url: str) -> str:
 
 def ridge_figures(exposition: str) -> dict[str, Any]:
     """From ridge's ``/metrics``, each summed over its label sets: the gauges of
-    :data:`ridge_bench.compare_doc.INDEX_GAUGES` present [B], the KV-cache events it applied
-    (``kv_events_applied``, :data:`KV_EVENTS_APPLIED`) and its predicted and lost prefix tokens
-    (:data:`PREDICTION_COUNTERS`); None for a counter that is absent."""
-    sums = sample_sums(exposition, (*compare_doc.INDEX_GAUGES, KV_EVENTS_APPLIED,
-                                    *PREDICTION_COUNTERS.values()))
-    applied = sums.pop(KV_EVENTS_APPLIED, None)
-    predicted = {key: sums.pop(name, None) for key, name in PREDICTION_COUNTERS.items()}
-    return {**sums, "kv_events_applied": applied, **predicted}
+    :data:`ridge_bench.compare_doc.INDEX_GAUGES` present [B], and the figures of
+    :data:`CELL_COUNTERS` (None for a counter that is absent)."""
+    sums = sample_sums(exposition, (*compare_doc.INDEX_GAUGES, *CELL_COUNTERS.values()))
+    counted = {key: sums.pop(name, None) for key, name in CELL_COUNTERS.items()}
+    return {**sums, **counted}
 
 
 def sglang_gateway(policy: str) -> gateways.Gateway:
