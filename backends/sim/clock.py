@@ -20,7 +20,7 @@ class Clock(Protocol):
         ...
 
     async def sleep(self, seconds: float) -> None:
-        """Let ``seconds`` of simulated time pass."""
+        """Let ``seconds`` of simulated time pass (none when ``seconds`` ≤ 0)."""
         ...
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> None:

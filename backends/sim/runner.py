@@ -1,8 +1,18 @@
 """The engine loop in real (or virtual) time: steps an :class:`EngineCore` and hands tokens out.
 
-Loop: step the core at the clock's ``now``; if the step did work, sleep its duration on the clock
-(``duration / speed`` wall seconds) and then deliver its tokens to the waiting requests; if the
-core was idle, wait until a request arrives, a KV transfer lands or the next known event time.
+Loop: step the core at the clock's ``now``; if the step did work, sleep until its end
+(``duration / speed`` wall seconds after it began) and then deliver its tokens to the waiting
+requests; if the core was idle, wait until a request arrives, a KV transfer lands or the next
+known event time.
+
+When a step began: at ``now``, unless it follows a working step without a pause — then where
+that one ended on the simulated timeline, even if the host ran this loop late, by up to the
+step's own duration. The simulator's own computing for a step (scheduler, KV cache, cost) and a
+late wake-up (other engines' steps in the same process, a gateway on the same cores) so fall
+inside the steps' durations instead of adding to them: the simulated GPU keeps its pace through
+short delays of the host, and only a host too slow for the ``speed`` slows it. (Sleeping each
+step's whole duration after computing it made every step longer by those delays, × ``speed``
+in simulated seconds: at speed 3 on a busy 2-core host, decode steps about 1.6 × the model.)
 Requests enter through :meth:`EngineRunner.submit`, which returns a :class:`RequestHandle` the
 HTTP layer reads tokens from; :meth:`EngineRunner.abort` drops a request (client gone).
 ``after_step``, when set, runs once each step is over (after its tokens are delivered; at once
@@ -110,6 +120,7 @@ class EngineRunner:
         self._wake.set()
 
     async def _loop(self) -> None:
+        due: float | None = None  # the last working step's end, on the simulated timeline
         while True:
             now = self.clock.now()
             try:
@@ -118,12 +129,15 @@ class EngineRunner:
                 log.exception("simulated engine step failed")
                 raise
             if outcome.idle:
+                due = None
                 self._step_over()
                 nxt = self.core.next_event_time(now)
                 await self.clock.wait(self._wake, None if nxt is None else nxt - now)
                 self._wake.clear()
                 continue
-            await self.clock.sleep(outcome.seconds)
+            began = now if due is None else max(due, now - outcome.seconds)
+            due = began + outcome.seconds
+            await self.clock.sleep(due - self.clock.now())
             self._deliver(outcome)
             self._step_over()
 

@@ -4,7 +4,8 @@ Usage::
 
     ridge bench --workload agent --url http://127.0.0.1:8080 \\
         --rate 6 --requests 400 --duration 60 \\
-        --slo-ttft 2.0 --slo-tpot 0.1 --slo-e2e 30 [--fleet FLEET.yaml] [--json out.json]
+        --slo-ttft 2.0 --slo-tpot 0.1 --slo-e2e 30 [--fleet FLEET.yaml] [--json out.json] \\
+        [--requests-out requests.jsonl]
 
 Open loop: Poisson arrivals at ``--rate`` requests/s (mixed: ``--steps`` steps of equal length
 at rate × k / steps, light → heavy), whatever the gateway's speed. Stops by itself at
@@ -12,7 +13,9 @@ at rate × k / steps, light → heavy), whatever the gateway's speed. Stops by i
 which an unfinished request has missed it anyway) for the requests in flight. Ctrl-C stops
 sending and cancels what is in flight; the partial report is still printed (exit status 130).
 ``--fleet`` names the fleet file behind the gateway, so the engines' own prefix-cache hit rate
-can be scraped from their ``/metrics`` before and after. Definitions: :mod:`ridge_bench.goodput`.
+can be scraped from their ``/metrics`` before and after. ``--requests-out`` writes every
+request's record (its conversation and turn, times, tokens, error, and the pool and replica
+ridge chose), one JSON line each. Definitions: :mod:`ridge_bench.goodput`.
 
 ``ridge bench --trace FILE --url URL [--speedup X] [--max-requests N] [--max-seconds S]``
 replays a Mooncake-format trace instead of a named workload (the format ridge records with
@@ -54,7 +57,7 @@ import aiohttp
 from backends.fleet_file import Fleet, FleetConfigError, load_fleet
 from ridge_bench import engines
 from ridge_bench.driver import Bounds, RunData, Target, run_workload
-from ridge_bench.goodput import Slo, in_simulated_time
+from ridge_bench.goodput import Slo, in_simulated_time, write_records
 from ridge_bench.progress import Progress
 from ridge_bench.router_report import RunReport, build_report, report_dict, text
 from ridge_bench.trace_replay import TraceWorkload, trace_workload, workload_f
@@ -91,6 +94,9 @@ class Options:
     """How many times faster than real time the engines run (a simulator's ``--speed``): the
     workload's arrivals, the drain and the duration bound are divided by it, and the report
     is in simulated seconds (every measured time × ``speed``)."""
+    requests_out: Path | None = None
+    """``--requests-out``: write every request's record here, one JSON line each
+    (:func:`ridge_bench.goodput.record`), in simulated seconds like the report."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -125,6 +131,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fleet", help="fleet file behind the gateway (scrapes engine metrics)")
     p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--requests-out", metavar="FILE",
+                   help="also write every request (key, times, tokens, error, pool, replica) "
+                        "to this file, one JSON line each")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="let engines stop early (default: ignore_eos, exact max_tokens)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -152,6 +161,7 @@ def options(args: argparse.Namespace) -> Options:
         drain_s=args.drain if args.drain is not None else args.slo_e2e, slo=slo,
         seed=args.seed, fleet=load_fleet(args.fleet) if args.fleet else None,
         ignore_eos=not args.no_ignore_eos, progress=not args.no_progress, speed=args.speed,
+        requests_out=Path(args.requests_out) if args.requests_out else None,
     )
 
 
@@ -209,6 +219,8 @@ async def execute(opts: Options, stop: asyncio.Event | None = None,
                               stop=stop, progress=progress)
     if opts.speed != 1.0:
         data, workload = _simulated(data, opts.speed), _simulated_steps(workload, opts.speed)
+    if opts.requests_out is not None:
+        write_records(opts.requests_out, data.results)
     cache = None
     if opts.fleet is not None and before is not None:
         cache = engines.cache_use(opts.fleet, before, await engines.scrape(opts.fleet))

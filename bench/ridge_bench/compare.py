@@ -18,7 +18,8 @@ Each cell (router, workload), in order, with nothing shared between cells:
    (:func:`ridge_bench.gateways.start`); each child has its own log in ``DIR/<cell>/``
    (``sim.log``, ``ridge.log`` or ``sglang.log``);
 3. run the workload with :func:`ridge_bench.command.execute` in this process (open loop,
-   bounded, the engines' metrics scraped before and after);
+   bounded, the engines' metrics scraped before and after; every request's record in
+   ``DIR/<cell>/requests.jsonl``, as ``ridge bench --requests-out`` writes it);
 4. read the CPU time the simulator, the gateway (key ``ridge`` or ``sglang``) and this client
    used during the run, and the whole machine's; read the gateway's peak resident memory
    (``VmHWM`` of its process, MB = 2^20 B) and, for ridge, its routing indexes' estimated
@@ -314,7 +315,8 @@ async def run_cell(matrix: Matrix, router_name: str, workload: str,
     fleet = fleets.render(router, config, free_port, matrix.extras)
     opts = replace(matrix.template, workload=workload, rate=matrix.rates[workload],
                    duration_s=matrix.durations[workload], fleet=fleet,
-                   model=matrix.template.model or cell_model(router, fleet))
+                   model=matrix.template.model or cell_model(router, fleet),
+                   requests_out=workdir / "requests.jsonl")
     sim = await start_sim(workdir, config, matrix.speed, opts.seed)
     gateway: Child | None = None
     try:

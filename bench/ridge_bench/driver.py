@@ -15,7 +15,8 @@ serves the same token counts) and a ``seed`` fixed by (conversation, turn), so t
 the next turns' prompts, are the same whichever replica answers. Measured on the client's
 monotonic clock (:mod:`ridge_bench.goodput`): TTFT at the first chunk with non-empty
 ``delta.content``, e2e at ``data: [DONE]`` (a refused request's e2e: until its error answer
-was read); the ``x-ridge-route`` header names the pool.
+was read); the ``x-ridge-route`` header names the pool and ``x-ridge-endpoint`` the
+replica in it.
 
 The driver also tracks f over the prompts it actually sent
 (:class:`ridge_bench.prefix.PrefixTracker`) and its own CPU time, to show whether the client
@@ -43,6 +44,8 @@ from ridge_bench.turns import Dispatcher, Pending
 from ridge_bench.workloads import Arrival, Workload
 
 CHAT_PATH = "/v1/chat/completions"
+ENDPOINT_HEADER = "x-ridge-endpoint"
+"""ridge's response header naming the replica a request went to, within its pool."""
 
 
 @dataclass(frozen=True)
@@ -154,11 +157,13 @@ async def send_one(session: aiohttp.ClientSession, target: Target, pending: Pend
     it failed). If cancelled, ``reader`` keeps what had arrived (the route, ...)."""
     clock = reader.clock
     sent = clock()
-    common: dict[str, Any] = {"kind": pending.kind, "step": arrival.step, "sent_s": sent - start}
+    common: dict[str, Any] = {"kind": pending.kind, "step": arrival.step, "sent_s": sent - start,
+                              "key": f"{pending.session.conversation.key}:{pending.turn}"}
     try:
         async with session.post(target.base_url + CHAT_PATH, json=request_body(target, pending),
                                 headers=dict(target.headers)) as resp:
             reader.route = parse_route(resp.headers.get(HEADER))
+            common["endpoint"] = resp.headers.get(ENDPOINT_HEADER)
             if resp.status != 200:
                 await resp.read()
                 return RequestResult(error=f"HTTP {resp.status}", route=reader.route,

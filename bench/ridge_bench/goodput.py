@@ -25,10 +25,13 @@ Percentiles: nearest rank — the p-th percentile of n sorted values is value nu
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from ridge_bench.route import Route
 
@@ -45,7 +48,10 @@ class Slo:
 @dataclass(frozen=True, slots=True)
 class RequestResult:
     """One request as the client saw it. ``sent_s``: seconds from the run's start. ``error``:
-    None on success, else a short label (``HTTP 503``, ``timeout``, an exception's name)."""
+    None on success, else a short label (``HTTP 503``, ``timeout``, an exception's name).
+    ``key``: the conversation's key and the turn's index (``agent-000012:3``; a trace's
+    request ``trace-000042:0`` is its line in time order); ``endpoint``: ridge's
+    ``x-ridge-endpoint`` header, the replica within its pool (None from other gateways)."""
 
     kind: str
     step: int
@@ -57,6 +63,8 @@ class RequestResult:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     route: Route = field(default_factory=Route)
+    key: str = ""
+    endpoint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -80,6 +88,24 @@ def in_simulated_time(result: RequestResult, speed: float) -> RequestResult:
 
     return replace(result, sent_s=result.sent_s * speed, ttft_s=scaled(result.ttft_s),
                    e2e_s=scaled(result.e2e_s))
+
+
+def record(result: RequestResult) -> dict[str, Any]:
+    """One line of a run's per-request file (``ridge bench --requests-out``): the request's
+    key, kind, load step, times [s], tokens, error, and where ridge sent it."""
+    return {"key": result.key, "kind": result.kind, "step": result.step,
+            "sent_s": result.sent_s, "error": result.error, "ttft_s": result.ttft_s,
+            "tpot_s": result.tpot_s, "e2e_s": result.e2e_s,
+            "prompt_tokens": result.prompt_tokens, "cached_tokens": result.cached_tokens,
+            "output_tokens": result.output_tokens, "pool": result.route.pool,
+            "endpoint": result.endpoint, "route": dict(result.route.fields)}
+
+
+def write_records(path: Path, results: Iterable[RequestResult]) -> None:
+    """Every result as one JSON line of :func:`record`, in the order given."""
+    with path.open("w") as out:
+        for result in results:
+            out.write(json.dumps(record(result)) + "\n")
 
 
 def meets(result: RequestResult, slo: Slo) -> bool:

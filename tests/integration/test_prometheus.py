@@ -13,6 +13,7 @@ scraping and evaluating every second, and is always stopped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import math
 import re
@@ -291,7 +292,8 @@ async def test_dashboards_and_rules_show_data_from_a_real_prometheus(stack: Stac
     await _until(_scraped(prom, 'up{job="ridge"} == 1'), "the first scrape of ridge")
     started = time.monotonic()
     statuses = await drive_load(stack)
-    assert statuses.count(500) == 2 and statuses.count(200) == len(statuses) - 2, statuses
+    assert statuses.count(500) == 2 and statuses.count(200) == len(statuses) - 2, \
+        f"statuses by count: {collections.Counter(statuses)}"
     # the load's last requests are in ridge's registry; wait for a poll, scrapes and evaluations
     await _until(_scraped(prom, "sum(ridge_upstream_retries_total) > 0"), "a retry scraped")
     await _until(_scraped(prom, 'ALERTS{alertname="RidgeBackendDown"}'), "backend down")

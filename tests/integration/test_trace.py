@@ -80,7 +80,11 @@ async def test_record_then_replay(fleet: Fleet, tmp_path: Path) -> None:
         report = await execute(Options(
             workload=workload.name, url=ridge.url, model="m", rate=workload.steps[0].rate,
             steps=1, requests=3, duration_s=5.0, drain_s=10.0, slo=Slo(5.0, 1.0, 10.0),
-            fleet=fleet, progress=False, replay=workload))
+            fleet=fleet, progress=False, replay=workload, requests_out=tmp_path / "r.jsonl"))
     assert report.summary.requests == 3 and report.summary.ok == 3
+    sent = sorted(_records(tmp_path / "r.jsonl"), key=lambda r: r["key"])
+    assert [r["key"] for r in sent] == ["trace-000000:0", "trace-000001:0", "trace-000002:0"]
+    assert all(r["error"] is None and r["endpoint"] in ("0", "1") and r["pool"] for r in sent)
+    assert [r["output_tokens"] for r in sent] == [8, 8, 8]
     assert report.cache is not None and (report.cache.total.hit_rate or 0.0) > 0
     assert report.f_theory > 0

@@ -40,7 +40,8 @@ class FakeEngine:
         if self.status != 200:
             return web.json_response({"error": {"message": "no"}}, status=self.status)
         resp = web.StreamResponse(headers={"content-type": "text/event-stream",
-                                           "x-ridge-route": "pool=radix; lever=prefix_cache"})
+                                           "x-ridge-route": "pool=radix; lever=prefix_cache",
+                                           "x-ridge-endpoint": "2"})
         await resp.prepare(request)
         if "hang" in body["messages"][-1]["content"]:
             try:
@@ -122,6 +123,10 @@ async def test_a_run_sends_turns_with_history_and_measures_them(
     assert not data.interrupted and 0 < data.window_s <= 5.0
     r = data.results[0]
     assert r.route.pool == "radix" and r.prompt_tokens == 7 and r.cached_tokens == 4
+    assert all(r.endpoint == "2" for r in data.results)
+    keys = sorted(r.key for r in data.results)
+    assert len(set(keys)) == 8 and all(k.startswith("c") and k[-2:] in (":0", ":1") for k in keys)
+    assert {k[:-2] for k in keys if k.endswith(":1")} <= {k[:-2] for k in keys if k.endswith(":0")}
     assert r.ttft_s is not None and r.e2e_s is not None and r.e2e_s >= r.ttft_s
     second_turns = [b for b in fake.bodies if len(b["messages"]) == 4]
     for body in second_turns:

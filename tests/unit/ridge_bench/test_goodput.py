@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ridge_bench.goodput import (
@@ -12,6 +15,7 @@ from ridge_bench.goodput import (
     shares,
     step_windows,
     summarise,
+    write_records,
 )
 from ridge_bench.route import Route
 
@@ -79,3 +83,21 @@ def test_step_windows_cut_at_the_end_of_the_window() -> None:
     assert step_windows([20.0, 20.0, 20.0], 60.0) == [20.0, 20.0, 20.0]
     assert step_windows([20.0, 20.0, 20.0], 30.0) == [20.0, 10.0, 0.0]
     assert summarise([], SLO, 0.0).goodput == 0.0
+
+
+def test_a_record_carries_the_request_its_route_and_replica(tmp_path: Path) -> None:
+    route = Route("radix", "prefix_cache", "long_match",
+                  {"pool": "radix", "lever": "prefix_cache", "reason": "long_match"})
+    done = RequestResult("agent", 1, 2.0, None, ttft_s=0.5, e2e_s=2.5, output_tokens=5,
+                         prompt_tokens=100, cached_tokens=64, route=route, key="agent-000003:2",
+                         endpoint="1")
+    refused = RequestResult("agent", 1, 3.0, "HTTP 503", e2e_s=0.01, key="agent-000004:0")
+    path = tmp_path / "requests.jsonl"
+    write_records(path, [done, refused])
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first == {"key": "agent-000003:2", "kind": "agent", "step": 1, "sent_s": 2.0,
+                     "error": None, "ttft_s": 0.5, "tpot_s": 0.5, "e2e_s": 2.5,
+                     "prompt_tokens": 100, "cached_tokens": 64, "output_tokens": 5,
+                     "pool": "radix", "endpoint": "1", "route": dict(route.fields)}
+    assert second["error"] == "HTTP 503" and second["endpoint"] is None
+    assert second["tpot_s"] is None and second["route"] == {}

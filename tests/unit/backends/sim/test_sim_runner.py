@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
+
+import pytest
 
 from backends.sim.clock import ScaledClock, VirtualClock
 from backends.sim.endpoint import SimEndpoint
+from backends.sim.engine import EngineCore, StepOutcome
 from backends.sim.pd import KVTransferHub
+from backends.sim.runner import EngineRunner
+from routing.fleet_math import StepCost
 from tests.unit.backends.sim.sim_helpers import make_pool
 
 
@@ -93,3 +99,70 @@ async def test_second_turn_hits_the_cache_on_the_whole_history() -> None:
         assert ep.core.stats.prefix_hits >= (history_tokens - 1) // block * block
     finally:
         await ep.runner.stop()
+
+
+class _ComputingCore:
+    """A core whose ``steps`` steps each last ``duration`` simulated seconds and take
+    ``compute`` of them to compute (the clock moves on while it steps), then idle."""
+
+    def __init__(self, clock: VirtualClock, steps: int, duration: float, compute: float) -> None:
+        self.clock, self.left, self.duration, self.compute = clock, steps, duration, compute
+        self.starts: list[float] = []
+
+    def step(self, now: float) -> StepOutcome:
+        if not self.left:
+            return StepOutcome(0.0, [])
+        self.left -= 1
+        self.starts.append(now)
+        self.clock.advance(self.compute)
+        return StepOutcome(self.duration, [], StepCost(0, 0, 0, 0, 0, 0, self.duration))
+
+    def next_event_time(self, now: float) -> float | None:
+        return None
+
+
+async def _run_out(core: _ComputingCore, clock: VirtualClock) -> None:
+    """Run ``core`` on an engine runner until its steps are done."""
+    runner = EngineRunner(cast(EngineCore, core), clock)
+    runner.start()
+    try:
+        for _ in range(100):
+            if not core.left:
+                break
+            await asyncio.sleep(0)
+    finally:
+        await runner.stop()
+
+
+async def test_a_steps_own_computing_time_falls_inside_its_duration() -> None:
+    clock = VirtualClock()
+    core = _ComputingCore(clock, steps=5, duration=0.010, compute=0.004)
+    await _run_out(core, clock)
+    # each step starts one duration after the last: 0, 10, 20, 30, 40 ms, not 14 ms apart
+    assert core.starts == pytest.approx([0.0, 0.010, 0.020, 0.030, 0.040])
+
+
+async def test_a_step_that_computes_longer_than_it_lasts_delays_the_next() -> None:
+    clock = VirtualClock()
+    core = _ComputingCore(clock, steps=3, duration=0.010, compute=0.025)
+    await _run_out(core, clock)
+    assert core.starts == pytest.approx([0.0, 0.025, 0.050])  # no negative sleep
+
+
+class _LateClock(VirtualClock):
+    """Virtual time whose every sleep ends ``late`` seconds after it should (a busy host)."""
+
+    def __init__(self, late: float) -> None:
+        super().__init__()
+        self.late = late
+
+    async def sleep(self, seconds: float) -> None:
+        await super().sleep(max(0.0, seconds) + self.late)
+
+
+async def test_steps_keep_their_pace_when_the_host_wakes_the_loop_late() -> None:
+    clock = _LateClock(late=0.003)
+    core = _ComputingCore(clock, steps=5, duration=0.010, compute=0.0)
+    await _run_out(core, clock)
+    # late by 3 ms once, then every step 10 ms after the last (not 13 ms): the pace is kept
+    assert core.starts == pytest.approx([0.0, 0.013, 0.023, 0.033, 0.043])
