@@ -32,6 +32,12 @@ WEATHER = {"type": "function", "function": {
 STOP_TIMEOUT_S = 40.0
 
 
+def _followed(totals: dict[str, float]) -> bool:
+    """ridge has taken a replay or a batch of KV-cache events from an engine."""
+    return (totals.get("ridge_kv_events_replays_total", 0)
+            + totals.get("ridge_kv_events_batches_total", 0)) > 0
+
+
 def _fleet_on_free_ports(tmp_path: Path) -> tuple[Path, list[int]]:
     raw = yaml.safe_load((ROOT / "gateway" / "demo" / "demo-real-fleet.yaml").read_text())
     ports = []
@@ -79,10 +85,8 @@ def test_demo_real_serves_and_stops_its_engines(tmp_path: Path) -> None:
         assert reply.status_code == 200, reply.text
         assert reply.json()["choices"][0]["message"]["content"] == CAPITAL_ANSWER
         assert "lever=" in reply.headers["x-ridge-route"]
-        events = poll(lambda: totals(url), lambda t: t.get("ridge_kv_events_replays_total", 0)
-                      + t.get("ridge_kv_events_batches_total", 0) > 0, timeout_s=120)
-        assert events.get("ridge_kv_events_replays_total", 0) + \
-            events.get("ridge_kv_events_batches_total", 0) > 0  # it follows the plain engine
+        events = poll(lambda: totals(url), _followed, timeout_s=120)
+        assert _followed(events)  # it follows the plain engine's KV events
         assert events.get("ridge_kv_events_resets_total", 0) == 0
         tools = httpx.post(url + "/v1/chat/completions", timeout=120, json={
             "model": "smollm2-135m", "messages": user("What is the weather in Paris?"),
