@@ -73,7 +73,7 @@ from routing.event_state import unwrapped
 from routing.features import FeatureConfig, FeatureExtractor
 from routing.memory_state import MemoryState, StateLimits, StateSizes
 from routing.policy import LeverPolicy
-from routing.prefix_index import BYTES_PER_ENTRY, entries_to_remember
+from routing.prefix_index import BYTES_PER_ENTRY, entries_to_remember_sent
 from routing.router import Router
 from routing.scheduler.catalog import build_scheduler
 from routing.snapshots import PoolSnapshot
@@ -394,7 +394,8 @@ MIN_PREFIX_ENTRIES = 10_000
 
 def prefix_index_entries(state: StateSettings, fleet: Fleet) -> int:
     """The prefix index's cap: ``state.max_prefix_entries`` when set, else enough entries for
-    every block the fleet's engines can hold (:func:`routing.prefix_index.entries_to_remember`
+    every block the fleet's engines can hold, their running requests' included
+    (:func:`routing.prefix_index.entries_to_remember_sent`
     over every endpoint's :func:`backends.kv_capacity.engine_cache_tokens`, in the fleet's router
     blocks: device KV and host tier), at least :data:`FALLBACK_PREFIX_ENTRIES` when an
     endpoint's capacity is unknown,
@@ -403,7 +404,7 @@ def prefix_index_entries(state: StateSettings, fleet: Fleet) -> int:
         return state.max_prefix_entries
     capacities = [engine_cache_tokens(p) for p in fleet.pools for _ in p.endpoints]
     known = [c for c in capacities if c is not None]
-    entries = entries_to_remember(known, fleet.routing.features.block_tokens)
+    entries = entries_to_remember_sent(known, fleet.routing.features.block_tokens)
     if len(known) < len(capacities):
         entries = max(entries, FALLBACK_PREFIX_ENTRIES)
     return max(MIN_PREFIX_ENTRIES, min(entries, state.prefix_index_max_bytes // BYTES_PER_ENTRY))

@@ -39,7 +39,17 @@ hash itself is the key, so a look-up builds no key object.
 
 Sizing (:func:`entries_to_remember`): to remember every block the engines can hold, the
 current generation alone must hold them all, so ``max_entries`` = 2 × Σ over endpoints of
-⌈engine KV tokens ÷ tokens per block⌉. Memory: :data:`BYTES_PER_ENTRY` per entry.
+⌈engine KV tokens ÷ tokens per block⌉ for an index of what the engines report holding.
+An index of what was *sent* (:func:`entries_to_remember_sent`) needs twice that: a request's
+blocks are recorded when it is sent, and its engine holds them for its whole run however
+many records come after, so besides what the engines cache (one fleet KV) a generation must
+hold the chains of the requests still running, recorded up to a run ago (up to another fleet
+KV: engines short of KV hold mostly running requests). Measured on the long-session trace
+(8 replicas short of KV, ``docs/benchmarks/capacity.md``): at 2 × Σ the generations turned
+every 15–20 s at the peak and the index had forgotten the history of 44 of 1,331 follow-ups
+arriving within 60 s, 30 of them while the parent still ran on its replica, so they went
+elsewhere and recomputed it; at 4 × Σ, replayed on the same requests, it held every one.
+Memory: :data:`BYTES_PER_ENTRY` per entry.
 
 Parameters: ``max_entries`` caps the (hash, endpoint) entries; ``max_age_s`` is how long a
 recorded block counts as cached (seconds; engines evict under memory pressure, so an old record
@@ -66,6 +76,20 @@ def entries_to_remember(engine_tokens: Iterable[int], block_tokens: int) -> int:
     if block_tokens < 1:
         raise ValueError("block_tokens must be positive")
     return 2 * sum(-(-max(0, t) // block_tokens) for t in engine_tokens)
+
+
+SENT_HEADROOM = 2
+"""[×] How much larger than :func:`entries_to_remember` an index of what was sent must be:
+one fleet KV's worth for the requests still running, one for what the engines cache (module
+docstring, Sizing)."""
+
+
+def entries_to_remember_sent(engine_tokens: Iterable[int], block_tokens: int) -> int:
+    """Entries [count] for an index of the blocks *sent* to each engine to keep every block
+    the engines hold, their running requests' included: :data:`SENT_HEADROOM` ×
+    :func:`entries_to_remember`. Worked: 8 engines of 207,061 tokens in 16-token blocks:
+    2 × 2 × 8 × 12,942 = 414,144."""
+    return SENT_HEADROOM * entries_to_remember(engine_tokens, block_tokens)
 
 
 class _Generations:

@@ -146,12 +146,13 @@ def test_the_prefix_index_remembers_what_the_fleets_engines_can_hold() -> None:
     demo = load_fleet(ROOT / "gateway" / "demo" / "demo-fleet.yaml")
     blocks = sum(-(-engine_kv_tokens(p) // 16) * len(p.endpoints)  # type: ignore[operator]
                  for p in demo.pools)
-    assert prefix_index_entries(StateSettings(), demo) == 2 * blocks
+    # 4 × the blocks: an index of what was sent also holds the running requests' chains
+    assert prefix_index_entries(StateSettings(), demo) == 4 * blocks
     # set by hand: as set
     assert prefix_index_entries(StateSettings(max_prefix_entries=1234), demo) == 1234
     # a memory budget caps the derived size
     small = StateSettings(prefix_index_max_bytes=20_000 * BYTES_PER_ENTRY)
-    assert prefix_index_entries(small, demo) == 20_000 < 2 * blocks
+    assert prefix_index_entries(small, demo) == 20_000 < 4 * blocks
     # an engine of unknown capacity (no catalogue accelerator, no kv_cache_bytes): the fallback
     real = load_fleet(ROOT / "gateway" / "demo" / "demo-real-fleet.yaml")
     assert prefix_index_entries(StateSettings(), real) == FALLBACK_PREFIX_ENTRIES
@@ -163,4 +164,4 @@ def test_the_prefix_index_remembers_the_host_tier_too() -> None:
 
     # 8 engines of 207,061 device tokens and 976,562 in a 128 GB host tier, 16-token blocks
     host = load_fleet(ROOT / "deploy" / "bench" / "capacity-host.yaml")
-    assert prefix_index_entries(StateSettings(), host) == 2 * 8 * -(-(207_061 + 976_562) // 16)
+    assert prefix_index_entries(StateSettings(), host) == 4 * 8 * -(-(207_061 + 976_562) // 16)

@@ -178,6 +178,46 @@ def test_entries_to_remember_worked_numbers() -> None:
     assert entries_to_remember([15, 16, 17], 16) == 2 * (1 + 1 + 2)
 
 
+def test_entries_to_remember_sent_worked_numbers() -> None:
+    from routing.prefix_index import entries_to_remember_sent
+
+    # 8 engines of 207,061 tokens in 16-token blocks: ⌈207,061 / 16⌉ = 12,942 blocks each
+    assert entries_to_remember_sent([207_061] * 8, 16) == 2 * 2 * 8 * 12_942 == 414_144
+    assert entries_to_remember_sent([], 16) == 0
+
+
+def _chain(request: int, blocks: int) -> tuple[int, ...]:
+    """``blocks`` block hashes of their own for request number ``request``."""
+    return tuple(request * 1_000_000 + i for i in range(blocks))
+
+
+def _kept_while_running(max_entries: int, engine_blocks: int, endpoints: int) -> int:
+    """The match left for a request still running on endpoint "0" after the engines' caches
+    turned over twice around it: every endpoint gets 2 × ``engine_blocks`` blocks of other
+    requests (100-block prompts) while the long one's chain stays pinned in its engine."""
+    clock = FakeClock()
+    index = PrefixIndex(max_entries, 1e9, clock)
+    running = _chain(1, 400)  # a long request recorded when sent, still decoding
+    index.record("0", running)
+    others = iter(range(2, 10**6))
+    for _ in range(2 * engine_blocks // 100):
+        for ep in range(endpoints):
+            clock.advance(0.01)
+            index.record(str(ep), _chain(next(others), 100))
+    return index.match(running, ["0"]).get("0", 0)
+
+
+def test_an_index_of_what_was_sent_keeps_a_running_requests_chain_through_a_turnover() -> None:
+    from routing.prefix_index import entries_to_remember, entries_to_remember_sent
+
+    tokens, endpoints = 16 * 2_000, 4  # engines of 2,000 blocks
+    sent = entries_to_remember_sent([tokens] * endpoints, 16)
+    assert _kept_while_running(sent, 2_000, endpoints) == 400
+    # sized for what the engines report holding, the chain is gone though its engine holds it
+    assert _kept_while_running(entries_to_remember([tokens] * endpoints, 16), 2_000,
+                               endpoints) == 0
+
+
 def test_held_blocks_counts_each_endpoints_distinct_fresh_blocks_once() -> None:
     clock = FakeClock()
     index = PrefixIndex(40, 30.0, clock)  # generations of 20 entries
