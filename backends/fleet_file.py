@@ -415,6 +415,16 @@ class PolicySettings(_Strict):
         "per healthy endpoint than it does",
     )
     saturated_queue_per_endpoint: PositiveFloat = _POLICY.saturated_queue_per_endpoint
+    long_context_tokens: PositiveInt = Field(
+        default=_POLICY.long_context_tokens,
+        description="a prompt of this many tokens goes to a pool with a capacity lever "
+        "(host KV tier, fp8 KV) when one serves the model",
+    )
+    capacity_cost_ratio: float = Field(
+        default=_POLICY.capacity_cost_ratio, gt=0,
+        description="... while that pool's cache cost is at most this many times the other "
+        "prefix-caching pools'",
+    )
     rules: list[str] = Field(
         default_factory=lambda: list(_POLICY.rules),
         description="rule names in the order tried; a rule left out is off",

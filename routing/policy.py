@@ -6,8 +6,27 @@ request and the fleet (:class:`PolicyInput`), the pools that have the lever in p
 and the reason it gives. Thresholds live in :class:`PolicyConfig` (overridable in the fleet
 file under ``routing.policy``, as is the rule order and which rules are on).
 
-The default table (:data:`DEFAULT_RULES`), in order:
+The table (:data:`DEFAULT_RULES`), in order; every rule but ``capacity`` is on by default
+(``capacity`` is on where a fleet file lists it, until the capacity benchmark's mixed fleet
+has measured it):
 
+``capacity`` — a long context to a pool with more KV room. Fires when prompt tokens ≥
+  ``long_context_tokens`` and a capacity pool serves the model: a mixed prefix-caching pool
+  without speculative decoding that offers a capacity lever (a host-memory KV tier,
+  ``host_kv_cache``, or an 8-bit KV cache, ``fp8_kv_cache``). A long context takes the most KV
+  and its session's next turn reuses all of it, so it is the first to be evicted before it
+  returns where KV is short (``docs/benchmarks/capacity.md``); a capacity pool keeps it.
+  Pools: the capacity pools, cheapest first by the cache cost (below); each admitted only
+  while its cheapest cost is at most ``capacity_cost_ratio`` × the cheapest cost on the other
+  prefix-caching pools serving the model (inf when there are none): a session whose history is
+  cached in a capacity pool stays there (its cost there is lowest), a new long context goes to
+  one unless it is much busier, and a session whose history is cached elsewhere stays there
+  (recomputing the history would cost many times the rest). Lever ``host_kv_cache`` when the
+  pool offers it, else ``fp8_kv_cache``. Tried first: a long context also has a long prefill,
+  which ``pd`` would send to any pool with chunked prefill. It only offers room: when no pool
+  admits the request, no fallback is named and the next rule places it. Reason
+  ``long_context``; detail ``in=12000,cost=0.80`` (prompt tokens; the chosen pool's cheapest
+  cost ÷ the other pools', ``na`` when there are none).
 ``pd`` — long uncached prompt under load. Fires when uncached [tokens] = prompt tokens −
   (longest match on any endpoint serving the model) × block tokens ≥ ``long_prompt_tokens``
   and the model's mixed pools hold ≥ ``busy_load_per_endpoint`` requests per healthy endpoint
@@ -119,6 +138,7 @@ from routing.decision import (
     FALLBACK_UNHEALTHY,
     HIGH_PREFIX_SHARE,
     IDLE_SPEC_CAPACITY,
+    LONG_CONTEXT,
     LONG_MATCH,
     LONG_UNCACHED_UNDER_LOAD,
     LOW_LOAD_DECODE_HEAVY,
@@ -134,6 +154,8 @@ from routing.load import endpoint_load, pool_load, pool_saturated
 from routing.snapshots import (
     CHUNKED_PREFILL,
     DECODE,
+    FP8_KV_CACHE,
+    HOST_KV_CACHE,
     MIXED,
     PD_DISAGGREGATION,
     PREFILL,
@@ -159,6 +181,8 @@ class PolicyConfig:
     idle_spec_fraction: float = 0.25  # [fraction of the spec cap] ordinary work's batch room
     idle_spec_margin: float = 4.0  # [requests per healthy endpoint] general load over spec's
     saturated_queue_per_endpoint: float = 8.0  # [waiting requests per healthy endpoint]
+    long_context_tokens: int = 8192  # [tokens] a prompt this long counts as a long context
+    capacity_cost_ratio: float = 2.0  # [×] a capacity pool's cost over the others' it may have
     rules: tuple[str, ...] = ("pd", "spec", "idle_spec", "prefix", "default")
 
 
@@ -451,6 +475,47 @@ def _idle_spec_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
     return f"load={load}/{batch:.1f},batch={batch:.1f}/{room:.1f}"
 
 
+CAPACITY_LEVERS = (HOST_KV_CACHE, FP8_KV_CACHE)
+"""The capacity levers, in the order a decision names them when a pool offers both."""
+
+
+def _capacity_lever(pool: PoolSnapshot) -> str | None:
+    return next((lever for lever in CAPACITY_LEVERS if lever in pool.offered), None)
+
+
+def _capacity_pools(inp: PolicyInput) -> list[PoolSnapshot]:
+    """The model's mixed prefix-caching pools without speculation that offer a capacity lever."""
+    return [p for p in _serving(inp, MIXED, PREFIX_CACHE)
+            if SPECULATIVE not in p.offered and _capacity_lever(p) is not None]
+
+
+def _capacity_when(inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    return inp.features.prompt_tokens >= cfg.long_context_tokens and bool(_capacity_pools(inp))
+
+
+def _capacity_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
+    return tuple(Target(p, _capacity_lever(p) or NO_LEVER)
+                 for p in _by_cost(inp, _capacity_pools(inp)))
+
+
+def _cost_ratio(inp: PolicyInput, pool: PoolSnapshot) -> float:
+    """``pool``'s cheapest cache cost ÷ the cheapest on the model's other prefix-caching
+    pools (0 when there are none: nothing to weigh it against)."""
+    others = [p for p in _serving(inp, MIXED, PREFIX_CACHE) if p.name != pool.name]
+    elsewhere = min((_cheapest(inp, p) for p in others), default=math.inf)
+    return _cheapest(inp, pool) / elsewhere if elsewhere < math.inf else 0.0
+
+
+def _capacity_admits(t: Target, inp: PolicyInput, cfg: PolicyConfig) -> bool:
+    return _cost_ratio(inp, t.pool) <= cfg.capacity_cost_ratio
+
+
+def _capacity_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
+    ratio = _cost_ratio(inp, t.pool)
+    shown = "na" if ratio == 0.0 else f"{ratio:.2f}"
+    return f"in={inp.features.prompt_tokens},cost={shown}"
+
+
 def _default_targets(inp: PolicyInput, cfg: PolicyConfig) -> tuple[Target, ...]:
     mixed = _serving(inp, MIXED)
     general = [p for p in mixed if SPECULATIVE not in p.offered] or mixed
@@ -462,6 +527,9 @@ def _load_detail(inp: PolicyInput, cfg: PolicyConfig, t: Target) -> str:
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("capacity", NO_LEVER, _capacity_when, _capacity_targets,
+         lambda i, c: LONG_CONTEXT, _capacity_detail,
+         admits=_capacity_admits, names_miss=False),
     Rule("pd", PD_DISAGGREGATION, _pd_when, _pd_targets,
          lambda i, c: LONG_UNCACHED_UNDER_LOAD, _pd_detail),
     Rule("prefix", PREFIX_CACHE, lambda i, c: _prefix_evidence(i, c) is not None,

@@ -43,7 +43,7 @@ from ridge_bench.trace_replay import TRACE, TRACES_DIR, load_trace, trace_worklo
 
 FLEETS: Mapping[str, Path] = MappingProxyType({
     name: fleets.ROOT / "deploy" / "bench" / f"capacity-{name}.yaml"
-    for name in ("plain", "fp8", "host", "large-kv")})
+    for name in ("plain", "fp8", "host", "large-kv", "mix")})
 GATEWAYS: Mapping[str, str] = MappingProxyType({
     "ridge": fleets.RIDGE, "sglang_ca": fleets.SGLANG + "cache_aware"})
 DEFAULT_CELLS = ("plain:ridge", "plain:sglang_ca", "fp8:ridge", "host:ridge",

@@ -12,6 +12,8 @@ from routing.features import RequestFeatures
 from routing.policy import DEFAULT_RULES, LeverPolicy, PolicyConfig, PolicyInput
 from routing.snapshots import (
     CHUNKED_PREFILL,
+    FP8_KV_CACHE,
+    HOST_KV_CACHE,
     PD_DISAGGREGATION,
     PREFIX_CACHE,
     SPECULATIVE,
@@ -530,3 +532,91 @@ def test_header_of_an_idle_spec_decision() -> None:
     assert got is not None
     assert got.header_value() == ("pool=spec; lever=none; reason=idle_spec_capacity; "
                                   "load=5.0/1.0,batch=1.0/10.1")
+
+
+# -- capacity: a long context to a pool with more KV room ---------------------------------------
+
+
+def capacity_fleet(lever: str = HOST_KV_CACHE) -> tuple[PoolSnapshot, ...]:
+    """The standard fleet plus a prefix-caching pool with a capacity lever ("roomy": c-1, c-2)."""
+    roomy = PoolSnapshot("roomy", "vllm", "mixed", ("m",),
+                         (ep("c-1", pool="roomy"), ep("c-2", pool="roomy")),
+                         frozenset({PREFIX_CACHE, CHUNKED_PREFILL, lever}))
+    return (*fleet(), roomy)
+
+
+LONG = 10_000  # prompt tokens of a long context (≥ long_context_tokens, 8192)
+CAPACITY_ON = PolicyConfig(rules=("capacity", *PolicyConfig().rules))
+
+
+def test_the_capacity_rule_is_off_unless_listed() -> None:
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(), view(prefix_share=0.9))
+    got = LeverPolicy().decide(inp)
+    assert got is not None and got.reason == "high_prefix_share"
+
+
+def test_a_new_long_context_goes_to_the_capacity_pool() -> None:
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(), view(load=BUSY))
+    got = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert got is not None
+    # every pool would recompute all of it (cost 10,000 × 1 against 10,000 × 5 on radix)
+    assert (got.pool, got.lever, got.reason, got.detail) == (
+        "roomy", HOST_KV_CACHE, "long_context", "in=10000,cost=0.20")
+
+
+def test_an_fp8_pool_is_a_capacity_pool_too() -> None:
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(FP8_KV_CACHE), view())
+    got = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert got is not None and (got.pool, got.lever) == ("roomy", FP8_KV_CACHE)
+
+
+def test_a_short_prompt_is_not_a_long_context() -> None:
+    inp = PolicyInput(features(prompt_tokens=LONG - 2_000), capacity_fleet(),
+                      view(prefix_share=0.9))
+    got = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert got is not None and got.reason == "high_prefix_share"
+    tuned = LeverPolicy(replace(CAPACITY_ON, long_context_tokens=8_000)).decide(inp)
+    assert tuned is not None and (tuned.pool, tuned.reason) == ("roomy", "long_context")
+
+
+def test_a_session_cached_in_the_capacity_pool_stays_there() -> None:
+    # its history (90 of 100 blocks) on c-2, which is the busiest endpoint of the fleet
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(),
+                      view(matched={"c-2": 90}, load={"c-1": 9, "c-2": 9}))
+    got = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert got is not None and (got.pool, got.reason) == ("roomy", "long_context")
+
+
+def test_a_session_cached_elsewhere_stays_where_its_history_is() -> None:
+    # history on r1: 1,000 uncached × 1 there against 10,000 × 1 in the capacity pool
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(),
+                      view(matched={"r1": 90}, prefix_share=0.9))
+    got = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert got is not None and (got.pool, got.reason) == ("radix", "long_match")
+
+
+@pytest.mark.parametrize(("roomy_load", "pool"), [
+    (9, "roomy"),  # 10,000 × 10 against 10,000 × 5 on radix: 2.0 ≤ the ratio
+    (10, "radix"),  # 10,000 × 11: 2.2 > 2: the prefix rule places it on its f
+])
+def test_a_much_busier_capacity_pool_is_passed_over(roomy_load: int, pool: str) -> None:
+    load = {"r1": 4, "r2": 4, "c-1": roomy_load, "c-2": roomy_load}
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(),
+                      view(load=load, prefix_share=0.9))
+    assert _pool(LeverPolicy(CAPACITY_ON).decide(inp)) == pool
+
+
+def test_the_cost_ratio_comes_from_config_and_a_refusal_names_no_fallback() -> None:
+    load = {"r1": 4, "r2": 4, "c-1": 10, "c-2": 10}
+    inp = PolicyInput(features(prompt_tokens=LONG), capacity_fleet(),
+                      view(load=load, prefix_share=0.9))
+    passed = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert passed is not None and passed.reason == "high_prefix_share"  # no capacity>...
+    tuned = LeverPolicy(replace(CAPACITY_ON, capacity_cost_ratio=3.0)).decide(inp)
+    assert tuned is not None and tuned.pool == "roomy"
+
+
+def test_a_fleet_without_capacity_pools_is_not_touched() -> None:
+    inp = PolicyInput(features(prompt_tokens=LONG), fleet(), view(prefix_share=0.9))
+    got = LeverPolicy(CAPACITY_ON).decide(inp)
+    assert got is not None and got.reason == "high_prefix_share"
