@@ -46,9 +46,10 @@ many records come after, so besides what the engines cache (one fleet KV) a gene
 hold the chains of the requests still running, recorded up to a run ago (up to another fleet
 KV: engines short of KV hold mostly running requests). Measured on the long-session trace
 (8 replicas short of KV, ``docs/benchmarks/capacity.md``): at 2 × Σ the generations turned
-every 15–20 s at the peak and the index had forgotten the history of 44 of 1,331 follow-ups
-arriving within 60 s, 30 of them while the parent still ran on its replica, so they went
-elsewhere and recomputed it; at 4 × Σ, replayed on the same requests, it held every one.
+every 15–20 s at the peak; 44 of 1,331 follow-ups arriving within 60 s went to another replica
+and recomputed their history, 30 of them while the parent still ran on its own, and for 40 the
+index held only the system prompt there; at 4 × Σ, replayed on the same requests, it held the
+history of all 44.
 Memory: :data:`BYTES_PER_ENTRY` per entry.
 
 Parameters: ``max_entries`` caps the (hash, endpoint) entries; ``max_age_s`` is how long a
