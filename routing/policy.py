@@ -7,8 +7,9 @@ and the reason it gives. Thresholds live in :class:`PolicyConfig` (overridable i
 file under ``routing.policy``, as is the rule order and which rules are on).
 
 The table (:data:`DEFAULT_RULES`), in order; every rule but ``capacity`` is on by default
-(``capacity`` is on where a fleet file lists it, until the capacity benchmark's mixed fleet
-has measured it):
+(``capacity`` is on where a fleet file lists it: on the capacity benchmark's mixed fleet it
+served more prompt tokens from cache and met the SLOs for fewer requests, concentrating the
+long sessions on the capacity pool, ``docs/benchmarks/capacity.md``):
 
 ``capacity`` — a long context to a pool with more KV room. Fires when prompt tokens ≥
   ``long_context_tokens`` and a capacity pool serves the model: a mixed prefix-caching pool

@@ -51,8 +51,9 @@ is one event loop (past that, simulated time slips and the GPUs look slower than
 and a saturated client or gateway measures itself, not the router. Results go to
 ``DIR/results.json`` after every cell; ``--doc`` rewrites the generated part of the doc
 (:mod:`ridge_bench.compare_doc`), and ``--from-results DIR/results.json --doc FILE`` rewrites it
-from saved results without running anything. Ctrl-C stops the current cell cleanly and skips
-the rest.
+from saved results without running anything (repeated, a later run's cells replace the earlier
+ones of the same workload and router: :func:`ridge_bench.compare_doc.merged`). Ctrl-C stops the
+current cell cleanly and skips the rest.
 """
 
 from __future__ import annotations
@@ -410,8 +411,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-results/router", help="results directory")
     p.add_argument("--doc", help="rewrite the generated part of this markdown file")
     p.add_argument("--progress", action="store_true", help="progress bar per cell")
-    p.add_argument("--from-results", metavar="RESULTS_JSON",
-                   help="run nothing: rewrite --doc from a saved results.json")
+    p.add_argument("--from-results", metavar="RESULTS_JSON", action="append",
+                   help="run nothing: rewrite --doc from a saved results.json; repeated, a "
+                        "later file's cells replace the earlier ones of the same workload and "
+                        "router (runs with the same settings but their rates)")
     return p
 
 
@@ -473,8 +476,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_results:
         if not args.doc:
             raise SystemExit("--from-results needs --doc")
-        saved = json.loads(Path(args.from_results).read_text())
-        compare_doc.write_doc(Path(args.doc), compare_doc.markdown(saved["cells"], saved["meta"]))
+        runs = [json.loads(Path(f).read_text()) for f in args.from_results]
+        try:
+            cells, m = compare_doc.merged(runs)
+        except ValueError as exc:
+            raise SystemExit(f"--from-results: {exc}") from None
+        compare_doc.write_doc(Path(args.doc), compare_doc.markdown(cells, m))
         return 0
     matrix = replace(matrix_of(args), command=command_line(argv))
     return asyncio.run(run_matrix(matrix, Path(args.doc) if args.doc else None))

@@ -47,6 +47,34 @@ def meta(template: Options, rates: Mapping[str, float], durations: Mapping[str, 
     }
 
 
+SHARED_SETTINGS = ("requests", "steps", "seed", "speed", "slo", "tokenizer", "kv_events")
+"""What every run merged by :func:`merged` must share (rates and durations: per workload)."""
+
+
+def merged(runs: Sequence[Mapping[str, Any]]) -> tuple[list[Cell], dict[str, Any]]:
+    """Several saved runs (``results.json`` values) as one matrix: a later run's cells replace
+    the earlier cells of the same (workload, router), the meta takes the later run's rate and
+    duration for the workloads it ran, and ``meta["reruns"]`` lists each later run's command
+    and workloads, which the doc prints. ValueError when a later run's settings differ from
+    the first's in any of :data:`SHARED_SETTINGS`: its cells would not be comparable."""
+    cells = {(c["workload"], c["router"]): c for c in runs[0]["cells"]}
+    m: dict[str, Any] = {**runs[0]["meta"], "rates": dict(runs[0]["meta"]["rates"]),
+                         "durations_s": dict(runs[0]["meta"]["durations_s"]), "reruns": []}
+    for run in runs[1:]:
+        later = run["meta"]
+        differ = [k for k in SHARED_SETTINGS if later.get(k) != m.get(k)]
+        if differ:
+            raise ValueError(f"the runs differ in {differ}: their cells are not comparable")
+        workloads = sorted({c["workload"] for c in run["cells"]})
+        for c in run["cells"]:
+            cells[(c["workload"], c["router"])] = c
+        for w in workloads:
+            m["rates"][w] = later["rates"][w]
+            m["durations_s"][w] = later["durations_s"][w]
+        m["reruns"].append({"command": later["command"], "workloads": workloads})
+    return list(cells.values()), m
+
+
 def goodput(cells: Sequence[Cell], workload: str, router: str) -> float | None:
     for c in cells:
         if c["workload"] == workload and c["router"] == router:
@@ -283,7 +311,14 @@ def _settings(m: Mapping[str, Any]) -> str:
             f"TTFT ≤ {slo['ttft_s']:g} s, TPOT ≤ {slo['tpot_s'] * 1000:g} ms, e2e ≤ "
             f"{slo['e2e_s']:g} s; seed {m['seed']}; simulated speed {m['speed']:g}; "
             f"rates [req/s]: {rates} (mixed, chat_ramp: the heaviest of {m['steps']} steps). "
-            f"{_extras(m)}Machine: {m['cpus']} CPUs ({m['machine']}), Python {m['python']}.")
+            f"{_extras(m)}Machine: {m['cpus']} CPUs ({m['machine']}), Python {m['python']}."
+            f"{_reruns(m)}")
+
+
+def _reruns(m: Mapping[str, Any]) -> str:
+    """The later runs whose cells replaced the first run's (:func:`merged`)."""
+    return "".join(f"\n\nThe {', '.join(r['workloads'])} cells: a later run with the same "
+                   f"settings, `{portable(r['command'])}`." for r in m.get("reruns", ()))
 
 
 def _extras(m: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -36,7 +37,6 @@ from gateway.app import build_router
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.openai_request import Endpoint, ParsedRequest, parse_request
 from gateway.slos import slo_policy
-from ridge_bench.command import DEFAULT_RATES
 from ridge_bench.turns import Dispatcher as Turns
 from ridge_bench.turns import Pending
 from ridge_bench.workloads import build, placeholder_reply
@@ -68,6 +68,10 @@ FLEETS: Mapping[str, tuple[str, dict[str, Any] | None]] = {
     "demo_pd": ("gateway/demo/demo-fleet.yaml", None),
 }
 WORKLOADS = ("agent", "rag", "chat", "mixed", "chat_ramp")
+RATES: Mapping[str, float] = MappingProxyType(
+    {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 18.0, "chat_ramp": 9.0})
+"""Requests/s per workload: the router benchmark's rates when the trace was recorded, kept
+here so that a change of the benchmark's defaults does not change the recorded decisions."""
 
 
 def load_fleet_for(name: str) -> Fleet:
@@ -167,7 +171,7 @@ def _service_s(uncached: int, output: int, load: int) -> float:
 async def _replay(fleet: Fleet, workload: str, admission: bool) -> list[str]:
     clock = FakeClock()
     router = ReplayRouter(fleet, clock, admission)
-    work = build(workload, seed=0, rate=DEFAULT_RATES[workload], duration_s=DURATION_S)
+    work = build(workload, seed=0, rate=RATES[workload], duration_s=DURATION_S)
     turns = Turns(work.sources)
     events: list[_Event] = []
     seq = 0

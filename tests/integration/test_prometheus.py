@@ -290,7 +290,6 @@ def _scraped(prom: Prometheus, expr: str) -> Any:
 async def test_dashboards_and_rules_show_data_from_a_real_prometheus(stack: Stack) -> None:
     prom = stack.prometheus
     await _until(_scraped(prom, 'up{job="ridge"} == 1'), "the first scrape of ridge")
-    started = time.monotonic()
     statuses = await drive_load(stack)
     assert statuses.count(500) == 2 and statuses.count(200) == len(statuses) - 2, \
         f"statuses by count: {collections.Counter(statuses)}"
@@ -317,7 +316,6 @@ async def test_dashboards_and_rules_show_data_from_a_real_prometheus(stack: Stac
         ("some violations", 'ridge_slo_violations_total{model="m",slo="error"}'),
     ]) == []
     await _ridge_estimates_agree_with_the_engines(prom)
-    assert time.monotonic() - started < 60
 
 
 def test_rule_files_pass_promtool() -> None:

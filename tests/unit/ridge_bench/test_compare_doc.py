@@ -14,6 +14,7 @@ from ridge_bench.compare_doc import (
     detail_table,
     goodput_table,
     markdown,
+    merged,
     portable,
     steps_table,
     write_doc,
@@ -147,3 +148,42 @@ def test_the_settings_say_how_prompt_tokens_were_counted_and_whether_events_were
     assert "Prompt tokens: the smollm2-135m tokenizer; KV-cache events: on." in on
     off = markdown(cells, {**meta, "tokenizer": None, "kv_events": False})
     assert "KV-cache events: off." in off
+
+
+def run_meta(command: str, **rates: float) -> dict[str, Any]:
+    return {"command": command, "requests": 9, "durations_s": dict.fromkeys(rates, 60.0),
+            "steps": 3, "seed": 0, "speed": 1, "slo": {"ttft_s": 2, "tpot_s": 0.1, "e2e_s": 30},
+            "rates": dict(rates), "cpus": 2, "machine": "x86_64", "python": "3.11",
+            "tokenizer": "smollm2-135m", "kv_events": True}
+
+
+def test_a_later_run_replaces_its_workloads_cells_and_says_so() -> None:
+    first = {"meta": run_meta("python -m ridge_bench.compare --out /tmp/a", agent=16, mixed=18),
+             "cells": [cell("agent", "ridge", 5.0), cell("mixed", "ridge", 7.0),
+                       cell("mixed", "round_robin", 4.0)]}
+    later_meta = {**run_meta("python -m ridge_bench.compare --workloads mixed --out /tmp/b",
+                             agent=16, mixed=24), "durations_s": {"agent": 60.0, "mixed": 90.0}}
+    later = {"meta": later_meta, "cells": [cell("mixed", "ridge", 9.0)]}
+    cells, m = merged([first, later])
+    by = {(c["workload"], c["router"]): c["summary"]["goodput_rps"] for c in cells}
+    assert by == {("agent", "ridge"): 5.0, ("mixed", "ridge"): 9.0,
+                  ("mixed", "round_robin"): 4.0}
+    assert m["rates"] == {"agent": 16, "mixed": 24}
+    assert m["durations_s"] == {"agent": 60.0, "mixed": 90.0}
+    assert first["meta"]["rates"]["mixed"] == 18  # the saved runs are not changed
+    text = markdown(cells, m)
+    assert ("The mixed cells: a later run with the same settings, "
+            "`python -m ridge_bench.compare --workloads mixed`.") in text
+
+
+def test_runs_with_other_settings_are_not_merged() -> None:
+    first = {"meta": run_meta("a", mixed=18), "cells": [cell("mixed", "ridge", 7.0)]}
+    later = {"meta": {**run_meta("b", mixed=24), "seed": 1}, "cells": [cell("mixed", "ridge", 9.0)]}
+    with pytest.raises(ValueError, match="seed"):
+        merged([first, later])
+
+
+def test_one_run_merges_to_itself() -> None:
+    run = {"meta": run_meta("a", agent=16), "cells": [cell("agent", "ridge", 5.0)]}
+    cells, m = merged([run])
+    assert cells == run["cells"] and m["reruns"] == [] and "later run" not in markdown(cells, m)
