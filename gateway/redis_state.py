@@ -75,6 +75,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.redis_lua import SCRIPT
 from routing.load import NO_LOAD, InFlight, LoadCounts
 from routing.memory_state import Clock, MemoryState, StateLimits
+from routing.prefix_index import KeyLayout
 from routing.state import Ask, C, Outcome, Placed, Reservation, StateView
 from routing.window import WorkloadMeasures
 
@@ -103,12 +104,14 @@ def _recorded_from(raw: Any) -> int | None:
     return None if raw is None or int(raw) < 0 else int(raw)
 
 
-def view_of(raw: Mapping[str, Any]) -> StateView:
-    """The :class:`StateView` in a ``read`` answer: matches, loads, window sums, session."""
+def view_of(raw: Mapping[str, Any], layout: KeyLayout, blocks: int) -> StateView:
+    """The :class:`StateView` in a ``read`` answer: matches (keys of a chain of ``blocks``
+    blocks, as blocks through ``layout``), loads, window sums, session."""
     prompt, matched, _, _ = raw["w"]
     loads = {url: LoadCounts(int(r), int(t)) for url, (r, t) in _mapping(raw["l"]).items()}
     return StateView(
-        matched_blocks={url: int(n) for url, n in _mapping(raw["m"]).items()},
+        matched_blocks={url: layout.blocks(int(n), blocks)
+                        for url, n in _mapping(raw["m"]).items()},
         load=loads,
         prefix_share=matched / prompt if prompt > 0 else None,
         session_endpoint=raw["s"] or None,
@@ -392,10 +395,12 @@ class RedisState:
         """The shared reservations, mirrored locally under the same ids (own in-flight count,
         blocks for the fallback)."""
         froms = [_recorded_from(f) for f in raw.get("from") or [-1] * len(urls)]
+        layout, blocks = self._local.prefix_layout, len(ask.block_hashes)
         held = []
         for rid, url, frm in zip(raw["rids"], urls, froms, strict=True):
             self._local.hold(url, ask.tokens, ask.block_hashes, rid)
-            held.append(Reservation(rid, url, max(0, ask.tokens), frm))
+            held.append(Reservation(rid, url, max(0, ask.tokens),
+                                    None if frm is None else layout.blocks(frm, blocks)))
         return tuple(held)
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
@@ -445,7 +450,8 @@ class RedisState:
         return f"{self._rid}{next(self._ids)}"
 
     def _args(self, op: str, ask: Ask, **extra: Any) -> dict[str, Any]:
-        return {"op": op, "model": ask.model, "h": [str(h) for h in ask.block_hashes],
+        keys = self._local.prefix_layout.keys(ask.block_hashes)
+        return {"op": op, "model": ask.model, "h": [str(h) for h in keys],
                 "session": ask.session or "", "urls": list(ask.endpoints),
                 "tok": max(0, ask.tokens), **extra}
 
@@ -453,12 +459,15 @@ class RedisState:
                      rids: list[str]) -> dict[str, Any]:
         prompt = max(0, outcome.prompt_tokens)
         output = outcome.output_tokens
+        layout, frm, blocks = (self._local.prefix_layout, reservation.recorded_from,
+                               len(outcome.block_hashes))
         return {"op": "finish", "rids": rids, "ok": outcome.succeeded, "url": reservation.endpoint,
-                "h": [str(h) for h in outcome.block_hashes], "session": outcome.session or "",
+                "h": [str(h) for h in layout.keys(outcome.block_hashes)],
+                "session": outcome.session or "",
                 "model": outcome.model, "pt": prompt,
                 "mt": min(prompt, max(0, outcome.matched_tokens)),
                 "o": output if output is not None and output >= 0 else -1,
-                "ff": -1 if reservation.recorded_from is None else reservation.recorded_from}
+                "ff": -1 if frm is None else layout.first_key(frm, blocks)}
 
     async def _call(self, args: dict[str, Any],
                     rids: Sequence[str] = ()) -> dict[str, Any] | None:
@@ -483,7 +492,7 @@ class RedisState:
     def _remember(self, ask: Ask, raw: Mapping[str, Any]) -> StateView:
         """The view in ``raw``; its loads and the model's output mean are kept (telemetry,
         :meth:`learned_output`)."""
-        view = view_of(raw)
+        view = view_of(raw, self._local.prefix_layout, len(ask.block_hashes))
         for url in ask.endpoints:
             self._loads[url] = view.load.get(url, NO_LOAD)
         if ask.model in self._outputs or len(self._outputs) < self._limits.max_models:

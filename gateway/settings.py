@@ -87,7 +87,8 @@ class StateSettings(BaseModel):
     the shared (Redis) state's connection. Sizes are entries; times in seconds."""
 
     max_prefix_entries: int | None = Field(
-        default=None, gt=0, description="the prefix index's cap [(block, endpoint) entries]; "
+        default=None, gt=0, description="the prefix index's cap [(block, endpoint) pairs; "
+        "past a prompt's 16th block one entry stands for 4]; "
         "unset: enough to remember every block the fleet's engines can hold (from the pools' "
         "model and hardware facts), within prefix_index_max_bytes"
     )

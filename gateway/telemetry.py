@@ -56,7 +56,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -70,6 +69,7 @@ from gateway.walls import PoolCounts, PoolWalls
 from routing.binding_wall import lost_tokens
 from routing.fleet_math import TPOT, Measured, RequestTokens, evaluate
 from routing.router import RoutePlan
+from routing.values import value
 
 # Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
 # prefills (a minute); TPOT a fast GPU decode step (~5 ms) to a saturated CPU (~1 s).
@@ -116,7 +116,7 @@ class UnknownClasses:
                     ", ".join(slos.classes_of(model)) or "none", used)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RequestRecord:
     """One finished request, as telemetry records it. Times in seconds; None = not measured.
 

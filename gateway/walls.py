@@ -6,7 +6,8 @@ the gateway already measures, every scrape (nothing on the request path):
 - KV demand: the router's in-flight tokens on the pool's healthy endpoints (its measures'
   counts, :func:`routing.load.pool_summary`, as ``ridge_tokens_in_flight``), the working set — the
   distinct prompt blocks the router state's prefix index holds for the pool's endpoints
-  (``held_blocks()``) × the fleet's ``routing.features.block_tokens`` — and the capacity, per
+  (``held_blocks()``, which counts a long chain's last entry as 4 blocks when it stands for
+  1–3) × the fleet's ``routing.features.block_tokens`` — and the capacity, per
   healthy endpoint its engine's KV blocks × block size (:func:`routing.admission.kv_tokens`),
   else the fleet file's ``hardware.kv_cache_bytes`` ÷ the pool's KV bytes per token; unknown
   for the pool when one healthy endpoint's is;

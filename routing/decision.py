@@ -11,9 +11,9 @@ decision (``f=0.82,match=14/16``) for the response header only, never for a labe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from routing.snapshots import LEVERS
+from routing.values import value
 
 NO_LEVER = "none"
 
@@ -53,7 +53,7 @@ def lever_values() -> frozenset[str]:
     return LEVERS | {NO_LEVER}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RouteDecision:
     """Where one request goes. ``decode_pool``: for a prefill/decode pair, the decode side."""
 

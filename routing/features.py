@@ -68,6 +68,7 @@ from typing import Any
 from xxhash import xxh3_64_intdigest as _xxh3
 
 from routing.token_counters import CHARS_PER_TOKEN, CharEstimate, PromptIds, TokenCounter
+from routing.values import value
 
 DEFAULT_BLOCK_TOKENS = 16  # tokens per block: vLLM's default KV block size
 DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
@@ -75,7 +76,7 @@ DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
 _STX, _ETX, _US, _SUB, _NUL = "\x02", "\x03", "\x1f", "\x1a", "\x00"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RequestFeatures:
     """One request as the router sees it.
 
@@ -447,7 +448,7 @@ def tokens_per_block(config: FeatureConfig, prompt_chars: int, prompt_tokens: in
     return max(1, round(config.block_chars * prompt_tokens / prompt_chars))
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RequestInfo:
     """The fields of one request the extractor reads besides its payload."""
 

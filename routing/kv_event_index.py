@@ -44,7 +44,7 @@ with the same look-ups as the approximate index, and the engine's hash function 
   sharing a new prefix would see nothing held. :meth:`placed` records a placed request's blocks
   as pending on its endpoint for ``pending_s`` seconds (a small :class:`PrefixIndex`) and
   :meth:`finished` drops them (by then the engine's events say what it kept): ``match`` is the
-  longer of the engine's blocks and the pending ones.
+  longer of the engine's blocks and the pending ones (every block an entry: ``layout=EXACT``).
 
 Memory: ``max_blocks`` caps the router blocks held over all endpoints (a store past it is
 dropped and counted in ``dropped``), and ``max_blocks × block_tokens`` the pages completing no
@@ -65,7 +65,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from routing.features import chain_start, chain_token_hashes
 from routing.kv_events import MEDIUM_DEVICE, AllCleared, BlocksRemoved, BlocksStored, KvEvent
-from routing.prefix_index import PrefixIndex
+from routing.prefix_index import EXACT, PrefixIndex
 
 BYTES_PER_BLOCK = 400
 """[B] Memory per router block held, rounded up: its entry in the endpoint's held map (a dict
@@ -151,7 +151,7 @@ class KvEventIndex:
         self._engines: dict[str, _Engine] = {}
         self._size = 0
         self._pages = 0
-        self._pending = PrefixIndex(max(2, max_blocks // 8), pending_s, clock)
+        self._pending = PrefixIndex(max(2, max_blocks // 8), pending_s, clock, layout=EXACT)
         self.dropped = 0
         """Stored blocks dropped at the ``max_blocks`` cap, or not matchable by tokens (a
         size neither below nor a multiple of ``block_tokens``, a hash covering more than the

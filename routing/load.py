@@ -37,9 +37,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
+from routing.values import value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class LoadCounts:
     """What the router state has in flight on one endpoint: requests, and tokens (prompt
     tokens still to prefill + output tokens still to decode, as estimated at reservation)."""

@@ -3,7 +3,8 @@
 Parts, each bounded (parameters in :class:`StateLimits`):
 
 - prefix index (:class:`routing.prefix_index.PrefixIndex`): ``max_prefix_entries``
-  (hash, endpoint) entries, LRU, each counting for ``prefix_max_age_s`` seconds;
+  (block, endpoint) pairs, LRU, each counting for ``prefix_max_age_s`` seconds (a long
+  prompt's blocks past the first 16 take one entry per 4: its key layout);
 - in-flight table (:class:`Reservations`): reservations by id in the order they were made, and
   per endpoint the requests and tokens they hold. A reservation not finished within
   ``reservation_ttl_s`` seconds is dropped as if its gateway had died; with one TTL for all,
@@ -38,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 from routing.load import NO_LOAD, InFlight, LoadCounts
-from routing.prefix_index import PrefixIndex
+from routing.prefix_index import KeyLayout, PrefixIndex
 from routing.state import Ask, C, Outcome, Placed, Reservation, StateView
 from routing.window import WorkloadMeasures, WorkloadWindows
 
@@ -224,6 +225,12 @@ class MemoryState:
     @property
     def limits(self) -> StateLimits:
         return self._limits
+
+    @property
+    def prefix_layout(self) -> KeyLayout:
+        """Which blocks of a chain the prefix index keeps as entries (a shared index that
+        stands in for this one keeps the same)."""
+        return self._prefix.layout
 
     def learned_output(self, model: str) -> float | None:
         return self._windows.mean_output(model)

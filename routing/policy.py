@@ -166,6 +166,7 @@ from routing.snapshots import (
     PoolSnapshot,
 )
 from routing.state import StateView
+from routing.values import value
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ class PolicyConfig:
     rules: tuple[str, ...] = ("pd", "spec", "idle_spec", "prefix", "default")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PolicyInput:
     """What the policy decides over: the request, every pool, and the router state's view.
     ``memo``: measures the rules share within one decision, with the configuration they were
@@ -200,7 +201,7 @@ class PolicyInput:
         default_factory=dict, compare=False, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Target:
     """A place a rule can send the request: a pool (and, for a prefill pool, its decode pool)."""
 

@@ -1,41 +1,56 @@
 """Which endpoint recently served which prompt blocks: a bounded, aging prefix index.
 
-Algorithm. Per endpoint, two generations of a plain dict block hash → the time it was last
-recorded there: ``current`` and ``previous``. One entry is one (block hash, endpoint); the block
-hash itself is the key, so a look-up builds no key object.
+Algorithm. Per endpoint, two generations of plain dicts block hash → the time it was last
+recorded there: ``current`` and ``previous``. One entry is one (block hash, endpoint); the
+block hash itself is the key, so a look-up builds no key object.
 
-- ``record(endpoint, hashes)`` writes the hashes of the request's chain into the endpoint's
-  current generation with the record's time (one C-level ``dict.update``), except the
-  leading ones the current generation already holds from the last ``refresh_s`` seconds
+Keys (:class:`KeyLayout`). Not every block of a long chain gets an entry: the first
+``dense`` blocks (:data:`DENSE_BLOCKS`, 16: 256 tokens at 16-token blocks) do, one each; past
+them one block in ``stride`` (:data:`STRIDE`, 4) does — blocks ``dense + stride − 1``,
+``dense + 2·stride − 1``, ... — and so does the chain's last block. Since a hash stands for
+its whole prefix, the key of block i held on an endpoint means blocks 0..i are held there, so
+a match is still a binary search, over the keys; it comes out in blocks rounded down to the
+keys: exact up to ``dense`` blocks and for a chain held whole, else short by less than
+``stride`` blocks (64 tokens). What that buys: a quarter of the entries for a long prompt's
+blocks, so a quarter of the dict insertions (each a cache miss in a dict of 10⁵–10⁶ entries,
+about 0.25 µs: 2,000-token prompts, half of them new, took 16 µs to record one by one and
+4 µs with these keys, ``ridge_bench.routing_cost``) and of the memory. The coarse keys are
+kept in dicts of their own (``coarse``, ``coarse_previous``), so that each entry's weight in
+blocks is known: the capacity and ``held_blocks`` count blocks, not entries.
+``layout=EXACT`` keeps every block.
+
+- ``record(endpoint, hashes)`` writes the keys of the request's chain into the endpoint's
+  current generation with the record's time (one C-level ``dict.update`` per zone), except
+  the leading ones the current generation already holds from the last ``refresh_s`` seconds
   (found by binary search: a shared system prompt is not written again by every request).
-  O(blocks).
+  O(keys).
 - Because the hashes are chained, block i on an endpoint implies blocks 0..i there. Every
   record writes a whole chain from block 0 and ``forget`` removes only a chain's tail, so in
   each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
-  union of the two. ``match(hashes)`` finds its length per endpoint: block 0 first (most
-  endpoints hold none of a given prompt), then a binary search: O(endpoints × log blocks)
+  union of the two. ``match(hashes)`` finds its length per endpoint: key 0 first (most
+  endpoints hold none of a given prompt), then a binary search: O(endpoints × log keys)
   look-ups, whose first probes test the length found on the previous endpoint (prompts are
   held up to the same boundaries: often two look-ups settle it).
   Entries older than ``max_age_s`` count as absent.
 - Capacity (generational LRU): when a record could bring the current generations of all
-  endpoints together past ``max_entries / 2`` entries, every endpoint's previous generation
-  is dropped and its current one becomes the previous one (a chain longer than
-  ``max_entries / 2`` blocks is recorded up to that length). The index so never holds more
-  than ``max_entries`` entries and always keeps everything recorded in the last
-  half-capacity's worth of records;
+  endpoints together past ``max_entries / 2`` blocks (a coarse entry counts ``stride``),
+  every endpoint's previous generation is dropped and its current one becomes the previous
+  one (a chain longer than ``max_entries / 2`` blocks is recorded up to that length). The
+  index so never holds more than ``max_entries`` entries and always keeps everything
+  recorded in the last half-capacity's worth of records;
   a block recorded again moves to the current generation, so what is in use stays. Dropping a
   generation costs nothing per entry on the hot path.
-- ``holds(endpoint, hash, since)``: the entry is in the current generation, recorded at
+- ``holds(endpoint, hash, since)``: the key is in the current generation, recorded at
   ``since`` or later. Used to skip refreshing a chain whose deepest block was recorded a moment
   ago (then the whole chain is in the current generation, recorded as recently).
-- ``forget(endpoint, hashes)`` removes those blocks of one endpoint (a request that was
-  recorded when its replica was chosen, then failed: pass the blocks past the match the
-  endpoint already had, so the held set stays a prefix). O(blocks).
+- ``forget(endpoint, hashes)`` removes the entries of those blocks on one endpoint (a
+  request that was recorded when its replica was chosen, then failed: pass the blocks past
+  the match the endpoint already had, so the held set stays a prefix). O(blocks).
 - ``forget_endpoint(url)`` drops the endpoint's entries in O(1); if the URL comes back it
   starts empty (an engine that restarted has an empty cache).
 - ``held_blocks()``: per endpoint, the distinct blocks it holds that count as cached (recorded
-  within ``max_age_s``), for the telemetry's working set. O(entries), at C speed: a scrape's
-  work, never the request path's.
+  within ``max_age_s``; a coarse entry counts ``stride``), for the telemetry's working set.
+  O(entries), at C speed: a scrape's work, never the request path's.
 
 Sizing (:func:`entries_to_remember`): to remember every block the engines can hold, the
 current generation alone must hold them all, so ``max_entries`` = 2 × Σ over endpoints of
@@ -50,20 +65,27 @@ every 15–20 s at the peak; 44 of 1,331 follow-ups arriving within 60 s went to
 and recomputed their history, 30 of them while the parent still ran on its own, and for 40 the
 index held only the system prompt there; at 4 × Σ, replayed on the same requests, it held the
 history of all 44.
-Memory: :data:`BYTES_PER_ENTRY` per entry.
+Memory: :data:`BYTES_PER_ENTRY` per entry, at most ``max_entries`` entries (a long prompt's
+blocks take about a quarter of that).
 
-Parameters: ``max_entries`` caps the (hash, endpoint) entries; ``max_age_s`` is how long a
-recorded block counts as cached (seconds; engines evict under memory pressure, so an old record
-is a guess gone stale); ``refresh_s`` (seconds, default 0: always) how recent a held block
-must be not to be written again; ``clock`` returns seconds (monotonic).
+Parameters: ``max_entries`` caps the (block, endpoint) pairs the entries stand for;
+``max_age_s`` is how long a recorded block counts as cached (seconds; engines evict under
+memory pressure, so an old record is a guess gone stale); ``refresh_s`` (seconds, default 0:
+always) how recent a held block must be not to be written again; ``clock`` returns seconds
+(monotonic); ``layout`` which blocks get entries (:class:`KeyLayout`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 
+DENSE_BLOCKS = 16
+"""[blocks] A chain's leading blocks that each get an entry (:class:`KeyLayout`)."""
+STRIDE = 4
+"""[blocks] Past :data:`DENSE_BLOCKS`, one entry per this many blocks (:class:`KeyLayout`)."""
 BYTES_PER_ENTRY = 100
 """[B] Memory per (block hash, endpoint) entry, rounded up: 78–83 B measured on CPython 3.11
 (a dict slot and the 64-bit int key; the time stamp is one float shared by a record) with
@@ -93,38 +115,105 @@ def entries_to_remember_sent(engine_tokens: Iterable[int], block_tokens: int) ->
     return SENT_HEADROOM * entries_to_remember(engine_tokens, block_tokens)
 
 
-class _Generations:
-    """One endpoint's entries: the current and the previous generation."""
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Which block hashes of a chain the index keeps as entries (module docstring, Keys).
 
-    __slots__ = ("current", "previous")
+    ``dense`` [blocks]: the leading blocks kept one by one; ``stride`` [blocks]: past them, one
+    entry per ``stride`` blocks, plus one for the chain's last block. Every chain of a given
+    length has the same key positions, so the held keys of a chain are a prefix of its keys."""
+
+    dense: int = DENSE_BLOCKS
+    stride: int = STRIDE
+
+    def __post_init__(self) -> None:
+        if self.dense < 1 or self.stride < 1:
+            raise ValueError("dense and stride must be positive")
+
+    def keys(self, hashes: Sequence[int]) -> tuple[int, ...]:
+        """The entries' hashes of the chain ``hashes``, in chain order."""
+        dense, stride = self.dense, self.stride
+        if len(hashes) <= dense or stride == 1:
+            return tuple(hashes)
+        keys = tuple(hashes[:dense]) + tuple(hashes[dense + stride - 1::stride])
+        return keys if (len(hashes) - dense) % stride == 0 else keys + (hashes[-1],)
+
+    def count(self, blocks: int) -> int:
+        """How many keys a chain of ``blocks`` blocks has."""
+        over = blocks - self.dense
+        return blocks if over <= 0 else self.dense - (-over // self.stride)
+
+    def blocks(self, held: int, length: int) -> int:
+        """The blocks the first ``held`` keys of a chain of ``length`` blocks stand for."""
+        if held <= self.dense:
+            return held
+        if held >= self.count(length):
+            return length
+        return self.dense + (held - self.dense) * self.stride
+
+    def first_key(self, block: int, length: int) -> int:
+        """The index of the first key of a chain of ``length`` blocks at block ``block`` or
+        past it (the key count when there is none)."""
+        if block >= length:
+            return self.count(length)
+        if block <= self.dense:
+            return block
+        return min(self.dense + (block - self.dense) // self.stride, self.count(length) - 1)
+
+
+EXACT = KeyLayout(stride=1)
+"""Every block an entry: matches count exact blocks (an index whose matches are predictions
+that must hold to the block, e.g. the KV-event index's pending blocks)."""
+
+
+class _Generations:
+    """One endpoint's entries: the current and the previous generation, each in two zones
+    (the dense keys and the coarse ones, which stand for ``stride`` blocks each)."""
+
+    __slots__ = ("current", "previous", "coarse", "coarse_previous")
 
     def __init__(self) -> None:
         self.current: dict[int, float] = {}
         self.previous: dict[int, float] = {}
-
-    def get(self, block: int) -> float | None:
-        stamp = self.current.get(block)
-        return stamp if stamp is not None else self.previous.get(block)
+        self.coarse: dict[int, float] = {}
+        self.coarse_previous: dict[int, float] = {}
 
     def __len__(self) -> int:
-        return len(self.current) + len(self.previous)
+        return (len(self.current) + len(self.previous) + len(self.coarse)
+                + len(self.coarse_previous))
+
+    def weight(self, stride: int) -> int:
+        """The blocks the current generation's entries stand for."""
+        return len(self.current) + stride * len(self.coarse)
+
+    def rotate(self) -> None:
+        self.previous, self.current = self.current, {}
+        self.coarse_previous, self.coarse = self.coarse, {}
+
+    def forget(self, hashes: Iterable[int]) -> None:
+        for zone in (self.current, self.previous, self.coarse, self.coarse_previous):
+            for h in hashes:
+                zone.pop(h, None)
 
 
 class PrefixIndex:
     """A bounded, aging map of (block hash, endpoint) → last time recorded."""
 
-    __slots__ = ("_max_entries", "_max_age_s", "_refresh_s", "_clock", "_maps", "_current")
+    __slots__ = ("_max_entries", "_max_age_s", "_refresh_s", "_clock", "_layout", "_maps",
+                 "_current")
 
     def __init__(self, max_entries: int, max_age_s: float,
-                 clock: Callable[[], float] = time.monotonic, refresh_s: float = 0.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, refresh_s: float = 0.0,
+                 layout: KeyLayout = KeyLayout()) -> None:
         if max_entries < 1 or max_age_s <= 0:
             raise ValueError("max_entries and max_age_s must be positive")
         self._max_entries = max_entries
         self._max_age_s = max_age_s
         self._refresh_s = refresh_s
         self._clock = clock
+        self._layout = layout
         self._maps: dict[str, _Generations] = {}
-        self._current = 0  # entries in the current generations, all endpoints together
+        self._current = 0  # blocks the current generations stand for, all endpoints together
 
     def __len__(self) -> int:
         """Entries held, stale ones included (never above ``max_entries``)."""
@@ -134,26 +223,40 @@ class PrefixIndex:
     def max_entries(self) -> int:
         return self._max_entries
 
+    @property
+    def layout(self) -> KeyLayout:
+        return self._layout
+
     def record(self, endpoint: str, hashes: Sequence[int]) -> None:
         """Remember that ``endpoint`` now holds the blocks ``hashes`` (a request's chain)."""
         half = self._max_entries // 2 or 1
         if len(hashes) > half:
             hashes = hashes[:half]  # a prefix of the chain: still a chain
-        if self._current + len(hashes) > half:
+        layout = self._layout
+        keys = layout.keys(hashes)
+        dense, coarse = keys[:layout.dense], keys[layout.dense:]
+        if self._current + len(dense) + layout.stride * len(coarse) > half:
             self._rotate()
         gens = self._maps.get(endpoint)
         if gens is None:
             gens = self._maps[endpoint] = _Generations()
         current, now = gens.current, self._clock()
-        held = _fresh_prefix(hashes, current, now - self._refresh_s) if self._refresh_s else 0
-        before = len(current)
-        current.update(zip(hashes[held:], repeat(now)))
-        self._current += len(current) - before
+        before = gens.weight(layout.stride)
+        if self._refresh_s:  # the leading keys recorded a moment ago are not written again
+            since = now - self._refresh_s
+            held = _fresh_prefix(dense, current, since)
+            if held == len(dense) and coarse:
+                coarse = coarse[_fresh_prefix(coarse, gens.coarse, since):]
+            dense = dense[held:]
+        current.update(zip(dense, repeat(now)))
+        if coarse:
+            gens.coarse.update(zip(coarse, repeat(now)))
+        self._current += gens.weight(layout.stride) - before
 
     def _rotate(self) -> None:
         """Drop every previous generation; the current ones become the previous ones."""
         for gens in self._maps.values():
-            gens.previous, gens.current = gens.current, {}
+            gens.rotate()
         self._current = 0
 
     def match(self, hashes: Sequence[int],
@@ -161,54 +264,40 @@ class PrefixIndex:
         """Per endpoint (all known, or those of ``endpoints``), how many leading blocks of
         ``hashes`` it probably holds; endpoints with none are left out.
 
-        Per endpoint: block 0 first, then a binary search whose first probes test ``hint``,
-        the length found on the previous endpoint (prompts are held up to the same
-        boundaries, the end of a shared system prompt or of an earlier turn, so it is often
-        exact). Both generations are looked up in line, and the search is written out here
-        rather than called per endpoint: this is the innermost loop of every request."""
+        Per endpoint, over the chain's keys: key 0 first, then a binary search whose first
+        probes test ``hint``, the key count found on the previous endpoint (prompts are held
+        up to the same boundaries, the end of a shared system prompt or of an earlier turn,
+        so it is often exact). Both generations are looked up in line, and the search is
+        written out here rather than called per endpoint: this is the innermost loop of
+        every request. The held key count becomes blocks through the layout."""
         if not hashes:
             return {}
+        layout = self._layout
+        keys, dense, length = layout.keys(hashes), layout.dense, len(hashes)
         cutoff = self._clock() - self._max_age_s
         maps = self._maps
         out: dict[str, int] = {}
-        hint, head, blocks = 0, hashes[0], len(hashes)
+        hint, head, total = 0, keys[0], len(keys)
         for url in (maps if endpoints is None else endpoints):
             gens = maps.get(url)
             if gens is None:
                 continue
-            current, previous = gens.current.get, gens.previous.get
-            stamp = current(head) or previous(head)
+            stamp = gens.current.get(head) or gens.previous.get(head)
             if stamp is None or stamp < cutoff:
                 continue
-            lo, hi = 0, blocks
-            if 1 < hint <= hi:
-                stamp = current(hashes[hint - 1]) or previous(hashes[hint - 1])
-                if stamp is not None and stamp >= cutoff:
-                    lo = hint
-                    if hint < hi:
-                        stamp = current(hashes[hint]) or previous(hashes[hint])
-                        if stamp is not None and stamp >= cutoff:
-                            lo = hint + 1
-                        else:
-                            hi = hint
-                else:
-                    hi = hint - 1
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                stamp = current(hashes[mid - 1]) or previous(hashes[mid - 1])
-                if stamp is not None and stamp >= cutoff:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            if lo:
-                out[url] = hint = lo
+            lo = _held_keys(gens, keys, dense, cutoff, hint, total)
+            hint = lo
+            out[url] = lo if lo <= dense else layout.blocks(lo, length)
         return out
 
     def holds(self, endpoint: str, block: int, since: float) -> bool:
-        """Whether ``endpoint``'s current generation holds ``block``, recorded at ``since`` or
-        later (a block only in the previous generation is due to be dropped: not held)."""
+        """Whether ``endpoint``'s current generation holds the key ``block`` (a chain's last
+        block is always a key), recorded at ``since`` or later (a block only in the previous
+        generation is due to be dropped: not held)."""
         gens = self._maps.get(endpoint)
-        stamp = gens.current.get(block) if gens is not None else None
+        if gens is None:
+            return False
+        stamp = gens.current.get(block) or gens.coarse.get(block)
         return stamp is not None and stamp >= since
 
     def forget(self, endpoint: str, hashes: Iterable[int]) -> None:
@@ -216,29 +305,26 @@ class PrefixIndex:
         gens = self._maps.get(endpoint)
         if gens is None:
             return
-        before = len(gens.current)
-        for h in hashes:
-            gens.current.pop(h, None)
-            gens.previous.pop(h, None)
-        self._current -= before - len(gens.current)
+        before = gens.weight(self._layout.stride)
+        gens.forget(tuple(hashes))
+        self._current -= before - gens.weight(self._layout.stride)
 
     def forget_endpoint(self, url: str) -> None:
         """Stop matching anything recorded for ``url`` (e.g. it restarted or was removed)."""
         gens = self._maps.pop(url, None)
         if gens is not None:
-            self._current -= len(gens.current)
+            self._current -= gens.weight(self._layout.stride)
 
     def held_blocks(self) -> dict[str, int]:
         """Per endpoint, the distinct blocks it holds recorded within ``max_age_s`` (endpoints
-        with none are left out). A block in both generations counts once."""
+        with none are left out). A block in both generations counts once; a coarse entry
+        counts ``stride`` blocks (a chain's last one may stand for fewer)."""
         fresh = (self._clock() - self._max_age_s).__le__
+        stride = self._layout.stride
         out: dict[str, int] = {}
         for url, gens in self._maps.items():
-            current, previous = gens.current, gens.previous
-            held = sum(map(fresh, current.values()))
-            if previous:
-                older = previous.keys() - current.keys()
-                held += sum(map(fresh, map(previous.__getitem__, older)))
+            held = _fresh_count(gens.current, gens.previous, fresh) + \
+                stride * _fresh_count(gens.coarse, gens.coarse_previous, fresh)
             if held:
                 out[url] = held
         return out
@@ -246,6 +332,49 @@ class PrefixIndex:
     def clear(self) -> None:
         self._maps.clear()
         self._current = 0
+
+
+def _held_keys(gens: _Generations, keys: Sequence[int], dense: int, cutoff: float,
+               hint: int, total: int) -> int:
+    """How many leading ``keys`` ``gens`` holds fresh (its key 0 is known to be held): a
+    binary search whose first probes test ``hint``."""
+    current, previous = gens.current.get, gens.previous.get
+    coarse, coarse_previous = gens.coarse.get, gens.coarse_previous.get
+    lo, hi = 0, total
+    if 1 < hint <= hi:
+        k = keys[hint - 1]
+        stamp = (current(k) or previous(k)) if hint <= dense else (coarse(k) or coarse_previous(k))
+        if stamp is not None and stamp >= cutoff:
+            lo = hint
+            if hint < hi:
+                k = keys[hint]
+                stamp = (current(k) or previous(k)) if hint < dense else \
+                    (coarse(k) or coarse_previous(k))
+                if stamp is not None and stamp >= cutoff:
+                    lo = hint + 1
+                else:
+                    hi = hint
+        else:
+            hi = hint - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        k = keys[mid - 1]
+        stamp = (current(k) or previous(k)) if mid <= dense else (coarse(k) or coarse_previous(k))
+        if stamp is not None and stamp >= cutoff:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _fresh_count(current: dict[int, float], previous: dict[int, float],
+                 fresh: Callable[[float], bool]) -> int:
+    """Distinct keys of the two generations of one zone whose stamp is ``fresh``."""
+    held = sum(map(fresh, current.values()))
+    if previous:
+        older = previous.keys() - current.keys()
+        held += sum(map(fresh, map(previous.__getitem__, older)))
+    return held
 
 
 def _fresh_prefix(hashes: Sequence[int], entries: dict[int, float], since: float) -> int:

@@ -35,7 +35,6 @@ plugins' own documented state (round-robin's position, random_top's generator).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from routing.decision import RouteDecision
 from routing.features import RequestFeatures
@@ -44,9 +43,10 @@ from routing.scheduler.framework import PluginTiming, Scheduler, SchedulingConte
 from routing.scheduler.plugins.adapter_affinity import adapter_tiers
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.state import StateView
+from routing.values import value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RoutePlan:
     """Where a request goes: ``endpoint`` answers it; ``prefill``, for a pair, computes its
     prompt first. ``timings``: every scheduler plugin that ran, in order."""

@@ -26,14 +26,15 @@ hold them forever.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Generic, Protocol, TypeVar
 
 from routing.load import NO_LOAD, InFlight, LoadCounts
+from routing.values import value
 from routing.window import WorkloadMeasures
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StateView:
     """One read of the router's memory for one request.
 
@@ -63,7 +64,7 @@ class StateView:
         return self.load.get(url, NO_LOAD)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Ask:
     """What the state reads for one request and what it reserves: the request's model, its
     prompt block hashes and session, the endpoint URLs whose matches and loads the view
@@ -87,7 +88,7 @@ class Choice(Protocol):
 C = TypeVar("C", bound=Choice)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Reservation:
     """A request counted on an endpoint; hand it back to ``finish``. ``recorded_from``: the
     first of the request's prompt blocks the reservation recorded on ``endpoint`` that it did
@@ -99,7 +100,7 @@ class Reservation:
     recorded_from: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Placed(Generic[C]):
     """A choice, its reservations (one per ``choice.urls``, same order) and the view it was
     made on (before the reservations)."""
@@ -109,7 +110,7 @@ class Placed(Generic[C]):
     view: StateView
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Outcome:
     """What one finished request taught the router."""
 

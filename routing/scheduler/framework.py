@@ -37,13 +37,14 @@ from typing import Protocol
 from routing.features import RequestFeatures
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.state import StateView
+from routing.values import value
 
 FILTER = "filter"
 SCORER = "scorer"
 PICKER = "picker"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SchedulingContext:
     """One request's scheduling inputs. ``exclude``: endpoint URLs already tried for this
     request (a retry goes elsewhere)."""
@@ -100,7 +101,7 @@ class SchedulerConfig:
     plugins: tuple[PluginSpec, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PluginTiming:
     """How long one plugin call took [nanoseconds]. ``stage``: filter, scorer or picker."""
 

@@ -28,20 +28,22 @@ from gateway.redis_state import (
     view_of,
 )
 from routing.load import LoadCounts
+from routing.prefix_index import KeyLayout
 from routing.state import StateView
 
 
 def test_a_read_answer_is_a_view() -> None:
-    raw: dict[str, Any] = {"m": {"http://a": 3}, "l": {"http://a": [2, 700]},
+    raw: dict[str, Any] = {"m": {"http://a": 3, "http://b": 18}, "l": {"http://a": [2, 700]},
                            "w": [1000, 250, 300, 4], "s": "http://a"}
-    assert view_of(raw) == StateView({"http://a": 3}, {"http://a": LoadCounts(2, 700)}, 0.25,
-                                     "http://a")
+    # matches come in keys: of a 40-block chain, key 18 is past the 16 dense blocks (16 + 2 × 4)
+    assert view_of(raw, KeyLayout(), 40) == StateView(
+        {"http://a": 3, "http://b": 24}, {"http://a": LoadCounts(2, 700)}, 0.25, "http://a")
     assert output_mean(raw) == 75.0
 
 
 def test_empty_tables_from_cjson_and_no_window_mean_unknown() -> None:
     raw: dict[str, Any] = {"m": [], "l": [], "w": [0, 0, 0, 0], "s": False}
-    assert view_of(raw) == StateView()
+    assert view_of(raw, KeyLayout(), 0) == StateView()
     assert output_mean(raw) is None
 
 

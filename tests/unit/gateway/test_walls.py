@@ -84,10 +84,12 @@ async def test_demand_is_in_flight_plus_the_working_set_against_capacity() -> No
     registry = CollectorRegistry()
     pool = _pool(_vllm(256), _vllm(256))
     registry.register(PoolWalls(lambda: (pool,), _fleet(), Counts({}), lambda: None, state))
-    assert _gauge(registry, "ridge_pool_kv_working_set_tokens", pool="p") == 150 * 16
-    assert _gauge(registry, "ridge_pool_kv_demand_tokens", pool="p") == 3000 + 2400
+    # the index's entries past a chain's 16th block stand for 4 blocks each: the 100-block
+    # chain's last one for 4 (block 99 is a stride key), the 50-block chain's for 2, counted 4
+    assert _gauge(registry, "ridge_pool_kv_working_set_tokens", pool="p") == (100 + 52) * 16
+    assert _gauge(registry, "ridge_pool_kv_demand_tokens", pool="p") == 3000 + 2432
     assert _gauge(registry, "ridge_pool_kv_capacity_tokens", pool="p") == 8192
-    assert _gauge(registry, "ridge_pool_kv_demand_ratio", pool="p") == pytest.approx(5400 / 8192)
+    assert _gauge(registry, "ridge_pool_kv_demand_ratio", pool="p") == pytest.approx(5432 / 8192)
     assert _gauge(registry, "ridge_pool_kv_bytes_per_token", pool="p") == 131_072
 
 

@@ -207,6 +207,36 @@ class RouterStateContract:
         view = await read(state, chain(SHARED), None, (A, B))
         assert dict(view.matched_blocks) == after_failure
 
+    @pytest.mark.parametrize(("served", "asked", "expected"), [
+        (40, 40, 40),  # a long chain held whole: exact
+        (38, 41, 36),  # a follow-up: the deepest key both chains have (block 35, 16 + 5 × 4 − 1)
+        (23, 40, 20),  # short by less than a stride
+        (12, 40, 12),  # within the dense blocks: exact
+    ])
+    async def test_a_long_chain_matches_to_its_keys(
+        self, make_state: StateFactory, served: int, asked: int, expected: int
+    ) -> None:
+        """Past the index's 16 dense blocks one block in 4 is a key (routing.prefix_index):
+        every state counts a long chain's match the same way."""
+        long = chain(SHARED * 5)  # 50 blocks
+        await serve(state := await make_state(LIMITS), A, outcome(long[:served]))
+        assert dict((await read(state, long[:asked], None, (A, B))).matched_blocks) == \
+            {A: expected}
+
+    @pytest.mark.parametrize(("held_before", "after_failure"), [(20, 20), (24, 24), (30, 28)])
+    async def test_a_failed_long_request_forgets_only_the_keys_it_added(
+        self, make_state: StateFactory, held_before: int, after_failure: int
+    ) -> None:
+        state = await make_state(LIMITS)
+        long = chain(SHARED * 5)  # 50 blocks
+        await serve(state, A, outcome(long[:held_before]))
+        held = await reserve(state, A, 1, long)
+        assert held.recorded_from == after_failure  # what A held, rounded down to a key
+        assert dict((await read(state, long, None, (A,))).matched_blocks) == {A: 50}
+        await state.finish(held, outcome(long, ok=False))
+        assert dict((await read(state, long, None, (A,))).matched_blocks) == \
+            {A: after_failure}
+
     async def test_a_reservation_without_blocks_records_nothing(
         self, make_state: StateFactory
     ) -> None:

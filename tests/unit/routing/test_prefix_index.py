@@ -6,7 +6,7 @@ import tracemalloc
 import pytest
 
 from routing.features import block_hashes
-from routing.prefix_index import PrefixIndex
+from routing.prefix_index import EXACT, KeyLayout, PrefixIndex
 from tests.unit.routing.state_contract import FakeClock
 
 A, B, C = "http://a", "http://b", "http://c"
@@ -44,23 +44,77 @@ def test_match_gives_the_leading_blocks_each_endpoint_holds(
     assert index.match(query, endpoints) == expected
 
 
+def _reference(layout: KeyLayout, recorded: int, query: int) -> int:
+    """The blocks a match of a ``query``-block chain should give on an endpoint that holds
+    the first ``recorded`` blocks of it, worked out key by key: the deepest key position of
+    the query that the recorded chain also has as a key."""
+    def positions(n: int) -> set[int]:
+        return {p for p in range(n) if p < layout.dense or p == n - 1
+                or (p - layout.dense + 1) % layout.stride == 0}
+    held = positions(recorded) & positions(query)
+    return max(held) + 1 if held else 0
+
+
+LAYOUTS = [EXACT, KeyLayout(), KeyLayout(dense=3, stride=5)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["exact", "default", "3+5"])
 @pytest.mark.parametrize("seed", range(20))
-def test_match_equals_a_block_by_block_count_whatever_order_the_lengths_come_in(
-        seed: int) -> None:
+def test_match_equals_a_key_by_key_count_whatever_order_the_lengths_come_in(
+        seed: int, layout: KeyLayout) -> None:
     """Each endpoint's search starts from the previous endpoint's length: lengths equal to it,
-    above it, below it and zero must all come out as counted block by block."""
+    above it, below it and zero must all come out as counted key by key."""
     rng = random.Random(seed)
     query = chain("q" * 4 * 30)  # 30 blocks
-    index, held = PrefixIndex(10_000, 60.0, FakeClock()), {}
+    index, held = PrefixIndex(10_000, 60.0, FakeClock(), layout=layout), {}
     for n in range(12):
-        url, length = f"http://e{n}", rng.choice([0, 1, 2, 5, 5, 5, 17, 29, 30, 30])
+        url, length = f"http://e{n}", rng.choice([0, 1, 2, 5, 5, 5, 17, 19, 20, 29, 30, 30])
         if length:
             index.record(url, query[:length])
-            held[url] = length
+            if blocks := _reference(layout, length, 30):
+                held[url] = blocks
     urls = [f"http://e{n}" for n in range(12)]
     rng.shuffle(urls)
     assert index.match(query, urls) == {u: held[u] for u in urls if u in held}
     assert index.match(query) == held
+
+
+@pytest.mark.parametrize(("recorded", "query", "expected"), [
+    (16, 40, 16),  # the dense blocks: exact
+    (40, 40, 40),  # a chain held whole: exact
+    (40, 41, 40),  # the follow-up of a 40-block turn whose last block is a key of both
+    (38, 41, 36),  # ... of a 38-block turn: block 35 is the deepest key both have
+    (24, 40, 24),  # block 23 is a key of both (16 + 2 × 4 − 1)
+    (23, 40, 20),  # short by less than a stride
+    (17, 40, 16),
+    (20, 20, 20),
+])
+def test_the_default_layout_matches_to_a_key(recorded: int, query: int, expected: int) -> None:
+    q = chain("k" * 4 * query)
+    index = PrefixIndex(10_000, 60.0, FakeClock())
+    index.record(A, q[:recorded])
+    assert index.match(q) == {A: expected} == {A: _reference(KeyLayout(), recorded, query)}
+
+
+def test_a_key_layout_keeps_the_dense_blocks_then_one_in_stride_and_the_last() -> None:
+    layout, chain_ = KeyLayout(dense=4, stride=3), tuple(range(100, 115))  # 15 blocks
+    # positions 0-3, then 6, 9, 12, and the last (14)
+    assert layout.keys(chain_) == (100, 101, 102, 103, 106, 109, 112, 114)
+    assert layout.keys(chain_[:13]) == (100, 101, 102, 103, 106, 109, 112)  # 12 is the last
+    assert layout.keys(chain_[:3]) == chain_[:3] and EXACT.keys(chain_) == chain_
+    assert [layout.count(n) for n in (0, 3, 4, 5, 7, 8, 15)] == [0, 3, 4, 5, 5, 6, 8]
+    assert [layout.blocks(k, 15) for k in (0, 4, 5, 7, 8)] == [0, 4, 7, 13, 15]
+    assert [layout.first_key(b, 15) for b in (0, 4, 5, 7, 12, 13, 14, 15)] == \
+        [0, 4, 4, 5, 6, 7, 7, 8]
+    with pytest.raises(ValueError):
+        KeyLayout(dense=0)
+
+
+def test_a_long_prompt_takes_about_a_quarter_of_the_entries() -> None:
+    index = PrefixIndex(1_000_000, 60.0, FakeClock())
+    index.record(A, tuple(range(1, 2001)))  # 2,000 blocks: 16 + 496 + the last
+    assert len(index) == 16 + (2000 - 16) // 4 == 512
+    assert index.held_blocks() == {A: 16 + 4 * 496}
 
 
 def test_capacity_keeps_the_recent_generation_and_what_was_recorded_again() -> None:
@@ -160,13 +214,14 @@ def test_two_million_distinct_blocks_stay_within_the_cap() -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert cap // 2 <= len(index) <= cap  # two generations of up to cap / 2
+    assert len(index) <= cap
+    assert cap // 2 <= sum(index.held_blocks().values()) <= cap  # two generations of ≤ cap / 2
     last = tuple(range((total - batch) * 7919 + 1, total * 7919 + 1, 7919))
     assert index.match(last) == {endpoints[(total // batch - 1) % 8]: batch}
-    print(f"\nprefix index: {cap} entries after {total} blocks: "
-          f"{used[total] / cap:.0f} B/entry, peak {peak / 2**20:.1f} MiB")
+    print(f"\nprefix index: {len(index)} entries for {cap} blocks after {total} blocks: "
+          f"{used[total] / len(index):.0f} B/entry, peak {peak / 2**20:.1f} MiB")
     assert used[total] < used[total // 4] * 1.05  # 4× the blocks, no more memory
-    assert used[total] < cap * 300  # bytes per entry, with room for allocator overhead
+    assert used[total] < len(index) * 300  # bytes per entry, with room for allocator overhead
 
 
 def test_entries_to_remember_worked_numbers() -> None:
