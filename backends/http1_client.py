@@ -146,7 +146,8 @@ class _Response:
         self.headers_done = False
         self.complete = False
         self._keep_alive = False
-        self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()  # once: each call is a getpid() system call
+        self._head: asyncio.Future[None] = self._loop.create_future()
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._waiter: asyncio.Future[None] | None = None
@@ -215,7 +216,7 @@ class _Response:
                 raise self._error
             if self.complete:
                 return None
-            loop = asyncio.get_running_loop()
+            loop = self._loop
             self._waiter = waiter = loop.create_future()
             self._waiting_since = now = loop.time()
             if self._idle is None:
@@ -239,7 +240,7 @@ class _Response:
         waiter = self._waiter
         if waiter is None or waiter.done() or self._released:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         deadline = self._waiting_since + idle_s
         if loop.time() < deadline:
             self._idle = loop.call_at(deadline, self._watch_idle, idle_s)
