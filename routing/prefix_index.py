@@ -93,9 +93,10 @@ BYTES_PER_ENTRY = 100
 
 
 def entries_to_remember(engine_tokens: Iterable[int], block_tokens: int) -> int:
-    """Entries [count] for the index to keep every block the engines can hold: 2 × Σ
-    ⌈tokens ÷ block_tokens⌉ over the endpoints (each engine's KV capacity [tokens]). Worked: 8
-    engines of 426,788 tokens in 16-token blocks: 2 × 8 × 26,675 = 426,800."""
+    """The cap [(block, endpoint) pairs] for the index to keep every block the engines can
+    hold: 2 × Σ ⌈tokens ÷ block_tokens⌉ over the endpoints (each engine's KV capacity
+    [tokens]). Worked: 8 engines of 426,788 tokens in 16-token blocks: 2 × 8 × 26,675 =
+    426,800."""
     if block_tokens < 1:
         raise ValueError("block_tokens must be positive")
     return 2 * sum(-(-max(0, t) // block_tokens) for t in engine_tokens)
@@ -108,9 +109,9 @@ docstring, Sizing)."""
 
 
 def entries_to_remember_sent(engine_tokens: Iterable[int], block_tokens: int) -> int:
-    """Entries [count] for an index of the blocks *sent* to each engine to keep every block
-    the engines hold, their running requests' included: :data:`SENT_HEADROOM` ×
-    :func:`entries_to_remember`. Worked: 8 engines of 207,061 tokens in 16-token blocks:
+    """The cap [(block, endpoint) pairs] for an index of the blocks *sent* to each engine to
+    keep every block the engines hold, their running requests' included:
+    :data:`SENT_HEADROOM` × :func:`entries_to_remember`. Worked: 8 engines of 207,061 tokens in 16-token blocks:
     2 × 2 × 8 × 12,942 = 414,144."""
     return SENT_HEADROOM * entries_to_remember(engine_tokens, block_tokens)
 
