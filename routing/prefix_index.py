@@ -111,8 +111,8 @@ docstring, Sizing)."""
 def entries_to_remember_sent(engine_tokens: Iterable[int], block_tokens: int) -> int:
     """The cap [(block, endpoint) pairs] for an index of the blocks *sent* to each engine to
     keep every block the engines hold, their running requests' included:
-    :data:`SENT_HEADROOM` × :func:`entries_to_remember`. Worked: 8 engines of 207,061 tokens in 16-token blocks:
-    2 × 2 × 8 × 12,942 = 414,144."""
+    :data:`SENT_HEADROOM` × :func:`entries_to_remember`. Worked: 8 engines of 207,061 tokens
+    in 16-token blocks: 2 × 2 × 8 × 12,942 = 414,144."""
     return SENT_HEADROOM * entries_to_remember(engine_tokens, block_tokens)
 
 
