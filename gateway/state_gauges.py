@@ -1,7 +1,8 @@
 """Gauges of the router state's memory: how full the prefix index is against its cap.
 
 ``ridge_prefix_index_capacity_entries``: the cap on the (block, endpoint) pairs the entries of
-this process's state stand for (past a prompt's 16th block one entry stands for 4) (``RIDGE_STATE__MAX_PREFIX_ENTRIES``, else derived from the fleet's KV capacity);
+this process's state stand for, past a prompt's 16th block one entry for 4
+(``RIDGE_STATE__MAX_PREFIX_ENTRIES``, else derived from the fleet's KV capacity);
 ``ridge_prefix_index_entries``: the entries this process holds now, and
 ``ridge_prefix_index_bytes``: their memory at :data:`routing.prefix_index.BYTES_PER_ENTRY`
 each — for an in-memory state (a worker's replica included; a Redis state's shared index is
