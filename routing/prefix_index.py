@@ -192,7 +192,7 @@ class _Generations:
         self.previous, self.current = self.current, {}
         self.coarse_previous, self.coarse = self.coarse, {}
 
-    def forget(self, hashes: Iterable[int]) -> None:
+    def forget(self, hashes: Sequence[int]) -> None:
         for zone in (self.current, self.previous, self.coarse, self.coarse_previous):
             for h in hashes:
                 zone.pop(h, None)
@@ -269,9 +269,8 @@ class PrefixIndex:
         Per endpoint, over the chain's keys: key 0 first, then a binary search whose first
         probes test ``hint``, the key count found on the previous endpoint (prompts are held
         up to the same boundaries, the end of a shared system prompt or of an earlier turn,
-        so it is often exact). Both generations are looked up in line, and the search is
-        written out here rather than called per endpoint: this is the innermost loop of
-        every request. The held key count becomes blocks through the layout."""
+        so it is often exact): :func:`_held_keys`. The held key count becomes blocks through
+        the layout."""
         if not hashes:
             return {}
         layout = self._layout
@@ -339,7 +338,9 @@ class PrefixIndex:
 def _held_keys(gens: _Generations, keys: Sequence[int], dense: int, cutoff: float,
                hint: int, total: int) -> int:
     """How many leading ``keys`` ``gens`` holds fresh (its key 0 is known to be held): a
-    binary search whose first probes test ``hint``."""
+    binary search whose first probes test ``hint``. Both generations of the key's zone are
+    looked up in line at every probe rather than through a helper: this is the innermost loop
+    of every request."""
     current, previous = gens.current.get, gens.previous.get
     coarse, coarse_previous = gens.coarse.get, gens.coarse_previous.get
     lo, hi = 0, total
