@@ -222,7 +222,8 @@ class WorkerState:
             i = index.get(url)
             if i is not None and (counts := self._load(i)).requests > 0:
                 load[url] = counts
-        return StateView(mine.matched_blocks, load, mine.prefix_share, mine.session_endpoint)
+        return StateView(mine.matched_blocks, load, mine.prefix_share, mine.session_endpoint,
+                         footprint=mine.footprint, recent_requests=mine.recent_requests)
 
     def _hold(self, url: str, ask: Ask, before: int) -> Reservation:
         """The replica's reservation (the row was counted under the lock) and the record."""

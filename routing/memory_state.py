@@ -244,11 +244,14 @@ class MemoryState:
         counts = in_flight.counts()
         get = counts.get
         endpoints = ask.endpoints
-        return StateView(  # matched blocks, load, prefix share, session endpoint
-            self._prefix.match(ask.block_hashes, endpoints),
+        prefix = self._prefix
+        return StateView(  # matched blocks, load, prefix share, session endpoint, ...
+            prefix.match(ask.block_hashes, endpoints),
             {url: c for url in endpoints if (c := get(url)) is not None} if counts else {},
             self._windows.prefix_share(ask.model),
             self._sessions.get(ask.session, now) if ask.session else None,
+            footprint=prefix.footprint,
+            recent_requests=prefix.recent_requests,
         )
 
     async def read(self, ask: Ask) -> StateView:
@@ -307,7 +310,7 @@ class MemoryState:
         now = self._clock()
         hashes = outcome.block_hashes
         if hashes and not self._prefix.holds(endpoint, hashes[-1], now - REFRESH_S):
-            self._prefix.record(endpoint, hashes)
+            self._prefix.record(endpoint, hashes, request=False)
         if outcome.session:
             self._sessions.bind(outcome.session, endpoint, now)
         self._windows.observe(outcome.model, outcome.prompt_tokens, outcome.matched_tokens,

@@ -49,6 +49,10 @@ not entries.
   the match the endpoint already had, so the held set stays a prefix). O(blocks).
 - ``forget_endpoint(url)`` drops the endpoint's entries in O(1); if the URL comes back it
   starts empty (an engine that restarted has an empty cache).
+- ``footprint(endpoint)``: the blocks the endpoint's entries stand for, both generations: how
+  much prompt text was recently sent there, the least-recently-used slice of it dropped with
+  the generations. ``recent_requests(endpoint)``: the requests recorded there in both
+  generations (a chain recorded again as its request finishes is not counted twice). O(1).
 - ``held_blocks()``: per endpoint, the distinct blocks it holds that count as cached (recorded
   within ``max_age_s``; a coarse entry counts ``stride``), for the telemetry's working set.
   O(entries), at C speed: a scrape's work, never the request path's.
@@ -172,13 +176,15 @@ class _Generations:
     """One endpoint's entries: the current and the previous generation, each in two zones
     (the dense keys and the coarse ones, which stand for ``stride`` blocks each)."""
 
-    __slots__ = ("current", "previous", "coarse", "coarse_previous")
+    __slots__ = ("current", "previous", "coarse", "coarse_previous", "requests",
+                 "requests_previous")
 
     def __init__(self) -> None:
         self.current: dict[int, float] = {}
         self.previous: dict[int, float] = {}
         self.coarse: dict[int, float] = {}
         self.coarse_previous: dict[int, float] = {}
+        self.requests = self.requests_previous = 0  # chains recorded in each generation
 
     def __len__(self) -> int:
         return (len(self.current) + len(self.previous) + len(self.coarse)
@@ -191,6 +197,7 @@ class _Generations:
     def rotate(self) -> None:
         self.previous, self.current = self.current, {}
         self.coarse_previous, self.coarse = self.coarse, {}
+        self.requests_previous, self.requests = self.requests, 0
 
     def forget(self, hashes: Sequence[int]) -> None:
         for zone in (self.current, self.previous, self.coarse, self.coarse_previous):
@@ -229,8 +236,10 @@ class PrefixIndex:
     def layout(self) -> KeyLayout:
         return self._layout
 
-    def record(self, endpoint: str, hashes: Sequence[int]) -> None:
-        """Remember that ``endpoint`` now holds the blocks ``hashes`` (a request's chain)."""
+    def record(self, endpoint: str, hashes: Sequence[int], request: bool = True) -> None:
+        """Remember that ``endpoint`` now holds the blocks ``hashes`` (a request's chain);
+        ``request``: count it as a request sent there (:meth:`recent_requests`; False for a
+        chain recorded again when its request finishes)."""
         half = self._max_entries // 2 or 1
         if len(hashes) > half:
             hashes = hashes[:half]  # a prefix of the chain: still a chain
@@ -242,6 +251,8 @@ class PrefixIndex:
         gens = self._maps.get(endpoint)
         if gens is None:
             gens = self._maps[endpoint] = _Generations()
+        if request:
+            gens.requests += 1
         current, now = gens.current, self._clock()
         before = gens.weight(layout.stride)
         if self._refresh_s:  # the leading keys recorded a moment ago are not written again
@@ -315,6 +326,22 @@ class PrefixIndex:
         gens = self._maps.pop(url, None)
         if gens is not None:
             self._current -= gens.weight(self._layout.stride)
+
+    def footprint(self, endpoint: str) -> int:
+        """The blocks ``endpoint``'s entries stand for, both generations, stale ones included:
+        how much prompt text was recently sent there [blocks] (a coarse entry counts
+        ``stride``; a block in both generations counts twice). O(1)."""
+        gens = self._maps.get(endpoint)
+        if gens is None:
+            return 0
+        return (len(gens.current) + len(gens.previous)
+                + self._layout.stride * (len(gens.coarse) + len(gens.coarse_previous)))
+
+    def recent_requests(self, endpoint: str) -> int:
+        """The requests recorded for ``endpoint`` in both generations: how many were recently
+        sent there [requests] (those with at least one prompt block). O(1)."""
+        gens = self._maps.get(endpoint)
+        return 0 if gens is None else gens.requests + gens.requests_previous
 
     def held_blocks(self) -> dict[str, int]:
         """Per endpoint, the distinct blocks it holds recorded within ``max_age_s`` (endpoints

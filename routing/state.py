@@ -50,6 +50,10 @@ class StateView:
     match, and no dictionary made for every view). ``sent_blocks``: where ``exact_endpoints``
     is not empty, the approximate index's match for every endpoint — the leading blocks sent
     there, evicted or not, so the session's home (None: ``matched_blocks`` is that match).
+    ``footprint``: per endpoint URL, how many prompt blocks the prefix index recently recorded
+    there (:meth:`PrefixIndex.footprint`, read when called, so a view that never asks costs
+    nothing; None: the state keeps no such count). ``recent_requests``: likewise, how many
+    requests the prefix index recently recorded there (:meth:`PrefixIndex.recent_requests`).
     """
 
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
@@ -59,6 +63,8 @@ class StateView:
     exact_endpoints: frozenset[str] = frozenset()
     reload_tokens: Mapping[str, float] | None = None
     sent_blocks: Mapping[str, int] | None = None
+    footprint: Callable[[str], int] | None = None
+    recent_requests: Callable[[str], int] | None = None
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)

@@ -34,6 +34,7 @@ from routing.scheduler.framework import (
 )
 from routing.scheduler.plugins.adapter_affinity import AdapterAffinity
 from routing.scheduler.plugins.cache_aware import CacheAware
+from routing.scheduler.plugins.footprint import Footprint
 from routing.scheduler.plugins.healthy import Healthy
 from routing.scheduler.plugins.least_load import LeastLoad
 from routing.scheduler.plugins.max_score import MaxScore
@@ -50,6 +51,7 @@ FILTERS: Mapping[str, Callable[..., Filter]] = MappingProxyType({
 })
 SCORERS: Mapping[str, Callable[..., Scorer]] = MappingProxyType({
     "cache_aware": CacheAware,
+    "footprint": Footprint,
     "least_load": LeastLoad,
     "prefix_match": PrefixMatch,
     "session_affinity": SessionAffinity,

@@ -95,7 +95,7 @@ class SchedulerConfig:
     with its default parameters."""
 
     filters: tuple[str, ...] = ("healthy",)
-    scorers: tuple[tuple[str, float], ...] = (("cache_aware", 1.0),)
+    scorers: tuple[tuple[str, float], ...] = (("cache_aware", 1.0), ("footprint", 3.0))
     picker: str = "max_score"
     seed: int = 0
     plugins: tuple[PluginSpec, ...] = ()

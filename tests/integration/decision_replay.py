@@ -58,7 +58,7 @@ FLEETS: Mapping[str, tuple[str, dict[str, Any] | None]] = {
                     {"filters": ["healthy"], "scorers": {}, "picker": "round_robin"}),
     "least_load": ("deploy/bench/homogeneous.yaml",
                    {"filters": ["healthy"], "scorers": {"least_load": 1.0}}),
-    "cache_aware": ("deploy/bench/homogeneous.yaml", None),
+    "cache_aware": ("deploy/bench/homogeneous.yaml", {"scorers": {"cache_aware": 1.0}}),
     "mixed_scorers": ("deploy/bench/homogeneous.yaml",
                       {"filters": ["healthy", "not_saturated"], "scorers": MIXED_SCORERS}),
     "random_top": ("deploy/bench/homogeneous.yaml",

@@ -168,7 +168,7 @@ def routing(**section: Any) -> dict[str, Any]:
     ("raw", "field", "problem"),
     [
         (routing(scheduler={"scorers": {"cache_awre": 1}}), "routing.scheduler",
-         "unknown scorer 'cache_awre'; known: cache_aware, least_load"),
+         "unknown scorer 'cache_awre'; known: cache_aware, footprint, least_load"),
         (routing(scheduler={"scorers": {"cache_aware": None}}), "routing.scheduler.scorers",
          "scorer 'cache_aware' has no weight"),
         (routing(scheduler={"scorers": ["cache_aware"]}), "routing.scheduler.scorers",

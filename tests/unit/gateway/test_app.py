@@ -88,7 +88,8 @@ def test_named_plugin_instances_reach_every_pools_scheduler() -> None:
         "plugins": [{"name": "roomy", "type": "not_saturated", "parameters": {"max_waiting": 2}}],
         "scheduler": {"filters": ["healthy", "roomy"]}}))
     scheduler = build_router(fleet).schedulers["p"]
-    assert scheduler.plugin_names == ("healthy", "roomy", "cache_aware", "max_score")
+    assert scheduler.plugin_names == ("healthy", "roomy", "cache_aware", "footprint",
+                                      "max_score")
 
 
 # -- what ridge routes, and what it does not ---------------------------------------------------

@@ -74,6 +74,20 @@ async def test_a_prompt_placed_by_one_worker_is_matched_on_the_other(
     await two.finish(placed.reservations[0], outcome(chain(SHARED)))
 
 
+async def test_a_prompt_placed_by_one_worker_counts_in_the_others_footprint(
+    pair: tuple[WorkerState, WorkerState, FakeClock],
+) -> None:
+    one, two, _ = pair
+    held = await reserve(one, B, 5, chain(SHARED))
+    seen = await read(two, chain(SHARED))
+    footprint, recent = seen.footprint, seen.recent_requests
+    assert footprint is not None and (footprint(A), footprint(B)) == (0, 10)
+    assert recent is not None and (recent(A), recent(B)) == (0, 1)
+    await one.finish(held, outcome(chain(SHARED)))
+    after = (await read(two, chain(SHARED))).recent_requests  # applies the finish record
+    assert after is not None and after(B) == 1  # a request finishing is not a second one
+
+
 async def test_loads_are_shared_and_each_worker_reports_its_own(
     pair: tuple[WorkerState, WorkerState, FakeClock],
 ) -> None:

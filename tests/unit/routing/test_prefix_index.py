@@ -135,6 +135,39 @@ def test_capacity_keeps_the_recent_generation_and_what_was_recorded_again() -> N
     assert index.match(f) == {A: 10}
 
 
+def test_the_footprint_counts_an_endpoints_entries_in_both_generations() -> None:
+    index = PrefixIndex(40, 60.0, FakeClock())  # generations of 20 entries
+    a, b, c = (chain(x * 40) for x in "abc")  # 10 blocks each
+    index.record(A, a)
+    index.record(B, b)
+    assert (index.footprint(A), index.footprint(B), index.footprint(C)) == (10, 10, 0)
+    index.record(C, c)  # 30 > 20: a, b, c become the previous generation
+    index.record(A, a)  # a again: in the current generation too, so counted twice
+    assert (index.footprint(A), index.footprint(B), index.footprint(C)) == (20, 10, 10)
+    index.forget_endpoint(B)
+    assert index.footprint(B) == 0
+
+
+def test_the_footprint_weighs_a_coarse_entry_as_the_blocks_it_stands_for() -> None:
+    index = PrefixIndex(1000, 60.0, FakeClock(), layout=KeyLayout(dense=4, stride=3))
+    index.record(A, tuple(range(100, 115)))  # 15 blocks: 4 dense keys, then 106, 109, 112, 114
+    assert index.footprint(A) == 4 + 3 * 4  # the last key stands for fewer, counted as 3
+
+
+def test_recent_requests_count_the_chains_recorded_in_both_generations() -> None:
+    index = PrefixIndex(40, 60.0, FakeClock())  # generations of 20 entries
+    a, b, c = (chain(x * 40) for x in "abc")  # 10 blocks each
+    index.record(A, a)
+    index.record(A, a)  # the same chain again: a second request
+    index.record(B, b)
+    assert [index.recent_requests(x) for x in (A, B, C)] == [2, 1, 0]
+    index.record(A, a, request=False)  # 30 > 20: rotates; a request finishing: not counted
+    assert [index.recent_requests(x) for x in (A, B, C)] == [2, 1, 0]  # now the previous
+    index.record(C, c)
+    index.record(C, c)  # 30 > 20: rotates again, and the counts of the first go
+    assert [index.recent_requests(x) for x in (A, B, C)] == [0, 0, 2]
+
+
 def test_a_chain_is_held_whole_until_its_generation_goes() -> None:
     index = PrefixIndex(40, 60.0, FakeClock())  # generations of 20 entries
     partial = chain("s" * 12 + "q" * 12)  # SHARED's first 3 blocks, then 3 of its own

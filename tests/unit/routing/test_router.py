@@ -26,7 +26,7 @@ def test_the_policys_pool_and_the_schedulers_replica() -> None:
     assert (plan.decision.pool, plan.decision.lever, plan.endpoint.url) == (
         "radix", PREFIX_CACHE, "r2")
     assert plan.urls == ("r2",) and plan.first == plan.endpoint
-    assert [t.name for t in plan.timings] == ["healthy", "cache_aware", "max_score"]
+    assert [t.name for t in plan.timings] == ["healthy", "cache_aware", "footprint", "max_score"]
 
 
 def test_a_pair_has_both_sides_chosen_on_the_same_view() -> None:
@@ -36,7 +36,8 @@ def test_a_pair_has_both_sides_chosen_on_the_same_view() -> None:
     assert plan is not None and plan.decision.decode_pool == "decode"
     assert plan.prefill is not None and plan.prefill.url == "p1"
     assert plan.endpoint.url == "d1" and plan.urls == ("p1", "d1") and plan.first.url == "p1"
-    assert [t.name for t in plan.timings] == ["healthy", "cache_aware", "max_score"] * 2
+    assert [t.name for t in plan.timings] == [
+        "healthy", "cache_aware", "footprint", "max_score"] * 2
 
 
 def test_a_pool_whose_filters_leave_nothing_is_set_aside() -> None:

@@ -47,7 +47,8 @@ def test_unknown_name_message_lists_the_known_ones() -> None:
 
 def test_catalog_names() -> None:
     assert set(FILTERS) == {"adapter_affinity", "healthy", "not_saturated"}
-    assert set(SCORERS) == {"cache_aware", "least_load", "prefix_match", "session_affinity"}
+    assert set(SCORERS) == {"cache_aware", "footprint", "least_load", "prefix_match",
+                            "session_affinity"}
     assert set(PICKERS) == {"max_score", "random_top", "round_robin"}
     with pytest.raises(TypeError):
         cast(Any, SCORERS)["x"] = SCORERS["least_load"]  # read-only table
@@ -69,9 +70,9 @@ def test_a_named_instance_takes_its_parameters() -> None:
 def test_instances_are_timed_under_their_own_names() -> None:
     roomy = PluginSpec("roomy", "not_saturated", {"max_waiting": 1})
     scheduler = build_scheduler(SchedulerConfig(filters=("roomy",), plugins=(roomy,)))
-    assert scheduler.plugin_names == ("roomy", "cache_aware", "max_score")
+    assert scheduler.plugin_names == ("roomy", "cache_aware", "footprint", "max_score")
     result = scheduler.schedule(ctx([ep("a")]))
-    assert [t.name for t in result.timings] == ["roomy", "cache_aware", "max_score"]
+    assert [t.name for t in result.timings] == ["roomy", "cache_aware", "footprint", "max_score"]
 
 
 def test_a_picker_gets_the_config_seed_unless_its_parameters_set_one() -> None:

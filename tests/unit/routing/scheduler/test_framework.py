@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -87,7 +88,7 @@ def test_every_plugin_is_timed_in_run_order() -> None:
 
 def test_real_clock_timings_are_non_negative() -> None:
     result = build_scheduler(SchedulerConfig()).schedule(ctx([ep("a")]))
-    assert [t.name for t in result.timings] == ["healthy", "cache_aware", "max_score"]
+    assert [t.name for t in result.timings] == ["healthy", "cache_aware", "footprint", "max_score"]
     assert all(isinstance(t.ns, int) and t.ns >= 0 for t in result.timings)
 
 
@@ -122,17 +123,27 @@ def test_no_scorers_means_every_candidate_ties() -> None:
     assert [p.url for p in picks if p] == ["a", "b", "c", "a"]
 
 
-def test_default_config_is_healthy_cache_aware_max_score() -> None:
+def test_default_config_is_healthy_cache_aware_footprint_max_score() -> None:
     config = SchedulerConfig()
     assert (config.filters, config.scorers, config.picker) == (
-        ("healthy",), (("cache_aware", 1.0),), "max_score")
-    # the cached endpoint wins unless it is unhealthy
+        ("healthy",), (("cache_aware", 1.0), ("footprint", 3.0)), "max_score")
+    # the cached endpoint wins unless it is unhealthy, whatever the footprints
     endpoints = [ep("a"), ep("b")]
-    state = view(matched={"b": 8})
+    sizes = {"a": 900, "b": 1000}
+    measures = {"recent_requests": sizes.__getitem__, "footprint": sizes.__getitem__}
+    state = replace(view(matched={"b": 8}), **measures)
     scheduler = build_scheduler(config)
     assert scheduler.schedule(ctx(endpoints, features(), state)).endpoint == endpoints[1]
     sick = [ep("a"), ep("b", healthy=False)]
     assert scheduler.schedule(ctx(sick, features(), state)).endpoint == sick[0]
+    # new work (nothing cached): the smaller footprint (a: 1 + 3 × 1 against b: 1 + 3 × 0),
+    # also when its endpoint is busier by up to the slack (a: 1/3 + 3 with 2 in flight) ...
+    for load in ({"a": 1, "b": 1}, {"a": 2}):
+        new = replace(view(load=load), **measures)
+        assert scheduler.schedule(ctx(endpoints, features(), new)).endpoint == endpoints[0]
+    # ... and never when more than the slack (2 requests) above the least loaded
+    busy = replace(view(load={"a": 3}), **measures)
+    assert scheduler.schedule(ctx(endpoints, features(), busy)).endpoint == endpoints[1]
 
 
 def test_each_scheduler_has_its_own_plugin_state() -> None:
