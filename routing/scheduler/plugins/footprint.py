@@ -62,11 +62,11 @@ class Footprint:
 
     def score(self, ctx: SchedulingContext,
               candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
-        footprint = ctx.view.recent_requests if self.by == "requests" else ctx.view.footprint
         if not candidates:
             return {}
+        footprint = ctx.view.recent_requests if self.by == "requests" else ctx.view.footprint
         matched = ctx.view.matched_blocks
-        longest = max((matched.get(ep.url, 0) for ep in candidates), default=0)
+        longest = max(matched.get(ep.url, 0) for ep in candidates)
         if footprint is None or longest >= self.threshold * len(ctx.features.block_hashes):
             return dict.fromkeys([ep.url for ep in candidates], 1.0)
         in_flight = ctx.view.load
