@@ -7,13 +7,17 @@ requests.
   holds, capped at the prompt's block count; ``best_match``: the longest over some endpoints.
 - ``uncached_tokens`` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
 - ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint + reload tokens, 1)
-  × (load + 1), where reload tokens (``StateView.reload_tokens``, from the engines' KV events)
-  price the matched blocks held only in a host tier at a fraction of recomputing them,
-  load from :func:`routing.load.endpoint_load`: the prefill work a request adds on an endpoint
-  scaled by the queue it joins. It is the ``cache_aware`` scorer's cost
+  × (load ÷ ``load_scale`` + 1), where reload tokens (``StateView.reload_tokens``, from the
+  engines' KV events) price the matched blocks held only in a host tier at a fraction of
+  recomputing them, and load [requests] is :func:`routing.load.endpoint_load`: the prefill
+  work a request adds on an endpoint, scaled by the requests it shares the engine with,
+  ``load_scale`` of them (:data:`LOAD_SCALE`, 2) counting as one queued ahead of it — an
+  engine batches what it runs, so they slow a new request more than they hold it back.
+  It is the ``cache_aware`` scorer's cost
   (:mod:`routing.scheduler.plugins.cache_aware`) and the lever policy's measure for choosing
-  among prefix-caching pools. Uncached tokens are floored at 1 (an engine holding the whole
-  prompt still computes the last prompt token), so the cost is ≥ 1.
+  among prefix-caching pools (at its own scale, ``routing.policy.POOL_LOAD_SCALE``). Uncached
+  tokens are floored at 1 (an engine holding the whole prompt still computes the last prompt
+  token), so the cost is ≥ 1.
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ from collections.abc import Iterable
 from routing.features import RequestFeatures
 from routing.snapshots import EndpointSnapshot
 from routing.state import StateView
+
+LOAD_SCALE = 2.0
+"""[requests] Requests on an engine that count as one queued ahead of a new one in
+:func:`cache_cost`. Measured on the capacity benchmark's long sessions
+(``docs/benchmarks/capacity.md``): at 1 (every request in flight counted as queued) the load
+term sent follow-ups away from their cached history to an idle replica that recomputed it; at
+2 none left, and requests per replica stayed within 1.08 of the mean; at 4 none left either,
+but the replicas drifted apart (max/mean 1.18)."""
 
 
 def matched_blocks(url: str, features: RequestFeatures, view: StateView) -> int:
@@ -41,21 +53,22 @@ def uncached_tokens(features: RequestFeatures, matched: int) -> int:
     return max(features.prompt_tokens - matched * features.block_tokens, 0)
 
 
-def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView) -> float:
-    """max(uncached tokens on ``ep`` + its reload tokens, 1) × (``endpoint_load`` + 1)
-    [tokens × requests], ≥ 1."""
-    return cache_costs((ep,), features, view)[ep.url]
+def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView,
+               load_scale: float = LOAD_SCALE) -> float:
+    """max(uncached tokens on ``ep`` + its reload tokens, 1) × (``endpoint_load`` ÷
+    ``load_scale`` + 1) [tokens × requests], ≥ 1."""
+    return cache_costs((ep,), features, view, load_scale)[ep.url]
 
 
 def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
-                view: StateView) -> dict[str, float]:
+                view: StateView, load_scale: float = LOAD_SCALE) -> dict[str, float]:
     """:func:`cache_cost` of each of ``endpoints``, by URL: :func:`matched_blocks`,
     :func:`uncached_tokens` and :func:`routing.load.endpoint_load` written out in one loop
     (it runs for every candidate of every request)."""
     blocks, prompt, per_block = (len(features.block_hashes), features.prompt_tokens,
                                  features.block_tokens)
     matched, load, reload = view.matched_blocks, view.load, view.reload_tokens
-    out = {}
+    out, scale = {}, 1.0 / load_scale
     for ep in endpoints:
         url = ep.url
         held = matched.get(url, 0)
@@ -67,5 +80,5 @@ def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures
         requests = counted.requests if counted is not None else 0
         queued = ep.queued
         out[url] = (uncached if uncached > 1 else 1) * (
-            (requests if requests > queued else queued) + 1.0)
+            (requests if requests > queued else queued) * scale + 1.0)
     return out

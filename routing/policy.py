@@ -82,8 +82,9 @@ long sessions on the capacity pool, ``docs/benchmarks/capacity.md``):
   ``long_match_blocks`` or ≥ ``long_match_fraction`` of the prompt's blocks; pools: every mixed
   pool with prefix caching, cheapest first: the pool whose best endpoint has the lowest cache
   cost, max(uncached prompt tokens there, 1) × (load + 1) (:func:`routing.cache_cost.cache_cost`,
-  the replica scorer's own measure) — the pool holding the longest match, unless its replicas
-  are so busy that recomputing the prompt on an idler pool is cheaper.
+  the replica scorer's own measure, at :data:`POOL_LOAD_SCALE`) — the pool holding the longest
+  match, unless its replicas are so busy that recomputing the prompt on an idler pool is
+  cheaper.
   ``session_follow_up`` — no long match, but the request's session last ran on an endpoint
   (that caches prefixes) of a prefix-caching pool serving the model: its history is probably
   still there, even where the prefix index has forgotten it. Pools: that pool, then the
@@ -167,6 +168,14 @@ from routing.snapshots import (
 )
 from routing.state import StateView
 from routing.values import value
+
+POOL_LOAD_SCALE = 1.0
+"""[requests] The load scale of the cache cost that orders prefix-caching pools: every request
+on an endpoint counts as one queued. Measured on the router benchmark's mixed workload
+(``docs/benchmarks/router.md``, "Requests on a replica count half"): at the replica scorer's
+scale of 2 (:data:`routing.cache_cost.LOAD_SCALE`) more of the heavy step's traffic stayed on
+the pool holding the match instead of spilling to the chunked-prefill pool, and ridge's
+goodput was 11.10 / 12.22 req/s (seeds 0 / 1) against 13.13 / 13.62 at 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +356,8 @@ def _cheapest(inp: PolicyInput, pool: PoolSnapshot) -> float:
     """The lowest ``cache_cost`` over the pool's healthy endpoints (inf when none)."""
     healthy = (_caching(pool, pool.healthy_endpoints) if pool.lacking
                else pool.healthy_endpoints)
-    return min(cache_costs(healthy, inp.features, inp.view).values(), default=math.inf)
+    return min(cache_costs(healthy, inp.features, inp.view, POOL_LOAD_SCALE).values(),
+               default=math.inf)
 
 
 def _session_pool(inp: PolicyInput) -> PoolSnapshot | None:

@@ -7,7 +7,7 @@ the fleet's ``routing.scheduler``, see :mod:`backends.fleet_file`). The table :d
   ties, so the picker rotates);
 - ``least_load``: the homogeneous fleet, the ``least_load`` scorer, ``max_score`` picker;
 - ``cache_aware``: the homogeneous fleet, the ``cache_aware`` scorer (fewest uncached prompt
-  tokens × (load + 1)), ``max_score`` picker;
+  tokens × (load ÷ 2 + 1)), ``max_score`` picker;
 - ``ridge``: the lever fleet with its own routing section (defaults unless the file sets them);
 - ``ridge_sglang``: the lever fleet with an SGLang (radix cache) prefix pool, default routing;
 - ``sglang_ca``, ``sglang_rr``: the homogeneous fleet behind the SGLang router (the

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from routing.cache_cost import best_match, cache_cost, matched_blocks, uncached_tokens
+from routing.cache_cost import (
+    LOAD_SCALE,
+    best_match,
+    cache_cost,
+    matched_blocks,
+    uncached_tokens,
+)
 from tests.unit.routing.scheduler.snapshots import ep, features, view
 
 
@@ -18,13 +24,17 @@ def test_matches_are_capped_and_uncached_tokens_never_negative() -> None:
     assert uncached_tokens(f, 12) == 0
 
 
-def test_cache_cost_is_uncached_tokens_times_load_plus_one() -> None:
+def test_cache_cost_is_uncached_tokens_times_load_over_scale_plus_one() -> None:
     f = features(prompt_tokens=1000)
-    # 3 blocks held: 700 uncached; load max(router 2, engine 1) = 2 → 700 × 3
-    assert cache_cost(ep("a", running=1), f, view(matched={"a": 3}, load={"a": 2})) == 2100
+    # 3 blocks held: 700 uncached; load max(router 2, engine 1) = 2 → 700 × (2 ÷ 2 + 1)
+    assert LOAD_SCALE == 2.0
+    assert cache_cost(ep("a", running=1), f, view(matched={"a": 3}, load={"a": 2})) == 1400
+    # every request in flight counted as one queued request: 700 × (2 + 1)
+    assert cache_cost(ep("a", running=1), f, view(matched={"a": 3}, load={"a": 2}),
+                      load_scale=1.0) == 2100
     # the whole prompt held: floored at 1 token, so idle endpoints are told apart by load
     assert cache_cost(ep("b"), f, view(matched={"b": 10})) == 1
-    assert cache_cost(ep("b"), f, view(matched={"b": 10}, load={"b": 4})) == 5
+    assert cache_cost(ep("b"), f, view(matched={"b": 10}, load={"b": 4})) == 3
 
 
 def test_blocks_held_only_in_a_host_tier_cost_a_reload() -> None:

@@ -9,7 +9,13 @@ import pytest
 
 from routing.decision import RouteDecision, reason_values
 from routing.features import RequestFeatures
-from routing.policy import DEFAULT_RULES, LeverPolicy, PolicyConfig, PolicyInput
+from routing.policy import (
+    DEFAULT_RULES,
+    POOL_LOAD_SCALE,
+    LeverPolicy,
+    PolicyConfig,
+    PolicyInput,
+)
 from routing.snapshots import (
     CHUNKED_PREFILL,
     FP8_KV_CACHE,
@@ -302,6 +308,8 @@ def test_prefix_prefers_the_pool_holding_the_longest_match() -> None:
 
 
 @pytest.mark.parametrize(("load", "pool"), [
+    # pools are ordered by the cache cost with every request on an endpoint counted as one
+    # queued (POOL_LOAD_SCALE 1): uncached × (load + 1)
     ({"r1": 1}, "radix"),  # r1: 400 uncached × 2 = 800 < x1: 1000 × 1
     ({"r1": 3, "r2": 1}, "radix2"),  # r1: 400 × 4 = 1600, r2: 1000 × 2 > x1: 1000 × 1
     ({"r1": 3}, "radix"),  # r2 idle costs 1000 too: a tie keeps fleet order
@@ -312,6 +320,17 @@ def test_prefix_leaves_the_pool_holding_the_match_when_recomputing_elsewhere_is_
                                     (ep("x1", pool="radix2"),), frozenset({PREFIX_CACHE})))
     inp = PolicyInput(features(), pools, view(prefix_share=0.9, matched={"r1": 6}, load=load))
     assert _pool(LeverPolicy().decide(inp)) == pool
+
+
+def test_pools_are_ordered_at_their_own_load_scale() -> None:
+    assert POOL_LOAD_SCALE == 1.0
+    # at the replica scorer's scale (2) r1 would cost 400 × 2.5 = 1,000, a tie with x1 that
+    # keeps fleet order; at the pools' scale it costs 400 × 4 = 1,600 and radix2 goes first
+    pools = (*fleet(), PoolSnapshot("radix2", "sglang", "mixed", ("m",),
+                                    (ep("x1", pool="radix2"),), frozenset({PREFIX_CACHE})))
+    inp = PolicyInput(features(), pools,
+                      view(prefix_share=0.9, matched={"r1": 6}, load={"r1": 3, "r2": 3}))
+    assert _pool(LeverPolicy().decide(inp)) == "radix2"
 
 
 def test_unknown_or_repeated_rules_are_refused() -> None:
