@@ -44,8 +44,12 @@ def matched_blocks(url: str, features: RequestFeatures, view: StateView) -> int:
 
 def best_match(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
                view: StateView) -> int:
-    """The longest match [blocks] on any of ``endpoints`` (0 when none)."""
-    return max((matched_blocks(ep.url, features, view) for ep in endpoints), default=0)
+    """The longest match [blocks] on any of ``endpoints`` (0 when none): the largest
+    :func:`matched_blocks`, capped once (the cap is monotone) rather than per endpoint — it
+    runs for every request."""
+    matched = view.matched_blocks
+    longest = max((matched.get(ep.url, 0) for ep in endpoints), default=0)
+    return min(max(longest, 0), len(features.block_hashes))
 
 
 def uncached_tokens(features: RequestFeatures, matched: int) -> int:

@@ -2,7 +2,7 @@
 loaded.
 
 Algorithm: let n be the request's prompt blocks and m the longest match over the candidates
-[blocks] (``StateView.matched_blocks``). A request with m ≥ ``threshold`` × n continues
+[blocks] (:func:`routing.cache_cost.best_match`). A request with m ≥ ``threshold`` × n continues
 something cached (a follow-up turn, a shared document): every candidate scores 1, and the
 other scorers place it. Otherwise it starts something new (a session's first turn). Let L_e
 [requests] be candidate e's load (:func:`routing.load.endpoint_load`, the ``cache_aware``
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from routing.cache_cost import best_match
 from routing.load import endpoint_load
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot
@@ -65,8 +66,7 @@ class Footprint:
         if not candidates:
             return {}
         footprint = ctx.view.recent_requests if self.by == "requests" else ctx.view.footprint
-        matched = ctx.view.matched_blocks
-        longest = max(matched.get(ep.url, 0) for ep in candidates)
+        longest = best_match(candidates, ctx.features, ctx.view)
         if footprint is None or longest >= self.threshold * len(ctx.features.block_hashes):
             return dict.fromkeys([ep.url for ep in candidates], 1.0)
         in_flight = ctx.view.load
