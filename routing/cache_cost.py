@@ -47,9 +47,12 @@ def best_match(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
     """The longest match [blocks] on any of ``endpoints`` (0 when none): the largest
     :func:`matched_blocks`, capped once (the cap is monotone) rather than per endpoint — it
     runs for every request."""
-    matched = view.matched_blocks
-    longest = max((matched.get(ep.url, 0) for ep in endpoints), default=0)
-    return min(max(longest, 0), len(features.block_hashes))
+    get, longest = view.matched_blocks.get, 0
+    for ep in endpoints:  # max() over a generator, written out: half the cost
+        held = get(ep.url, 0)
+        if held > longest:
+            longest = held
+    return min(longest, len(features.block_hashes))
 
 
 def uncached_tokens(features: RequestFeatures, matched: int) -> int:

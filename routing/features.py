@@ -135,7 +135,7 @@ def part_digest(part: Any) -> str:
 
 
 def _render_part(part: Any) -> str:
-    if isinstance(part, Mapping) and part.get("type") == "text":
+    if (type(part) is dict or isinstance(part, Mapping)) and part.get("type") == "text":
         text = part.get("text")
         return text if isinstance(text, str) else _dumps(text)
     return _SUB + part_digest(part)
@@ -155,7 +155,8 @@ _ROLE_CONTENT = frozenset({"role", "content"})
 
 
 def _render_message(message: Any) -> str:
-    if not isinstance(message, Mapping):
+    # a parsed body's messages are dicts: tested first (isinstance against an ABC runs Python)
+    if type(message) is not dict and not isinstance(message, Mapping):
         return _STX + _dumps(message) + _ETX
     role = message.get("role")
     tail = ""

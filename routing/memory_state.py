@@ -251,7 +251,7 @@ class MemoryState:
             self._windows.prefix_share(ask.model),
             self._sessions.get(ask.session, now) if ask.session else None,
             footprint=prefix.footprint,
-            recent_requests=prefix.recent_requests,
+            recent_requests=prefix.recent_requests_of,
         )
 
     async def read(self, ask: Ask) -> StateView:

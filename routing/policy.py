@@ -573,9 +573,20 @@ class _Miss:
 
 
 def routable(inp: PolicyInput) -> tuple[Target, ...]:
-    """Every healthy place serving the model: mixed pools, and prefill pools whose pair is up."""
-    mixed = [Target(p, NO_LEVER) for p in _serving(inp, MIXED)]
-    return tuple(t for t in (*mixed, *_pairs(inp)) if _healthy(t))
+    """Every healthy place serving the model: mixed pools, and prefill pools whose pair is up.
+    One pass over the pools finds the mixed ones and whether any prefill pool needs pairing
+    (most fleets have none: it runs for every request)."""
+    model, prefill = inp.features.model, False
+    places: list[Target] = []
+    for p in inp.pools:
+        if p.role == MIXED:
+            if p.healthy_endpoints and p.serves(model):
+                places.append(Target(p, NO_LEVER))
+        elif p.role == PREFILL:
+            prefill = True
+    if prefill:
+        places += [t for t in _pairs(inp) if _healthy(t)]
+    return tuple(places)
 
 
 def _try(rule: Rule, inp: PolicyInput, cfg: PolicyConfig) -> _Placed | _Miss | None:

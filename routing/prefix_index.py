@@ -83,6 +83,7 @@ always) how recent a held block must be not to be written again; ``clock`` retur
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -176,15 +177,14 @@ class _Generations:
     """One endpoint's entries: the current and the previous generation, each in two zones
     (the dense keys and the coarse ones, which stand for ``stride`` blocks each)."""
 
-    __slots__ = ("current", "previous", "coarse", "coarse_previous", "requests",
-                 "requests_previous")
+    __slots__ = ("current", "previous", "coarse", "coarse_previous", "requests")
 
     def __init__(self) -> None:
         self.current: dict[int, float] = {}
         self.previous: dict[int, float] = {}
         self.coarse: dict[int, float] = {}
         self.coarse_previous: dict[int, float] = {}
-        self.requests = self.requests_previous = 0  # chains recorded in each generation
+        self.requests = 0  # chains recorded in the current generation
 
     def __len__(self) -> int:
         return (len(self.current) + len(self.previous) + len(self.coarse)
@@ -197,7 +197,7 @@ class _Generations:
     def rotate(self) -> None:
         self.previous, self.current = self.current, {}
         self.coarse_previous, self.coarse = self.coarse, {}
-        self.requests_previous, self.requests = self.requests, 0
+        self.requests = 0
 
     def forget(self, hashes: Sequence[int]) -> None:
         for zone in (self.current, self.previous, self.coarse, self.coarse_previous):
@@ -209,7 +209,7 @@ class PrefixIndex:
     """A bounded, aging map of (block hash, endpoint) → last time recorded."""
 
     __slots__ = ("_max_entries", "_max_age_s", "_refresh_s", "_clock", "_layout", "_maps",
-                 "_current")
+                 "_current", "_recent", "_last")
 
     def __init__(self, max_entries: int, max_age_s: float,
                  clock: Callable[[], float] = time.monotonic, refresh_s: float = 0.0,
@@ -223,6 +223,8 @@ class PrefixIndex:
         self._layout = layout
         self._maps: dict[str, _Generations] = {}
         self._current = 0  # blocks the current generations stand for, all endpoints together
+        self._recent: Counter[str] = Counter()  # requests recorded, both generations
+        self._last: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # a chain, its keys
 
     def __len__(self) -> int:
         """Entries held, stale ones included (never above ``max_entries``)."""
@@ -244,7 +246,7 @@ class PrefixIndex:
         if len(hashes) > half:
             hashes = hashes[:half]  # a prefix of the chain: still a chain
         layout = self._layout
-        keys = layout.keys(hashes)
+        keys = self._keys(hashes)
         dense, coarse = keys[:layout.dense], keys[layout.dense:]
         if self._current + len(dense) + layout.stride * len(coarse) > half:
             self._rotate()
@@ -253,6 +255,7 @@ class PrefixIndex:
             gens = self._maps[endpoint] = _Generations()
         if request:
             gens.requests += 1
+            self._recent[endpoint] += 1
         current, now = gens.current, self._clock()
         before = gens.weight(layout.stride)
         if self._refresh_s:  # the leading keys recorded a moment ago are not written again
@@ -266,9 +269,24 @@ class PrefixIndex:
             gens.coarse.update(zip(coarse, repeat(now)))
         self._current += gens.weight(layout.stride) - before
 
+    def _keys(self, hashes: Sequence[int]) -> tuple[int, ...]:
+        """``layout.keys(hashes)``; the last chain's are kept, as a request's chain is matched
+        and then recorded (a tuple only: it cannot have changed in between)."""
+        chain, keys = self._last
+        if hashes is chain:
+            return keys
+        keys = self._layout.keys(hashes)
+        if type(hashes) is tuple:
+            self._last = hashes, keys
+        return keys
+
     def _rotate(self) -> None:
         """Drop every previous generation; the current ones become the previous ones."""
-        for gens in self._maps.values():
+        recent = self._recent
+        recent.clear()
+        for url, gens in self._maps.items():
+            if gens.requests:
+                recent[url] = gens.requests  # the generation now previous
             gens.rotate()
         self._current = 0
 
@@ -285,11 +303,11 @@ class PrefixIndex:
         if not hashes:
             return {}
         layout = self._layout
-        keys, dense, length = layout.keys(hashes), layout.dense, len(hashes)
+        keys, dense, length = self._keys(hashes), layout.dense, len(hashes)
         cutoff = self._clock() - self._max_age_s
         maps = self._maps
         out: dict[str, int] = {}
-        hint, head, total = 0, keys[0], len(keys)
+        hint, head, total, blocks = 0, keys[0], len(keys), 0
         for url in (maps if endpoints is None else endpoints):
             gens = maps.get(url)
             if gens is None:
@@ -298,8 +316,10 @@ class PrefixIndex:
             if stamp is None or stamp < cutoff:
                 continue
             lo = _held_keys(gens, keys, dense, cutoff, hint, total)
-            hint = lo
-            out[url] = lo if lo <= dense else layout.blocks(lo, length)
+            if lo != hint:  # the blocks of the previous endpoint's count are known
+                hint = lo
+                blocks = lo if lo <= dense else layout.blocks(lo, length)
+            out[url] = blocks
         return out
 
     def holds(self, endpoint: str, block: int, since: float) -> bool:
@@ -324,6 +344,7 @@ class PrefixIndex:
     def forget_endpoint(self, url: str) -> None:
         """Stop matching anything recorded for ``url`` (e.g. it restarted or was removed)."""
         gens = self._maps.pop(url, None)
+        self._recent.pop(url, None)
         if gens is not None:
             self._current -= gens.weight(self._layout.stride)
 
@@ -340,8 +361,13 @@ class PrefixIndex:
     def recent_requests(self, endpoint: str) -> int:
         """The requests recorded for ``endpoint`` in both generations: how many were recently
         sent there [requests] (those with at least one prompt block). O(1)."""
-        gens = self._maps.get(endpoint)
-        return 0 if gens is None else gens.requests + gens.requests_previous
+        return self._recent[endpoint]
+
+    @property
+    def recent_requests_of(self) -> Callable[[str], int]:
+        """:meth:`recent_requests` as one lookup in C (a :class:`collections.Counter`'s item,
+        0 when absent): what a view calls once per candidate of every new request."""
+        return self._recent.__getitem__
 
     def held_blocks(self) -> dict[str, int]:
         """Per endpoint, the distinct blocks it holds recorded within ``max_age_s`` (endpoints
@@ -359,6 +385,7 @@ class PrefixIndex:
 
     def clear(self) -> None:
         self._maps.clear()
+        self._recent.clear()
         self._current = 0
 
 

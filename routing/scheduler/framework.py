@@ -224,15 +224,24 @@ class Scheduler:
 
     def _totals(self, ctx: SchedulingContext,
                 candidates: Sequence[EndpointSnapshot]) -> dict[str, float]:
-        """:meth:`_score` untimed; one scorer (the default configuration) in one pass."""
-        if len(self._scorers) != 1:
-            return self._score(ctx, candidates, None)
-        _, plugin, weight = self._scorers[0]
+        """:meth:`_score` untimed, in one pass per scorer: the first scorer's weighted scores
+        make the totals, every later one's are added in place (the clamp written out, as
+        there). Without scorers every total is 0."""
+        scorers = self._scorers
+        if not scorers:
+            return dict.fromkeys([ep.url for ep in candidates], 0.0)
+        _, plugin, weight = scorers[0]
         get = plugin.score(ctx, candidates).get
-        # 0.0 + weight × clamp(score), as :meth:`_score` sums it (clamp inline, as there)
-        return {ep.url: 0.0 + weight * (s if 0.0 <= (s := get(ep.url, 0.0)) <= 1.0
-                                        else 1.0 if s > 1.0 else 0.0)
-                for ep in candidates}
+        # 0.0 + weight × clamp(score), as :meth:`_score` sums it
+        totals = {ep.url: 0.0 + weight * (s if 0.0 <= (s := get(ep.url, 0.0)) <= 1.0
+                                          else 1.0 if s > 1.0 else 0.0)
+                  for ep in candidates}
+        for _, plugin, weight in scorers[1:]:
+            get = plugin.score(ctx, candidates).get
+            for url, total in totals.items():
+                totals[url] = total + weight * (s if 0.0 <= (s := get(url, 0.0)) <= 1.0
+                                                else 1.0 if s > 1.0 else 0.0)
+        return totals
 
     def _score(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
                timings: list[PluginTiming] | None) -> dict[str, float]:

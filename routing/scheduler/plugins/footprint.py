@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from routing.cache_cost import best_match
-from routing.load import endpoint_load
+from routing.load import InFlight
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot
 
@@ -65,15 +65,30 @@ class Footprint:
               candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
         if not candidates:
             return {}
-        footprint = ctx.view.recent_requests if self.by == "requests" else ctx.view.footprint
-        longest = best_match(candidates, ctx.features, ctx.view)
-        if footprint is None or longest >= self.threshold * len(ctx.features.block_hashes):
+        view = ctx.view
+        footprint = view.recent_requests if self.by == "requests" else view.footprint
+        if footprint is None or (best_match(candidates, ctx.features, view)
+                                 >= self.threshold * len(ctx.features.block_hashes)):
             return dict.fromkeys([ep.url for ep in candidates], 1.0)
-        in_flight = ctx.view.load
-        loads = {ep.url: endpoint_load(ep, in_flight) for ep in candidates}
+        loads = _loads(candidates, view.load)
         ceiling = min(loads.values()) + self.slack
         sizes = {url: footprint(url) for url, load in loads.items() if load <= ceiling}
         least = min(sizes.values())
         spread = max(sizes.values()) - least
-        return {url: (1.0 - (sizes[url] - least) / spread if spread else 1.0)
-                if url in sizes else 0.0 for url in loads}
+        if not spread:
+            return {url: 1.0 if url in sizes else 0.0 for url in loads}
+        return {url: 1.0 - (size - least) / spread if (size := sizes.get(url)) is not None
+                else 0.0 for url in loads}
+
+
+def _loads(candidates: Sequence[EndpointSnapshot], in_flight: InFlight) -> dict[str, float]:
+    """Each candidate's :func:`routing.load.endpoint_load` by URL, written out in one loop (it
+    runs for every candidate of every new request)."""
+    out: dict[str, float] = {}
+    get = in_flight.get
+    for ep in candidates:
+        counted = get(ep.url)
+        requests = counted.requests if counted is not None else 0
+        queued = ep.queued
+        out[ep.url] = requests if requests > queued else queued
+    return out

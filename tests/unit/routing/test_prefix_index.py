@@ -168,6 +168,29 @@ def test_recent_requests_count_the_chains_recorded_in_both_generations() -> None
     assert [index.recent_requests(x) for x in (A, B, C)] == [0, 0, 2]
 
 
+def test_the_recent_requests_lookup_counts_alike_and_forgets_with_the_endpoint() -> None:
+    index = PrefixIndex(1000, 60.0, FakeClock())
+    lookup = index.recent_requests_of  # what a view calls per candidate
+    index.record(A, SHARED)
+    index.record(A, SHARED)
+    index.record(B, SHARED)
+    assert [lookup(x) for x in (A, B, C)] == [index.recent_requests(x) for x in (A, B, C)] \
+        == [2, 1, 0]
+    index.forget_endpoint(A)  # restarted: its counts go with its entries
+    assert [lookup(x) for x in (A, B)] == [0, 1]
+    index.clear()
+    assert lookup(B) == 0
+
+
+def test_a_chain_matched_then_recorded_as_a_list_is_keyed_afresh() -> None:
+    index = PrefixIndex(1000, 60.0, FakeClock())
+    blocks = list(SHARED)
+    assert index.match(blocks) == {}
+    blocks[5:] = chain("u" * 40)[:5]  # the same list, changed in between: its own keys
+    index.record(A, blocks)
+    assert index.match(tuple(blocks)) == {A: 10} and index.match(SHARED) == {A: 5}
+
+
 def test_a_chain_is_held_whole_until_its_generation_goes() -> None:
     index = PrefixIndex(40, 60.0, FakeClock())  # generations of 20 entries
     partial = chain("s" * 12 + "q" * 12)  # SHARED's first 3 blocks, then 3 of its own
