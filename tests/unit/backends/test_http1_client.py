@@ -102,6 +102,25 @@ async def test_a_chunked_body_arrives_piece_by_piece() -> None:
     await client.aclose()
 
 
+async def test_pieces_that_arrive_together_are_handed_over_as_one() -> None:
+    # three pieces of a chunked body in one write (a stream's events sent back to back): one
+    # chunk for the gateway to relay, one write to its client instead of three
+    async def together(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n"
+                     b"3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    client = Http1Client(QUICK, 8)
+    async with server(together) as (url, _):
+        resp = await client.send(url, b"{}", JSON)
+        await resp.wait_headers(2.0)  # the body came in the same read: queued already
+        assert [c async for c in resp.chunks()] == [b"onetwothree"]
+    await client.aclose()
+
+
 async def test_a_pooled_connection_the_engine_closed_is_replaced_once() -> None:
     async def one_per_connection(reader: asyncio.StreamReader,
                                  writer: asyncio.StreamWriter) -> None:
