@@ -52,7 +52,9 @@ not entries.
 - ``footprint(endpoint)``: the blocks the endpoint's entries stand for, both generations: how
   much prompt text was recently sent there, the least-recently-used slice of it dropped with
   the generations. ``recent_requests(endpoint)``: the requests recorded there in both
-  generations (a chain recorded again as its request finishes is not counted twice). O(1).
+  generations (a chain recorded again as its request finishes is not counted twice), kept in
+  a ``Counter`` as they are recorded; ``recent_requests_of`` is the same count as one lookup
+  done in C, for a view to call once per candidate. O(1).
 - ``held_blocks()``: per endpoint, the distinct blocks it holds that count as cached (recorded
   within ``max_age_s``; a coarse entry counts ``stride``), for the telemetry's working set.
   O(entries), at C speed: a scrape's work, never the request path's.
