@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -70,6 +70,18 @@ class UpstreamResponse(Protocol):
     async def close(self) -> None:
         """Release the connection; before the body's end this aborts the request upstream."""
         ...
+
+
+@runtime_checkable
+class Relaying(Protocol):
+    """An :class:`UpstreamResponse` that can also hand its body over from its connection's
+    callback, piece by piece as it is parsed (:meth:`backends.http1_client._Response.relay`:
+    the consumer returns False when it cannot take more; the future says True at the body's
+    end, False when the consumer stopped)."""
+
+    def relay(self, consumer: Callable[[bytes], bool]) -> asyncio.Future[bool]: ...
+
+    def stop_relay(self) -> None: ...
 
 
 def too_large(limit: int) -> UpstreamStreamError:

@@ -23,6 +23,11 @@ piece).
 - Back-pressure: a response stops reading from its socket while more than
   :data:`HIGH_WATER` bytes wait to be taken, and resumes when they are.
 - Sockets have TCP_NODELAY (asyncio's default for TCP), so small SSE chunks leave at once.
+- Relay (:meth:`_Response.relay`): instead of queueing the body for :meth:`_Response.chunks`,
+  a consumer can take each piece from the connection's own callback, as it is parsed (a
+  stream's gateway writes it on to its client there: no task wake-up per piece). The consumer
+  returns False when it cannot take more (its client's buffer is full); then the pieces are
+  queued again, with the back-pressure above, until it relays again.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
@@ -159,6 +164,8 @@ class _Response:
         self._headers: dict[str, str] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._waiting_since = 0.0
+        self._relay: Callable[[bytes], bool] | None = None
+        self._relayed: asyncio.Future[bool] | None = None
 
     # -- fed by the connection -----------------------------------------------------------
 
@@ -173,6 +180,9 @@ class _Response:
             self._head.set_exception(UpstreamConnectError(why))
 
     def feed(self, data: bytes) -> None:
+        if self._relay is not None:
+            self._hand_over(self._relay, data)
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > HIGH_WATER and self._conn.transport is not None:
@@ -191,6 +201,8 @@ class _Response:
         self._wake()
 
     def _wake(self) -> None:
+        if self._relayed is not None and (self.complete or self._error is not None):
+            self._end_relay(None)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -239,6 +251,66 @@ class _Response:
             self._conn.transport.resume_reading()
         return chunk
 
+    def relay(self, consumer: Callable[[bytes], bool]) -> asyncio.Future[bool]:
+        """Hand the body to ``consumer`` from the connection's callback as it arrives (what
+        is queued first, as one piece), until ``consumer`` returns False (it cannot take more
+        now: what follows is queued) or the body ends. The future: True at the body's end
+        (the connection is released, as at the end of :meth:`chunks`), False when the
+        consumer stopped; the stream's error (:class:`UpstreamStreamError`, an idle timeout
+        included) or the consumer's own exception when either broke it off. Call
+        :meth:`stop_relay` when giving up on it (a cancelled wait)."""
+        done: asyncio.Future[bool] = self._loop.create_future()
+        self._relayed, self._relay = done, consumer
+        if self._chunks:
+            queued = b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            if self._conn.transport is not None:
+                self._conn.transport.resume_reading()
+            self._hand_over(consumer, queued)
+        if not done.done() and (self.complete or self._error is not None):
+            self._end_relay(None)
+        elif not done.done():
+            self._waiting_since = self._loop.time()
+            if self._idle is None:
+                idle_s = self._pool.timeouts.idle
+                self._idle = self._loop.call_at(self._waiting_since + idle_s,
+                                                self._watch_idle, idle_s)
+        return done
+
+    def stop_relay(self) -> None:
+        """Stop handing pieces over (they are queued again); a pending relay is cancelled."""
+        done, self._relay, self._relayed = self._relayed, None, None
+        if done is not None and not done.done():
+            done.cancel()
+
+    def _hand_over(self, consumer: Callable[[bytes], bool], data: bytes) -> None:
+        """One piece to the relay's consumer; its refusal or failure ends the relay."""
+        self._waiting_since = self._loop.time()
+        try:
+            more = consumer(data)
+        except Exception as exc:  # the consumer's (an event too large, say): the relay's end
+            self._end_relay(exc)
+            return
+        if not more:
+            self._end_relay(False)
+
+    def _end_relay(self, outcome: Exception | bool | None) -> None:
+        """Settle the relay: ``outcome`` False (the consumer stopped), an exception, or None
+        (the body ended, or broke off: its own outcome)."""
+        done, self._relay, self._relayed = self._relayed, None, None
+        if done is None or done.done():
+            return
+        if isinstance(outcome, Exception):
+            done.set_exception(outcome)
+        elif outcome is False:
+            done.set_result(False)
+        elif self._error is not None:
+            done.set_exception(self._error)
+        else:
+            self._release()
+            done.set_result(True)
+
     def _watch_idle(self, idle_s: float) -> None:
         """The idle timer: one per response, re-armed only when it fires (not for every
         chunk). A wait that has lasted ``idle_s`` fails with :class:`UpstreamStreamError` and
@@ -246,7 +318,8 @@ class _Response:
         left off when nothing waits (the next wait sets it)."""
         self._idle = None
         waiter = self._waiter
-        if waiter is None or waiter.done() or self._released:
+        waiting = (waiter is not None and not waiter.done()) or self._relayed is not None
+        if not waiting or self._released:
             return
         loop = self._loop
         deadline = self._waiting_since + idle_s
@@ -254,7 +327,10 @@ class _Response:
             self._idle = loop.call_at(deadline, self._watch_idle, idle_s)
             return
         self.abort()
-        waiter.set_exception(UpstreamStreamError("upstream went silent past the idle timeout"))
+        silent = UpstreamStreamError("upstream went silent past the idle timeout")
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(silent)
+        self._end_relay(silent)
 
     async def read(self, limit: int | None = None) -> bytes:
         idle = self._pool.timeouts.idle
@@ -289,6 +365,7 @@ class _Response:
     def drop(self) -> None:
         """Close the connection for good, the request's pool slot kept by the caller."""
         self._stop_idle()
+        self._relay = None  # nothing more is handed over
         self._released = True
         self._conn.close()
         self._pool.forget(self._conn)

@@ -10,6 +10,14 @@ the response is complete; the handler hands the watch a callback (cancelling its
 no extra task per request. Handlers must also work without the watch (another ASGI server):
 see :func:`gateway.proxy.watch_disconnect`.
 
+Direct body writes. A relay that runs in the upstream connection's callback cannot await the
+ASGI ``send`` for each piece of a stream. :func:`body_writer` gives it, for a response whose
+head went out through uvicorn's ``send`` with a chunked body, a :class:`BodyWriter` that
+frames a piece as uvicorn does and writes it to the client's transport at once, says when the
+client cannot take more (the transport paused writing) or went away, and awaits the drain.
+The response's last piece and its end still go through ``send``, which completes it. Anything
+else (another ASGI server, a wrapped ``send``) gets None, and the handler awaits ``send``.
+
 Limits (:class:`HttpLimits`), each answered with an OpenAI-shaped JSON error and the
 connection closed:
 
@@ -46,7 +54,7 @@ from http import HTTPStatus
 from typing import ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.errors import error_body
 
@@ -96,6 +104,44 @@ class DisconnectWatch:
         self.fired = True
         if self._callback is not None:
             self._callback()
+
+
+class BodyWriter:
+    """Writes the pieces of one response's chunked body straight to its client (module
+    docstring, Direct body writes)."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def write(self, data: bytes) -> bool:
+        """Write ``data`` (not empty) as one chunk of the body; False when the client cannot
+        take more now (await :meth:`drain`) or is gone (then nothing is written)."""
+        cycle = self._cycle
+        if cycle.disconnected:
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return not cycle.flow.write_paused
+
+    @property
+    def gone(self) -> bool:
+        """Whether the client went away."""
+        return self._cycle.disconnected
+
+    async def drain(self) -> None:
+        """Until the client's transport takes writes again (at once when it is gone)."""
+        await self._cycle.flow.drain()
+
+
+def body_writer(send: Callable[..., object]) -> BodyWriter | None:
+    """A :class:`BodyWriter` for the response ``send`` sends, when ``send`` is uvicorn's own
+    and the response's head went out with a chunked body still open; else None."""
+    cycle = getattr(send, "__self__", None)
+    if not isinstance(cycle, RequestResponseCycle) or not cycle.response_started or \
+            not cycle.chunked_encoding or cycle.response_complete:
+        return None
+    return BodyWriter(cycle)
 
 
 class _Refused(Exception):

@@ -9,11 +9,15 @@ the same way with the same keys, limits, errors, metrics and request ids. It rea
 dispatches (:mod:`gateway.dispatch`: features, routing, reservation, the upstream request) and
 relays the engine's answer: a whole body as the engine wrote it, or a stream passed through as
 it arrives (:class:`gateway.sse.StreamScanner`; a stream that breaks off ends with an
-OpenAI-shaped error event). ridge always asks a streaming chat or completions engine for its
-usage chunk, to count tokens, and cuts that chunk from the relay when the client did not ask
-for it. A Responses API stream (:mod:`gateway.responses_sse`) is relayed untouched:
-its deltas time the first token and its closing event carries the usage. Errors ridge answers
-itself are OpenAI-shaped JSON.
+OpenAI-shaped error event). Under ridge's HTTP protocol with ridge's own upstream client, a
+stream is relayed from the engine connection's callback: each piece is scanned and written to
+the client as it is parsed (:meth:`Proxy._relay`, :func:`gateway.http_protocol.body_writer`),
+with no task wake-up per piece; the handler's task waits only for the end, or for a slow
+client's buffer to drain. Otherwise each piece goes through ASGI ``send``. ridge always asks
+a streaming chat or completions engine for its usage chunk, to count tokens, and cuts that
+chunk from the relay when the client did not ask for it. A Responses API stream
+(:mod:`gateway.responses_sse`) is relayed untouched: its deltas time the first token and its
+closing event carries the usage. Errors ridge answers itself are OpenAI-shaped JSON.
 
 A request that runs no model on the engine (tokenize, detokenize:
 :data:`~gateway.openai_request.NO_INFERENCE`) is counted in ``ridge_requests_total`` and
@@ -49,11 +53,11 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from backends.client import UpstreamStreamError
+from backends.client import Relaying, UpstreamStreamError
 from gateway.access import Access
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
-from gateway.http_protocol import WATCH, DisconnectWatch
+from gateway.http_protocol import WATCH, BodyWriter, DisconnectWatch, body_writer
 from gateway.keys import ANONYMOUS, Caller
 from gateway.openai_request import NO_INFERENCE, Endpoint, ParsedRequest, parse_request
 from gateway.rate_limits import Grant
@@ -252,15 +256,17 @@ class Proxy:
                                 (b"cache-control", b"no-cache"),
                                 (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
                                 *_limit_headers(call)]})
-        first = True
+        response, writer = call.sent.response, body_writer(send)
         try:
-            async for chunk in call.sent.response.chunks():
-                if out := scanner.feed(chunk):
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-                    if first and scanner.first_token_at is not None:
-                        first = False
-                        self._dispatcher.first_token(call.sent,
-                                                     scanner.first_token_at - call.started)
+            if writer is not None and isinstance(response, Relaying):
+                await self._relay(call, scanner, writer, response)
+            else:
+                told = False
+                async for chunk in response.chunks():
+                    if out := scanner.feed(chunk):
+                        await send({"type": "http.response.body", "body": out,
+                                    "more_body": True})
+                        told = told or self._first_token(call, scanner)
             end, call.completed = scanner.rest(), True
         except UpstreamStreamError as exc:
             call.status = 502
@@ -271,6 +277,38 @@ class Proxy:
         finally:
             _take_measures(call, scanner)
         await send({"type": "http.response.body", "body": end, "more_body": False})
+
+    async def _relay(self, call: Call, scanner: StreamScanner, writer: BodyWriter,
+                     response: Relaying) -> None:
+        """The stream relayed from the engine connection's callback: each piece scanned and
+        written to the client there, with no task wake-up per piece (module docstring); this
+        task wakes only when the client's buffer is full, to await its drain."""
+        told = False
+
+        def consume(piece: bytes) -> bool:
+            nonlocal told
+            out = scanner.feed(piece)
+            if not out:
+                return True
+            more = writer.write(out)
+            told = told or self._first_token(call, scanner)
+            return more
+
+        try:
+            while not await response.relay(consume):
+                if writer.gone:
+                    raise ClientGone
+                await writer.drain()
+        finally:
+            response.stop_relay()
+
+    def _first_token(self, call: Call, scanner: StreamScanner) -> bool:
+        """Tell the dispatcher of the stream's first token if it came; whether it did."""
+        if scanner.first_token_at is None:
+            return False
+        assert call.sent is not None
+        self._dispatcher.first_token(call.sent, scanner.first_token_at - call.started)
+        return True
 
     async def _send_error(self, call: Call, send: Send, exc: GatewayError) -> None:
         """The error as OpenAI-shaped JSON, unless the response has started or the client

@@ -4,11 +4,15 @@ first routing spreading load."""
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
 
+from gateway.http_protocol import BodyWriter
 from tests.fakes.engine import FakeEngine
 from tests.fakes.harness import RunningRidge, fleet_of, quick_settings, running_ridge
 
@@ -72,6 +76,55 @@ async def test_client_leaving_a_stream_stops_the_engine(
             == 1
         )
     assert engine.served == 0
+
+
+def _send_buffer_max() -> int:
+    """The kernel's largest TCP send buffer [bytes]: what ridge's socket can hold before its
+    own buffer fills (4 MiB when unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 4 << 20
+
+
+async def test_a_client_reading_slowly_holds_the_relay_back_and_loses_nothing(
+    engines: list[FakeEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twice the kernel's largest send buffer in events from the engine at once, to a client
+    that reads nothing for a while through a small socket buffer: the relay stops when the
+    client's buffer fills and waits for it to drain (so ridge holds a bounded amount), and
+    every event arrives."""
+    engine = engines[0]
+    engine.tokens = tokens = 2 * _send_buffer_max() // 150  # events of over 150 bytes each
+    drains = 0
+    drain = BodyWriter.drain
+
+    async def counted(writer: BodyWriter) -> None:
+        nonlocal drains
+        drains += 1
+        await drain(writer)
+
+    monkeypatch.setattr(BodyWriter, "drain", counted)
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    async with running_ridge(fleet_of({"p": [engine.url]})) as ridge:
+        port = int(ridge.url.rsplit(":", 1)[1])
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"content-type: application/json\r\ncontent-length: %d\r\n"
+                     b"connection: close\r\n\r\n%b" % (len(body), body))
+        await writer.drain()
+        assert await _wait_for(lambda: engine.served == 1 or drains > 0, 10)
+        await asyncio.sleep(0.5)  # the client reads nothing yet
+        answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+    assert drains > 0  # the relay waited for the client at least once
+    words = [line for line in answer.split(b"\n") if b'"content": "' in line]
+    assert len(words) == 1 + tokens  # the role chunk's, then every word
+    assert b"data: [DONE]" in answer and answer.endswith(b"\r\n0\r\n\r\n")  # the body's end
 
 
 async def test_client_leaving_a_non_streaming_request_stops_the_engine(

@@ -121,6 +121,111 @@ async def test_pieces_that_arrive_together_are_handed_over_as_one() -> None:
     await client.aclose()
 
 
+HEAD_AND_TWO = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                b"3\r\none\r\n3\r\ntwo\r\n")
+
+
+def two_then_rest(gate: asyncio.Event) -> Handler:
+    """Per request (kept alive): the head and two pieces at once, the last piece and the end
+    once ``gate`` is set."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(HEAD_AND_TWO)
+            await writer.drain()
+            await gate.wait()
+            gate.clear()
+            writer.write(b"5\r\nthree\r\n0\r\n\r\n")
+            await writer.drain()
+    return handler
+
+
+async def test_a_relay_hands_pieces_over_from_the_callback_and_ends_true() -> None:
+    gate = asyncio.Event()
+    got: list[bytes] = []
+
+    def take(piece: bytes) -> bool:
+        got.append(piece)
+        gate.set()  # the rest is written once the first is taken
+        return True
+
+    client = Http1Client(QUICK, 8)
+    async with server(two_then_rest(gate)) as (url, conns):
+        resp = await client.send(url, b"{}", JSON)
+        assert await resp.relay(take) is True
+        assert got == [b"onetwo", b"three"]  # what was queued, as one; then as it came
+        again = await client.send(url, b"{}", JSON)  # the connection was released for reuse
+        gate.set()
+        assert await again.read() == b"onetwothree" and conns == [0]
+    await client.aclose()
+
+
+async def test_a_consumer_that_cannot_take_more_stops_the_relay_and_the_rest_waits() -> None:
+    gate = asyncio.Event()
+    got: list[bytes] = []
+
+    def taker(more: bool) -> Callable[[bytes], bool]:
+        def take(piece: bytes) -> bool:
+            got.append(piece)
+            return more
+        return take
+
+    client = Http1Client(QUICK, 8)
+    async with server(two_then_rest(gate)) as (url, _):
+        resp = await client.send(url, b"{}", JSON)
+        assert await resp.relay(taker(False)) is False
+        gate.set()  # arrives queued, or while the next relay runs: either way handed over
+        assert await resp.relay(taker(True)) is True
+        assert got == [b"onetwo", b"three"]
+    await client.aclose()
+
+
+async def test_a_relay_ends_with_the_consumers_error_or_the_streams() -> None:
+    def refuse(piece: bytes) -> bool:
+        raise UpstreamStreamError("an event exceeds the limit")
+
+    async def breaks(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(HEAD_AND_TWO)
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.transport.abort()
+
+    client = Http1Client(QUICK, 8)
+    async with server(two_then_rest(asyncio.Event())) as (url, _):
+        resp = await client.send(url, b"{}", JSON)
+        with pytest.raises(UpstreamStreamError, match="exceeds"):
+            await resp.relay(refuse)
+        await resp.close()
+    async with server(breaks) as (url, _):
+        resp = await client.send(url, b"{}", JSON)
+        with pytest.raises(UpstreamStreamError, match="closed"):
+            await resp.relay(lambda piece: True)
+    await client.aclose()
+
+
+async def test_a_silent_engine_ends_a_relay_past_the_idle_timeout() -> None:
+    client = Http1Client(Timeouts(connect=2.0, first_byte=2.0, idle=0.2), 8)
+    async with server(two_then_rest(asyncio.Event())) as (url, _):  # the rest never comes
+        resp = await client.send(url, b"{}", JSON)
+        with pytest.raises(UpstreamStreamError, match="silent"):
+            await resp.relay(lambda piece: True)
+    await client.aclose()
+
+
+async def test_a_stopped_relay_is_cancelled_and_the_rest_is_queued_again() -> None:
+    gate = asyncio.Event()
+    client = Http1Client(QUICK, 8)
+    async with server(two_then_rest(gate)) as (url, _):
+        resp = await client.send(url, b"{}", JSON)
+        relayed = resp.relay(lambda piece: True)
+        resp.stop_relay()  # a cancelled wait gives up on it
+        assert relayed.cancelled()
+        gate.set()
+        assert [c async for c in resp.chunks()] == [b"three"]
+    await client.aclose()
+
+
 async def test_a_pooled_connection_the_engine_closed_is_replaced_once() -> None:
     async def one_per_connection(reader: asyncio.StreamReader,
                                  writer: asyncio.StreamWriter) -> None:
