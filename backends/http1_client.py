@@ -231,25 +231,31 @@ class _Response:
                 raise self._error
             if self.complete:
                 return None
-            loop = self._loop
-            self._waiter = waiter = loop.create_future()
-            self._waiting_since = now = loop.time()
-            if self._idle is None:
-                self._idle = loop.call_at(now + idle_s, self._watch_idle, idle_s)
+            self._waiter = waiter = self._loop.create_future()
+            self._arm_idle(idle_s)
             try:
                 await waiter
             finally:
                 self._waiter = None
+        return self._take_queued()
+
+    def _take_queued(self) -> bytes:
+        """Every piece queued, as one (pieces that arrived together: one relay, one write),
+        and the socket read again if it was paused."""
         chunks = self._chunks
-        if len(chunks) == 1:
-            chunk = chunks.popleft()
-        else:  # pieces that arrived together (a read of several body chunks): one piece
-            chunk = b"".join(chunks)
-            chunks.clear()
-        self._buffered -= len(chunk)
-        if self._buffered <= HIGH_WATER // 2 and self._conn.transport is not None:
+        chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        if self._conn.transport is not None:
             self._conn.transport.resume_reading()
         return chunk
+
+    def _arm_idle(self, idle_s: float) -> None:
+        """A wait starts now: the idle timer is set unless it runs already (:meth:`_watch_idle`
+        re-arms it for the wait's own deadline)."""
+        self._waiting_since = now = self._loop.time()
+        if self._idle is None:
+            self._idle = self._loop.call_at(now + idle_s, self._watch_idle, idle_s)
 
     def relay(self, consumer: Callable[[bytes], bool]) -> asyncio.Future[bool]:
         """Hand the body to ``consumer`` from the connection's callback as it arrives (what
@@ -262,20 +268,11 @@ class _Response:
         done: asyncio.Future[bool] = self._loop.create_future()
         self._relayed, self._relay = done, consumer
         if self._chunks:
-            queued = b"".join(self._chunks)
-            self._chunks.clear()
-            self._buffered = 0
-            if self._conn.transport is not None:
-                self._conn.transport.resume_reading()
-            self._hand_over(consumer, queued)
+            self._hand_over(consumer, self._take_queued())
         if not done.done() and (self.complete or self._error is not None):
             self._end_relay(None)
         elif not done.done():
-            self._waiting_since = self._loop.time()
-            if self._idle is None:
-                idle_s = self._pool.timeouts.idle
-                self._idle = self._loop.call_at(self._waiting_since + idle_s,
-                                                self._watch_idle, idle_s)
+            self._arm_idle(self._pool.timeouts.idle)
         return done
 
     def stop_relay(self) -> None:

@@ -33,7 +33,7 @@ gauges. Units: requests, tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
@@ -72,6 +72,20 @@ def endpoint_load(ep: EndpointSnapshot, in_flight: InFlight) -> float:
     """Requests on ``ep``: the larger of the state's in-flight count and the engine's
     running + waiting."""
     return max(in_flight.get(ep.url, NO_LOAD).requests, ep.queued)
+
+
+def endpoint_loads(endpoints: Iterable[EndpointSnapshot], in_flight: InFlight
+                   ) -> dict[str, float]:
+    """:func:`endpoint_load` of each of ``endpoints``, by URL, written out in one loop (a
+    scorer's: it runs for every candidate of every request)."""
+    out: dict[str, float] = {}
+    get = in_flight.get
+    for ep in endpoints:
+        counted = get(ep.url)
+        requests = counted.requests if counted is not None else 0
+        queued = ep.queued
+        out[ep.url] = requests if requests > queued else queued
+    return out
 
 
 def pool_load(pool: PoolSnapshot, in_flight: InFlight) -> float:

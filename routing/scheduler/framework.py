@@ -192,7 +192,7 @@ class Scheduler:
             candidates = plugin.filter(ctx, candidates)
         if not candidates:
             return None, {}, ()
-        totals = self._totals(ctx, candidates)
+        totals = self._score(ctx, candidates, None)
         return self._picker[1].pick(ctx, candidates, totals), totals, ()
 
     def _timed(self, ctx: SchedulingContext) -> Run:
@@ -222,38 +222,26 @@ class Scheduler:
             timings.append(PluginTiming(FILTER, name, clock() - start))
         return candidates
 
-    def _totals(self, ctx: SchedulingContext,
-                candidates: Sequence[EndpointSnapshot]) -> dict[str, float]:
-        """:meth:`_score` untimed, in one pass per scorer: the first scorer's weighted scores
-        make the totals, every later one's are added in place (the clamp written out, as
-        there). Without scorers every total is 0."""
-        scorers = self._scorers
-        if not scorers:
-            return dict.fromkeys([ep.url for ep in candidates], 0.0)
-        _, plugin, weight = scorers[0]
-        get = plugin.score(ctx, candidates).get
-        # 0.0 + weight × clamp(score), as :meth:`_score` sums it
-        totals = {ep.url: 0.0 + weight * (s if 0.0 <= (s := get(ep.url, 0.0)) <= 1.0
-                                          else 1.0 if s > 1.0 else 0.0)
-                  for ep in candidates}
-        for _, plugin, weight in scorers[1:]:
-            get = plugin.score(ctx, candidates).get
-            for url, total in totals.items():
-                totals[url] = total + weight * (s if 0.0 <= (s := get(url, 0.0)) <= 1.0
-                                                else 1.0 if s > 1.0 else 0.0)
-        return totals
-
     def _score(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
                timings: list[PluginTiming] | None) -> dict[str, float]:
-        totals = dict.fromkeys([ep.url for ep in candidates], 0.0)
+        """Each candidate's Σ weight × clamp(score), every scorer timed when ``timings`` is
+        given. The first scorer's weighted scores make the totals in one pass, every later
+        one's are added in place; without scorers every total is 0."""
+        totals: dict[str, float] | None = None
         clock = self._clock
         for name, plugin, weight in self._scorers:
             start = clock() if timings is not None else 0
-            scores = plugin.score(ctx, candidates)
+            get = plugin.score(ctx, candidates).get
             if timings is not None:
                 timings.append(PluginTiming(SCORER, name, clock() - start))
-            for url in totals:
-                s = scores.get(url, 0.0)
-                # clamp to [0, 1], NaN as 0 (as :func:`clamp`, inline: once per candidate)
-                totals[url] += weight * (s if 0.0 <= s <= 1.0 else 1.0 if s > 1.0 else 0.0)
-        return totals
+            # weight × clamp(score), NaN as 0 (as :func:`clamp`, inline: once per candidate)
+            if totals is None:
+                totals = {ep.url: 0.0 + weight * (s if 0.0 <= (s := get(ep.url, 0.0)) <= 1.0
+                                                  else 1.0 if s > 1.0 else 0.0)
+                          for ep in candidates}
+                continue
+            for url, total in totals.items():
+                totals[url] = total + weight * (s if 0.0 <= (s := get(url, 0.0)) <= 1.0
+                                                else 1.0 if s > 1.0 else 0.0)
+        return totals if totals is not None else dict.fromkeys([ep.url for ep in candidates],
+                                                               0.0)

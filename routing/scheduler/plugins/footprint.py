@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from routing.cache_cost import best_match
-from routing.load import InFlight
+from routing.load import endpoint_loads
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot
 
@@ -70,7 +70,7 @@ class Footprint:
         if footprint is None or (best_match(candidates, ctx.features, view)
                                  >= self.threshold * len(ctx.features.block_hashes)):
             return dict.fromkeys([ep.url for ep in candidates], 1.0)
-        loads = _loads(candidates, view.load)
+        loads = endpoint_loads(candidates, view.load)
         ceiling = min(loads.values()) + self.slack
         sizes = {url: footprint(url) for url, load in loads.items() if load <= ceiling}
         least = min(sizes.values())
@@ -80,15 +80,3 @@ class Footprint:
         return {url: 1.0 - (size - least) / spread if (size := sizes.get(url)) is not None
                 else 0.0 for url in loads}
 
-
-def _loads(candidates: Sequence[EndpointSnapshot], in_flight: InFlight) -> dict[str, float]:
-    """Each candidate's :func:`routing.load.endpoint_load` by URL, written out in one loop (it
-    runs for every candidate of every new request)."""
-    out: dict[str, float] = {}
-    get = in_flight.get
-    for ep in candidates:
-        counted = get(ep.url)
-        requests = counted.requests if counted is not None else 0
-        queued = ep.queued
-        out[ep.url] = requests if requests > queued else queued
-    return out
