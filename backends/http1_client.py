@@ -217,11 +217,21 @@ class _Response:
         return self._headers
 
     async def wait_headers(self, timeout_s: float) -> None:
+        """Until the response's headers arrive; :class:`UpstreamTimeout` after ``timeout_s``
+        (a timer that fails the wait: no ``asyncio.timeout`` scope to enter, reschedule and
+        leave for every request)."""
+        head = self._head
+        if head.done():
+            return head.result()
+        late = self._loop.call_later(timeout_s, self._headers_late, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
-                await self._head
-        except TimeoutError:
-            raise UpstreamTimeout(f"no response within {timeout_s:g} s") from None
+            await head
+        finally:
+            late.cancel()
+
+    def _headers_late(self, timeout_s: float) -> None:
+        if not self._head.done():
+            self._head.set_exception(UpstreamTimeout(f"no response within {timeout_s:g} s"))
 
     async def _next(self, idle_s: float) -> bytes | None:
         """The next body chunk; None at the end. A wait longer than ``idle_s`` aborts the

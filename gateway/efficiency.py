@@ -66,6 +66,7 @@ from gateway.engine_steps import StepCounter
 from routing import fleet_math
 from routing.fleet_math import HardwareRates, ModelShape, RequestTokens, request_cost, utilisation
 from routing.snapshots import EngineMetrics, PoolSnapshot
+from routing.values import value
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def endpoint_facts(fleet: Fleet) -> dict[str, EndpointFacts]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Work:
     """Work done evenly over [start, end] (an instant when equal). Units: FLOP, bytes."""
 
@@ -130,7 +131,7 @@ class Work:
         return max(0.0, overlap) / (self.end - self.start)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Totals:
     """Work totals (FLOP, bytes read, bytes written), or rates of them (per second)."""
 
@@ -204,7 +205,9 @@ class TokenLedger:
     def _add(self, url: str, work: Work) -> None:
         book = self._books[url]
         book.work.append(work)
-        book.totals = book.totals.plus(Totals(work.flops, work.read, work.write))
+        done = book.totals
+        book.totals = Totals(done.flops + work.flops, done.read + work.read,
+                             done.write + work.write)
 
     def now(self) -> float:
         """The ledger's clock (seconds)."""

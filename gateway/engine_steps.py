@@ -30,11 +30,13 @@ on the caller's clock; nothing here reads a clock.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
 from routing.fleet_math import RequestTokens
+from routing.values import value
 
 
 class IntervalUnion:
@@ -55,6 +57,22 @@ class IntervalUnion:
         """Whether instant ``t`` lies inside an interval widened by ``tolerance`` [s] each side."""
         i = bisect.bisect_right(self._starts, t + tolerance) - 1
         return i >= 0 and self._ends[i] >= t - tolerance
+
+    def covered(self, times: Sequence[float], tolerance: float = 0.0) -> list[bool]:
+        """:meth:`covers` of each of ``times`` (seconds, ascending as a stream's token times
+        are): one binary search, then a walk forward over the intervals."""
+        starts, ends = self._starts, self._ends
+        last, out = len(starts) - 1, []
+        i, before = -1, -math.inf
+        for t in times:
+            reach = t + tolerance
+            if t < before:  # out of order: search again
+                i = -1
+            if i < 0 or (i < last and starts[i + 1] <= reach):
+                i = bisect.bisect_right(starts, reach) - 1
+            out.append(i >= 0 and ends[i] >= t - tolerance)
+            before = t
+        return out
 
     def add(self, start: float, end: float) -> list[tuple[float, float]]:
         """Insert [start, end]; returns the parts of it that were not covered before."""
@@ -85,7 +103,7 @@ class IntervalUnion:
             del self._starts[:extra], self._ends[:extra]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StepSpan:
     """``steps`` engine steps done evenly over [start, end] (seconds; an instant if equal)."""
 
@@ -154,7 +172,7 @@ class StepCounter:
         self._forget(end - self._horizon)
         if gaps:
             times = list(accumulate(gaps, initial=first))[1:]
-            fresh = [not self.decoding.covers(t, self._tolerance) for t in times]
+            fresh = [not held for held in self.decoding.covered(times, self._tolerance)]
             self.decoding.add(first, max(first, end))
             return _runs(times, fresh)
         if tokens.decode_steps == 0:

@@ -90,6 +90,22 @@ class ParsedRequest:
         the client's request stays."""
         return replace(self, payload=payload, body=json.dumps(payload).encode())
 
+    def with_member(self, key: str, value: Any) -> ParsedRequest:
+        """This request sent with the member ``key``: ``value`` added (``key`` must not be in
+        the payload). A body of plain UTF-8 JSON (the object from its first byte to its last,
+        whitespace aside) gets the member's bytes inserted before its closing brace, the rest
+        forwarded as the client sent it and not encoded again; any other body (a byte-order
+        mark, UTF-16 or UTF-32) is re-encoded whole (:meth:`with_payload`)."""
+        if key in self.payload:
+            raise ValueError(f"{key!r} is already in the request")
+        payload = {**self.payload, key: value}
+        body = self.body.rstrip()
+        if body[-1:] != b"}" or self.body.lstrip()[:1] != b"{":
+            return self.with_payload(payload)
+        member = json.dumps({key: value}).encode()[1:-1]  # '"key": value'
+        comma = b"," if self.payload else b""
+        return replace(self, payload=payload, body=body[:-1] + comma + member + b"}")
+
 
 def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
     """Validate ``body``; raises a 400 GatewayError naming the offending field."""

@@ -53,7 +53,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from backends.client import Relaying, UpstreamStreamError
+from backends.client import Relaying, UpstreamStreamError, relaying
 from gateway.access import Access
 from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
@@ -257,9 +257,10 @@ class Proxy:
                                 (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
                                 *_limit_headers(call)]})
         response, writer = call.sent.response, body_writer(send)
+        relayed = relaying(response) if writer is not None else None
         try:
-            if writer is not None and isinstance(response, Relaying):
-                await self._relay(call, scanner, writer, response)
+            if writer is not None and relayed is not None:
+                await self._relay(call, scanner, writer, relayed)
             else:
                 told = False
                 async for chunk in response.chunks():
@@ -470,6 +471,8 @@ def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
     tokens from it); every other request goes as the client sent it, byte for byte."""
     if not parsed.stream or parsed.include_usage:
         return parsed
+    if "stream_options" not in parsed.payload:  # the common case: one member added
+        return parsed.with_member("stream_options", {"include_usage": True})
     options = dict(parsed.payload.get("stream_options") or {})
     options["include_usage"] = True
     return parsed.with_payload({**parsed.payload, "stream_options": options})

@@ -7,7 +7,9 @@ its pools (``none`` when no pool was chosen: a request refused before routing, o
 control), ``status`` an HTTP status code, ``lever`` a lever
 name of the route decision (``none`` when the request carried none), ``reason`` a route
 reason of the policy's rule table, ``slo_class`` a class of the fleet's SLOs (or ``default``),
-``slo`` one of ``ttft``, ``tpot``, ``e2e``, ``error``.
+``slo`` one of ``ttft``, ``tpot``, ``e2e``, ``error``. The counters and histograms are
+:mod:`gateway.lean_metrics`' (prometheus_client's, without a lock per value: every update and
+every scrape runs on the event loop's thread).
 
 Per finished request (:meth:`Telemetry.record`; a request that ran no model, such as
 ``/tokenize``, only in ``ridge_requests_total``: :meth:`Telemetry.count`):
@@ -58,12 +60,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
 from backends.fleet_file import Fleet
 from gateway.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
 from gateway.fleet_gauges import FleetGauges, StateReadout
+from gateway.lean_metrics import LeanCounter, LeanHistogram
 from gateway.slos import SloPolicy, slo_policy
 from gateway.walls import PoolCounts, PoolWalls
 from routing.binding_wall import lost_tokens
@@ -189,39 +192,39 @@ class Telemetry:
 
     def _request_metrics(self, registry: CollectorRegistry) -> None:
         labels = ("model", "pool", "lever")
-        self.requests = Counter(
+        self.requests = LeanCounter(
             "ridge_requests", "Requests finished, by HTTP status",
             ("model", "pool", "status"), registry=registry,
         )
-        self.e2e = Histogram(
+        self.e2e = LeanHistogram(
             "ridge_request_duration_seconds", "End-to-end request latency",
             labels, buckets=E2E_BUCKETS, registry=registry,
         )
-        self.ttft = Histogram(
+        self.ttft = LeanHistogram(
             "ridge_time_to_first_token_seconds", "Time to the first generated token",
             labels, buckets=TTFT_BUCKETS, registry=registry,
         )
-        self.ttfb = Histogram(
+        self.ttfb = LeanHistogram(
             "ridge_time_to_first_byte_seconds", "Time to the first byte of the engine's answer "
             "(non-streamed answers)", labels, buckets=TTFB_BUCKETS, registry=registry,
         )
-        self.tpot = Histogram(
+        self.tpot = LeanHistogram(
             "ridge_time_per_output_token_seconds", "Mean time per output token after the first",
             labels, buckets=TPOT_BUCKETS, registry=registry,
         )
-        self.itl = Histogram(
+        self.itl = LeanHistogram(
             "ridge_inter_token_latency_seconds", "Time between two content events of a stream",
             labels, buckets=TPOT_BUCKETS, registry=registry,
         )
-        self.retries = Counter(
+        self.retries = LeanCounter(
             "ridge_upstream_retries", "Requests retried on another endpoint", ("pool",),
             registry=registry,
         )
-        self.route_decisions = Counter(
+        self.route_decisions = LeanCounter(
             "ridge_route_decisions", "Route decisions, by pool, lever and reason",
             ("pool", "lever", "reason"), registry=registry,
         )
-        self.plugin_duration = Histogram(
+        self.plugin_duration = LeanHistogram(
             "ridge_scheduler_plugin_duration_seconds", "Time one replica-scheduler plugin "
             "took to filter, score or pick for one request", ("plugin",),
             buckets=PLUGIN_BUCKETS, registry=registry,
@@ -233,49 +236,49 @@ class Telemetry:
 
     def _token_metrics(self, registry: CollectorRegistry) -> None:
         labels = ("model", "pool", "lever")
-        self.prompt_tokens = Counter(
+        self.prompt_tokens = LeanCounter(
             "ridge_prompt_tokens", "Prompt tokens of finished requests (engine usage)", labels,
             registry=registry,
         )
-        self.completion_tokens = Counter(
+        self.completion_tokens = LeanCounter(
             "ridge_completion_tokens", "Generated tokens of finished requests (engine usage)",
             labels, registry=registry,
         )
-        self.cached_tokens = Counter(
+        self.cached_tokens = LeanCounter(
             "ridge_cached_prompt_tokens", "Prompt tokens the engine served from its prefix "
             "cache (when its usage says)", labels, registry=registry,
         )
-        self.prompt_lengths = Histogram(
+        self.prompt_lengths = LeanHistogram(
             "ridge_request_prompt_tokens", "Prompt length of finished requests (tokens)",
             ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
         )
-        self.completion_lengths = Histogram(
+        self.completion_lengths = LeanHistogram(
             "ridge_request_completion_tokens", "Output length of finished requests (tokens)",
             ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
         )
 
     def _reuse_metrics(self, registry: CollectorRegistry) -> None:
-        self.prefix_predicted = Counter(
+        self.prefix_predicted = LeanCounter(
             "ridge_prefix_predicted_tokens", "Prompt tokens the router's prefix index said the "
             "chosen endpoint held when it placed the request (requests whose engine reports "
             "its cached tokens)", ("pool",), registry=registry,
         )
-        self.prefix_lost = Counter(
+        self.prefix_lost = LeanCounter(
             "ridge_prefix_lost_tokens", "Of the predicted prompt tokens, those the engine "
             "recomputed (not in its cache any more: evicted)", ("pool",), registry=registry,
         )
 
     def _goodput_metrics(self, registry: CollectorRegistry) -> None:
         labels = ("model", "pool", "lever", "slo_class")
-        self.slo_evaluated = Counter(
+        self.slo_evaluated = LeanCounter(
             "ridge_slo_evaluated_requests", "Finished requests held against their SLO "
             "(2xx and 5xx; client errors are not)", labels, registry=registry,
         )
-        self.goodput = Counter(
+        self.goodput = LeanCounter(
             "ridge_goodput_requests", "Finished requests that met every bound of their SLO",
             labels, registry=registry,
         )
-        self.slo_violations = Counter(
+        self.slo_violations = LeanCounter(
             "ridge_slo_violations", "Finished requests that broke a bound, by bound",
             (*labels, "slo"), registry=registry,
         )
@@ -283,14 +286,14 @@ class Telemetry:
             "ridge_slo_objective_seconds", "The configured SLO bounds",
             ("model", "slo_class", "slo"), registry=registry,
         )
-        self.slo_class_unknown = Counter(
+        self.slo_class_unknown = LeanCounter(
             "ridge_slo_class_unknown_requests", "Finished requests whose x-ridge-slo-class "
             "names no class of their model (held against the default choice)", ("model",),
             registry=registry,
         )
 
     def _admission_metrics(self, registry: CollectorRegistry) -> None:
-        self.admission_rejections = Counter(
+        self.admission_rejections = LeanCounter(
             "ridge_admission_rejected", "Requests refused by admission control (503), by "
             "reason", ("pool", "reason"), registry=registry,
         )
@@ -298,7 +301,7 @@ class Telemetry:
             "ridge_admission_queue_depth", "Requests waiting at the gateway for a slot in a "
             "pool", ("pool",), registry=registry,
         )
-        self.admission_wait = Histogram(
+        self.admission_wait = LeanHistogram(
             "ridge_admission_wait_seconds", "How long requests admitted after waiting for a "
             "slot waited at the gateway", ("pool",), buckets=WAIT_BUCKETS, registry=registry,
         )
@@ -413,9 +416,7 @@ class Telemetry:
         if tpot is not None:
             self.child(self.tpot, *labels).observe(tpot)
         if rec.itl_s:
-            observe = self.child(self.itl, *labels).observe
-            for gap in rec.itl_s:
-                observe(gap)
+            self.child(self.itl, *labels).observe_all(rec.itl_s)
 
     def _tokens(self, rec: RequestRecord, model: str, lever: str) -> None:
         labels = (model, rec.pool, lever)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from gateway.engine_steps import IntervalUnion, StepCounter
@@ -31,6 +33,32 @@ def test_interval_union_forgets_old_intervals_and_stays_bounded() -> None:
 
 def _gaps(n: int, step: float) -> tuple[float, ...]:
     return (step,) * n
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_covered_answers_as_covers_does_for_each_instant(seed: int) -> None:
+    rng = random.Random(seed)
+    union = IntervalUnion()
+    for _ in range(rng.randrange(0, 8)):
+        start = rng.uniform(0, 10)
+        union.add(start, start + rng.uniform(0, 2))
+    times = sorted(rng.uniform(-1, 12) for _ in range(30))
+    if seed % 4 == 0:  # out of order too
+        rng.shuffle(times)
+    for tolerance in (0.0, 0.05):
+        assert union.covered(times, tolerance) == [union.covers(t, tolerance) for t in times]
+
+
+def test_covered_walks_over_several_intervals_and_their_gaps() -> None:
+    union = IntervalUnion()
+    union.add(1.0, 2.0)
+    union.add(3.0, 4.0)
+    times = [0.5, 1.0, 1.5, 2.0, 2.5, 2.999, 3.0, 4.0, 4.001, 9.0]
+    assert union.covered(times) == [False, True, True, True, False, False, True, True, False,
+                                     False]
+    assert union.covered(times, 0.002) == [False, True, True, True, False, True, True, True,
+                                           True, False]
+    assert IntervalUnion().covered(times) == [False] * len(times)
 
 
 def test_streams_in_one_batch_share_their_steps() -> None:

@@ -187,3 +187,30 @@ def test_every_api_is_parsed() -> None:
         with pytest.raises(GatewayError) as info:
             parse(endpoint, {"model": "m"})
         assert info.value.code == "missing_required_parameter"
+
+
+def test_a_member_is_added_to_the_body_bytes_without_encoding_it_again() -> None:
+    body = b'{"model": "m",\n "messages": [{"role": "user", "content": "caf\\u00e9"}]} \n'
+    req = parse_request(Endpoint.CHAT, body)
+    added = req.with_member("stream_options", {"include_usage": True})
+    assert added.body == (b'{"model": "m",\n "messages": [{"role": "user", "content": '
+                          b'"caf\\u00e9"}],"stream_options": {"include_usage": true}}')
+    assert json.loads(added.body) == added.payload == {
+        **req.payload, "stream_options": {"include_usage": True}}
+    assert "stream_options" not in req.payload  # the original request is untouched
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+def test_a_body_not_in_plain_utf8_is_encoded_again_with_the_member(encoding: str) -> None:
+    body = json.dumps({"model": "m", "messages": [{"role": "user"}]}).encode(encoding)
+    added = parse_request(Endpoint.CHAT, body).with_member("stream", True)
+    assert added.body == json.dumps(added.payload).encode()
+    assert json.loads(added.body) == {"model": "m", "messages": [{"role": "user"}],
+                                      "stream": True}
+
+
+def test_a_member_already_in_the_request_is_not_added_twice() -> None:
+    req = parse_request(Endpoint.CHAT, json.dumps(
+        {"model": "m", "messages": [{"role": "user"}], "stream": True}).encode())
+    with pytest.raises(ValueError, match="stream"):
+        req.with_member("stream", False)

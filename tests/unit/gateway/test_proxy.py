@@ -209,6 +209,17 @@ async def test_a_stream_is_relayed_and_the_usage_it_was_not_asked_for_is_cut() -
     assert len(dispatcher.first_tokens) == 1 and dispatcher.first_tokens[0] >= 0  # told once
 
 
+@pytest.mark.parametrize("options", [None, {"include_usage": False}, {"continuous": True}])
+async def test_a_stream_is_sent_asking_for_usage_whatever_its_stream_options(
+        options: dict[str, bool] | None) -> None:
+    upstream = Upstream(chunks_=[TOKENS, USAGE, b"data: [DONE]\n\n"])
+    payload = {**CHAT, "stream": True, **({"stream_options": options} if options else {})}
+    out, dispatcher, _ = await call(upstream, payload)
+    assert out.status == 200 and out.body == TOKENS + b"data: [DONE]\n\n"
+    sent = json.loads(dispatcher.sent_bodies[0])
+    assert sent == {**payload, "stream_options": {**(options or {}), "include_usage": True}}
+
+
 async def test_a_stream_that_breaks_ends_with_an_error_event_and_a_failing_endpoint() -> None:
     upstream = Upstream(chunks_=[TOKENS], fail=UpstreamStreamError(f"reset by {ENGINE}"))
     out, dispatcher, _ = await call(upstream, {**CHAT, "stream": True})
