@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 from gateway.errors import GatewayError
+from routing.values import value
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects a request body may have (OpenAI's request schemas,
@@ -72,7 +73,7 @@ NO_INFERENCE: frozenset[Endpoint] = frozenset({Endpoint.TOKENIZE, Endpoint.DETOK
 to no SLO and use no tokens of a key's limits."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ParsedRequest:
     """What ridge read of one request; ``body`` is forwarded byte for byte."""
 
@@ -90,9 +91,10 @@ class ParsedRequest:
         the client's request stays."""
         return replace(self, payload=payload, body=json.dumps(payload).encode())
 
-    def with_member(self, key: str, value: Any) -> ParsedRequest:
+    def with_member(self, key: str, value: Any, member: bytes | None = None) -> ParsedRequest:
         """This request sent with the member ``key``: ``value`` added (``key`` must not be in
-        the payload). A body of plain UTF-8 JSON (the object from its first byte to its last,
+        the payload); ``member``: its JSON text (``"key": value``) when the caller keeps it
+        encoded. A body of plain UTF-8 JSON (the object from its first byte to its last,
         whitespace aside) gets the member's bytes inserted before its closing brace, the rest
         forwarded as the client sent it and not encoded again; any other body (a byte-order
         mark, UTF-16 or UTF-32) is re-encoded whole (:meth:`with_payload`)."""
@@ -102,7 +104,8 @@ class ParsedRequest:
         body = self.body.rstrip()
         if body[-1:] != b"}" or self.body.lstrip()[:1] != b"{":
             return self.with_payload(payload)
-        member = json.dumps({key: value}).encode()[1:-1]  # '"key": value'
+        if member is None:
+            member = json.dumps({key: value}).encode()[1:-1]
         comma = b"," if self.payload else b""
         return replace(self, payload=payload, body=body[:-1] + comma + member + b"}")
 

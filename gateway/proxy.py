@@ -466,13 +466,17 @@ def _take_measures(call: Call, scanner: StreamScanner) -> None:
     call.itl_s = tuple(scanner.gaps)
 
 
+_USAGE_MEMBER = b'"stream_options": {"include_usage": true}'
+"""The member :func:`_ask_for_usage` adds to a stream's body, encoded once."""
+
+
 def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
     """A streaming request that does not ask for usage is sent asking for it (ridge counts
     tokens from it); every other request goes as the client sent it, byte for byte."""
     if not parsed.stream or parsed.include_usage:
         return parsed
     if "stream_options" not in parsed.payload:  # the common case: one member added
-        return parsed.with_member("stream_options", {"include_usage": True})
+        return parsed.with_member("stream_options", {"include_usage": True}, _USAGE_MEMBER)
     options = dict(parsed.payload.get("stream_options") or {})
     options["include_usage"] = True
     return parsed.with_payload({**parsed.payload, "stream_options": options})

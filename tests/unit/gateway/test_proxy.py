@@ -24,7 +24,14 @@ from gateway.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.errors import GatewayError
 from gateway.keys import KeyLimits, KeyRecord, KeyRing, make_record, new_key
 from gateway.openai_request import Endpoint, ParsedRequest
-from gateway.proxy import BodyLimits, ClientGone, Proxy, _client_request_id, read_body
+from gateway.proxy import (
+    _USAGE_MEMBER,
+    BodyLimits,
+    ClientGone,
+    Proxy,
+    _client_request_id,
+    read_body,
+)
 from gateway.rate_limits import LocalLimiter
 from gateway.telemetry import Telemetry
 from routing.decision import RouteDecision
@@ -475,3 +482,7 @@ async def test_a_non_streamed_request_is_in_flight_from_dispatch_to_finish() -> 
     upstream.release.set()
     await asyncio.wait_for(task, 10)
     assert in_flight() == 0
+
+
+def test_the_usage_member_kept_encoded_is_what_json_writes() -> None:
+    assert json.dumps({"stream_options": {"include_usage": True}}).encode()[1:-1] == _USAGE_MEMBER
