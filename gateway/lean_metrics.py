@@ -19,7 +19,9 @@ their per-series storage replaced (``_metric_init``, ``_child_samples``), so nam
 registration, ``labels``/``remove``/``clear`` and the exposition (``_total``, ``_bucket`` with
 ``le``, ``_count``, ``_sum``, ``_created``, and ``PROMETHEUS_DISABLE_CREATED_SERIES``) are
 unchanged. What goes: exemplars, and ``time()``/``count_exceptions()`` context managers, which
-ridge does not use. A histogram bucket holds the values ≤ its bound, as prometheus_client's.
+ridge does not use. A histogram bucket holds the values ≤ its bound, as prometheus_client's;
+a NaN (which no latency or token count of ridge's is) lands in the first bucket, where
+prometheus_client counts it in none.
 """
 
 from __future__ import annotations
