@@ -94,6 +94,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from routing.values import value
+
 # -- model and hardware -----------------------------------------------------------------------
 
 
@@ -236,7 +238,7 @@ def step_cost(shape: ModelShape, rates: HardwareRates, work: Sequence[SeqWork], 
 # -- one request's cost -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RequestTokens:
     """One finished request's tokens: prompt P, cached C (≤ P), completion G."""
 
@@ -259,7 +261,7 @@ class RequestTokens:
         return max(0, self.completion - 1)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RequestCost:
     """A request's work. Units: FLOP and bytes (weights excluded: they are per step)."""
 
@@ -379,7 +381,7 @@ SLO_NAMES = (TTFT, TPOT, E2E, ERROR)
 """Every name a verdict can report (the ``slo`` label of ``ridge_slo_violations_total``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Bounds:
     """Upper bounds [s]; None = no bound."""
 
@@ -401,7 +403,7 @@ class Bounds:
         return {name: value for name, value in pairs if value is not None}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Measured:
     """What was measured of one finished request [s]; None = not measured."""
 
@@ -411,7 +413,7 @@ class Measured:
     tpot_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Verdict:
     """``evaluated``: the request counts toward goodput at all; ``violated``: bound names."""
 
