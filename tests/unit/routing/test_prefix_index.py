@@ -79,6 +79,22 @@ def test_match_equals_a_key_by_key_count_whatever_order_the_lengths_come_in(
     assert index.match(query) == held
 
 
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["exact", "default", "3+5"])
+def test_the_last_matchs_count_only_orders_the_first_search(layout: KeyLayout) -> None:
+    """The first endpoint's search starts from the last match's count: a count left by another
+    prompt, above the chain's length, below it or equal, changes nothing."""
+    index = PrefixIndex(10_000, 60.0, FakeClock(), layout=layout)
+    other, query = chain("a" * 4 * 40), chain("b" * 4 * 30)
+    index.record("http://e0", other)
+    for length in (1, 2, 5, 17, 19, 29, 30):
+        index.record("http://e1", query[:length])
+        blocks = _reference(layout, length, 30)
+        expected = {"http://e1": blocks} if blocks else {}
+        for before in (other, other[:3], query[:length], query):
+            index.match(before)  # leaves its own count behind
+            assert index.match(query) == expected
+
+
 @pytest.mark.parametrize(("recorded", "query", "expected"), [
     (16, 40, 16),  # the dense blocks: exact
     (40, 40, 40),  # a chain held whole: exact
