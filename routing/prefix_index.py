@@ -312,15 +312,14 @@ class PrefixIndex:
         cutoff = self._clock() - self._max_age_s
         maps = self._maps
         out: dict[str, int] = {}
-        hint, known, head, total, blocks = self._hint, -1, keys[0], len(keys), 0
+        hint, known, total, blocks = self._hint, -1, len(keys), 0
         for url in (maps if endpoints is None else endpoints):
             gens = maps.get(url)
             if gens is None:
                 continue
-            stamp = gens.current.get(head) or gens.previous.get(head)
-            if stamp is None or stamp < cutoff:
-                continue
             lo = _held_keys(gens, keys, dense, cutoff, hint, total)
+            if not lo:
+                continue
             if lo != known:  # the blocks of the previous endpoint's count are known
                 known = hint = lo
                 blocks = lo if lo <= dense else layout.blocks(lo, length)
@@ -397,10 +396,12 @@ class PrefixIndex:
 
 def _held_keys(gens: _Generations, keys: Sequence[int], dense: int, cutoff: float,
                hint: int, total: int) -> int:
-    """How many leading ``keys`` ``gens`` holds fresh (its key 0 is known to be held): a
-    binary search whose first probes test ``hint``. Both generations of the key's zone are
-    looked up in line at every probe rather than through a helper: this is the innermost loop
-    of every request."""
+    """How many leading ``keys`` ``gens`` holds fresh (0: not key 0): a binary search whose
+    first probes test ``hint``; key 0 is looked up only when the hint did not show a longer
+    prefix held (most endpoints hold none of a new prompt; those that hold a shared one are
+    settled by the hint's two probes). Both generations of the key's zone are looked up in
+    line at every probe rather than through a helper: this is the innermost loop of every
+    request."""
     current, previous = gens.current.get, gens.previous.get
     coarse, coarse_previous = gens.coarse.get, gens.coarse_previous.get
     lo, hi = 0, total
@@ -419,6 +420,11 @@ def _held_keys(gens: _Generations, keys: Sequence[int], dense: int, cutoff: floa
                     hi = hint
         else:
             hi = hint - 1
+    if not lo:  # key 0 (a dense key: dense ≥ 1); held, it is found again by the search
+        k = keys[0]
+        stamp = current(k) or previous(k)
+        if stamp is None or stamp < cutoff:
+            return 0
     while lo < hi:
         mid = (lo + hi + 1) // 2
         k = keys[mid - 1]
