@@ -28,11 +28,14 @@ not entries.
 - Because the hashes are chained, block i on an endpoint implies blocks 0..i there. Every
   record writes a whole chain from block 0 and ``forget`` removes only a chain's tail, so in
   each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
-  union of the two. ``match(hashes)`` finds its length per endpoint: key 0 first (most
-  endpoints hold none of a given prompt), then a binary search: O(endpoints × log keys)
-  look-ups, whose first probes test the length found on the previous endpoint, and on the
-  first one the length the last match ended with (prompts are held up to the same boundaries:
-  often two look-ups settle it; ``ridge_bench.routing_cost`` went from 64–69 to 63–64 µs).
+  union of the two. ``match(hashes)`` finds its length per endpoint by a binary search:
+  O(endpoints × log keys) look-ups, whose first probes test the length found on the previous
+  endpoint, and on the first one the length the last match ended with (prompts are held up to
+  the same boundaries: often two look-ups settle it). Key 0 is looked up only when those
+  probes did not show a longer prefix held: an endpoint holding a shared system prompt costs
+  two look-ups, one holding none of the prompt two as well (one when the guess is 0 or 1).
+  ``ridge_bench.routing_cost``, where every endpoint holds the shared system prompt, went from
+  64–69 to 63–64 µs.
   Entries older than ``max_age_s`` count as absent.
 - Capacity (generational LRU): when a record could bring the current generations of all
   endpoints together past ``max_entries / 2`` blocks (a coarse entry counts ``stride``),
@@ -299,12 +302,12 @@ class PrefixIndex:
         """Per endpoint (all known, or those of ``endpoints``), how many leading blocks of
         ``hashes`` it probably holds; endpoints with none are left out.
 
-        Per endpoint, over the chain's keys: key 0 first, then a binary search whose first
-        probes test ``hint``, the key count found on the previous endpoint — for the first
-        one, the count the last match ended with (prompts are held up to the same boundaries,
-        the end of a shared system prompt or of an earlier turn, so it is often exact; a wrong
-        one costs a probe): :func:`_held_keys`. The held key count becomes blocks through the
-        layout."""
+        Per endpoint, over the chain's keys: a binary search whose first probes test
+        ``hint``, the key count found on the previous endpoint — for the first one, the count
+        the last match ended with (prompts are held up to the same boundaries, the end of a
+        shared system prompt or of an earlier turn, so it is often exact; a wrong one costs a
+        probe), and key 0 only when they did not show more held: :func:`_held_keys`. The held
+        key count becomes blocks through the layout."""
         if not hashes:
             return {}
         layout = self._layout
