@@ -28,14 +28,11 @@ not entries.
 - Because the hashes are chained, block i on an endpoint implies blocks 0..i there. Every
   record writes a whole chain from block 0 and ``forget`` removes only a chain's tail, so in
   each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
-  union of the two. ``match(hashes)`` finds its length per endpoint by a binary search:
-  O(endpoints × log keys) look-ups, whose first probes test the length found on the previous
-  endpoint, and on the first one the length the last match ended with (prompts are held up to
-  the same boundaries: often two look-ups settle it). Key 0 is looked up only when those
-  probes did not show a longer prefix held: an endpoint holding a shared system prompt costs
-  two look-ups, one holding none of the prompt two as well (one when the guess is 0 or 1).
-  ``ridge_bench.routing_cost``, where every endpoint holds the shared system prompt, went from
-  64–69 to 63–64 µs.
+  union of the two. ``match(hashes)`` finds its length per endpoint: key 0 first (most
+  endpoints hold none of a given prompt), then a binary search: O(endpoints × log keys)
+  look-ups, whose first probes test the length found on the previous endpoint, and on the
+  first one the length the last match ended with (prompts are held up to the same boundaries:
+  often two look-ups settle it; ``ridge_bench.routing_cost`` went from 64–69 to 63–64 µs).
   Entries older than ``max_age_s`` count as absent.
 - Capacity (generational LRU): when a record could bring the current generations of all
   endpoints together past ``max_entries / 2`` blocks (a coarse entry counts ``stride``),
@@ -302,12 +299,12 @@ class PrefixIndex:
         """Per endpoint (all known, or those of ``endpoints``), how many leading blocks of
         ``hashes`` it probably holds; endpoints with none are left out.
 
-        Per endpoint, over the chain's keys: a binary search whose first probes test
-        ``hint``, the key count found on the previous endpoint — for the first one, the count
-        the last match ended with (prompts are held up to the same boundaries, the end of a
-        shared system prompt or of an earlier turn, so it is often exact; a wrong one costs a
-        probe), and key 0 only when they did not show more held: :func:`_held_keys`. The held
-        key count becomes blocks through the layout."""
+        Per endpoint, over the chain's keys: key 0 first, then a binary search whose first
+        probes test ``hint``, the key count found on the previous endpoint — for the first
+        one, the count the last match ended with (prompts are held up to the same boundaries,
+        the end of a shared system prompt or of an earlier turn, so it is often exact; a wrong
+        one costs a probe): :func:`_held_keys`. The held key count becomes blocks through the
+        layout."""
         if not hashes:
             return {}
         layout = self._layout
@@ -315,14 +312,15 @@ class PrefixIndex:
         cutoff = self._clock() - self._max_age_s
         maps = self._maps
         out: dict[str, int] = {}
-        hint, known, total, blocks = self._hint, -1, len(keys), 0
+        hint, known, head, total, blocks = self._hint, -1, keys[0], len(keys), 0
         for url in (maps if endpoints is None else endpoints):
             gens = maps.get(url)
             if gens is None:
                 continue
-            lo = _held_keys(gens, keys, dense, cutoff, hint, total)
-            if not lo:
+            stamp = gens.current.get(head) or gens.previous.get(head)
+            if stamp is None or stamp < cutoff:
                 continue
+            lo = _held_keys(gens, keys, dense, cutoff, hint, total)
             if lo != known:  # the blocks of the previous endpoint's count are known
                 known = hint = lo
                 blocks = lo if lo <= dense else layout.blocks(lo, length)
@@ -399,12 +397,10 @@ class PrefixIndex:
 
 def _held_keys(gens: _Generations, keys: Sequence[int], dense: int, cutoff: float,
                hint: int, total: int) -> int:
-    """How many leading ``keys`` ``gens`` holds fresh (0: not key 0): a binary search whose
-    first probes test ``hint``; key 0 is looked up only when the hint did not show a longer
-    prefix held (most endpoints hold none of a new prompt; those that hold a shared one are
-    settled by the hint's two probes). Both generations of the key's zone are looked up in
-    line at every probe rather than through a helper: this is the innermost loop of every
-    request."""
+    """How many leading ``keys`` ``gens`` holds fresh (its key 0 is known to be held): a
+    binary search whose first probes test ``hint``. Both generations of the key's zone are
+    looked up in line at every probe rather than through a helper: this is the innermost loop
+    of every request."""
     current, previous = gens.current.get, gens.previous.get
     coarse, coarse_previous = gens.coarse.get, gens.coarse_previous.get
     lo, hi = 0, total
@@ -423,11 +419,6 @@ def _held_keys(gens: _Generations, keys: Sequence[int], dense: int, cutoff: floa
                     hi = hint
         else:
             hi = hint - 1
-    if not lo:  # key 0 (a dense key: dense ≥ 1); held, it is found again by the search
-        k = keys[0]
-        stamp = current(k) or previous(k)
-        if stamp is None or stamp < cutoff:
-            return 0
     while lo < hi:
         mid = (lo + hi + 1) // 2
         k = keys[mid - 1]
