@@ -257,7 +257,7 @@ class Proxy:
                                 (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
                                 *_limit_headers(call)]})
         response, writer = call.sent.response, body_writer(send)
-        relayed = relaying(response) if writer is not None else None
+        relayed = relaying(response)
         try:
             if writer is not None and relayed is not None:
                 await self._relay(call, scanner, writer, relayed)
