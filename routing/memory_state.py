@@ -288,7 +288,7 @@ class MemoryState:
             return None
         if before is None:
             before = self._prefix.match(block_hashes, (endpoint,)).get(endpoint, 0)
-        self._prefix.record(endpoint, block_hashes)
+        self._prefix.record(endpoint, block_hashes, held=before)
         return before
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:

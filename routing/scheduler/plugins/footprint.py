@@ -75,8 +75,10 @@ class Footprint:
         sizes = {url: footprint(url) for url, load in loads.items() if load <= ceiling}
         least = min(sizes.values())
         spread = max(sizes.values()) - least
-        if not spread:
-            return {url: 1.0 if url in sizes else 0.0 for url in loads}
-        return {url: 1.0 - (size - least) / spread if (size := sizes.get(url)) is not None
-                else 0.0 for url in loads}
+        get = sizes.get
+        for url in loads:  # the scores in place of the loads: the dict is this call's own
+            size = get(url)
+            loads[url] = (1.0 - (size - least) / spread if spread else 1.0) \
+                if size is not None else 0.0
+        return loads
 

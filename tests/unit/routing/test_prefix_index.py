@@ -241,6 +241,46 @@ def test_entries_older_than_the_age_limit_do_not_match() -> None:
     assert not index.holds(C, SHARED[-1], 0.0)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["exact", "default", "3+5"])
+def test_a_record_leaves_the_keys_recorded_within_refresh_as_they_were(
+        layout: KeyLayout) -> None:
+    """Keys the current generation got less than ``refresh_s`` ago keep their stamp; the rest
+    of the chain, and keys recorded longer ago, are written with the new one."""
+    clock = FakeClock()
+    index = PrefixIndex(10_000, 10.0, clock, refresh_s=1.0, layout=layout)
+    long = chain("s" * 4 * 30)
+    index.record(A, long[:12])  # at 1000.0
+    index.record(B, long[:12])
+    clock.advance(0.5)
+    index.record(A, long)  # the first 12 blocks' keys are fresh: kept at 1000.0
+    clock.advance(1.0)
+    index.record(B, long)  # 1.5 s after: every key written at 1001.5
+    clock.advance(8.7)  # 1010.2: the stamps of 1000.0 are stale, those of 1000.5 on are not
+    assert index.match(long) == {B: 30}
+    assert index.holds(A, long[-1], clock() - 10.0)  # A's tail, written at 1000.5, is held
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["exact", "default", "3+5"])
+@pytest.mark.parametrize("seed", range(10))
+def test_a_records_guess_of_what_was_held_changes_nothing_it_writes(
+        seed: int, layout: KeyLayout) -> None:
+    """The ``held`` guess only orders the search for the keys to leave alone: two indexes
+    given the same records, one with no guess and one with a random one, hold the same."""
+    rng, clock = random.Random(seed), FakeClock()
+    plain, guided = (PrefixIndex(400, 5.0, clock, refresh_s=1.0, layout=layout)
+                     for _ in range(2))
+    texts = [c * 4 * 40 for c in "abc"]
+    chains = [chain(t[:4 * n] + "x" * 4 * rng.randrange(0, 6))
+              for t in texts for n in (3, 10, 17, 25, 40)]
+    for _ in range(200):
+        url, hashes = rng.choice([A, B, C]), rng.choice(chains)
+        plain.record(url, hashes)
+        guided.record(url, hashes, held=rng.randrange(0, len(hashes) + 3))
+        clock.advance(rng.choice([0.0, 0.3, 0.7, 1.2]))
+        assert plain.held_blocks() == guided.held_blocks() and len(plain) == len(guided)
+        assert all(plain.match(q) == guided.match(q) for q in chains[::4])
+
+
 def test_forget_endpoint_stops_its_matches_and_a_return_starts_empty() -> None:
     index = PrefixIndex(1000, 60.0, FakeClock())
     index.record(A, SHARED)
