@@ -28,6 +28,8 @@ _BROKEN = (aiohttp.ClientError, OSError)
 class AiohttpResponse:
     """An aiohttp response behind the UpstreamResponse protocol."""
 
+    closes_at_once = True  # aiohttp's close and release are plain calls
+
     def __init__(self, resp: aiohttp.ClientResponse, idle_s: float) -> None:
         self._resp = resp
         self._idle_s = idle_s

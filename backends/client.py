@@ -71,6 +71,12 @@ class UpstreamResponse(Protocol):
         """Release the connection; before the body's end this aborts the request upstream."""
         ...
 
+    @property
+    def closes_at_once(self) -> bool:
+        """Whether :meth:`close` always runs to its end without suspending (see
+        :attr:`routing.state.RouterState.finishes_at_once`)."""
+        ...
+
 
 class Relaying(Protocol):
     """An :class:`UpstreamResponse` that can also hand its body over from its connection's

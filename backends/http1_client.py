@@ -147,6 +147,8 @@ class _Connection(asyncio.Protocol):
 class _Response:
     """An upstream response: headers as soon as they arrive, the body as it arrives."""
 
+    closes_at_once = True  # close releases or drops the connection: nothing to await
+
     def __init__(self, conn: _Connection, pool: Http1Client) -> None:
         self._conn, self._pool = conn, pool
         self.raw_headers: list[tuple[bytes, bytes]] = []

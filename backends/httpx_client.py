@@ -29,6 +29,8 @@ _BROKEN = (httpx.HTTPError, OSError)
 class HttpxResponse:
     """An httpx streaming response behind the UpstreamResponse protocol."""
 
+    closes_at_once = False  # httpx's aclose awaits its transport
+
     def __init__(self, resp: httpx.Response, idle_s: float) -> None:
         self._resp = resp
         self._idle_s = idle_s

@@ -19,6 +19,7 @@ A request's deadline (end to end, [s]): its key's ``timeout_s``, else ``request_
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from gateway.keys import Caller, KeyRing, model_refused
@@ -67,7 +68,11 @@ class Access:
         return int(len(parsed.body) / self._estimate.chars_per_token) + output
 
     async def settle(self, grant: Grant, used_tokens: int | None) -> None:
-        await self._limiter.settle(grant, used_tokens)
+        """Settle ``grant`` (:meth:`RateLimiter.settle`), to its end even if the calling task
+        is cancelled meanwhile: a shared grant in a task of its own (:func:`asyncio.shield`);
+        one taken in this process settles without suspending, so nothing can interrupt it."""
+        work = self._limiter.settle(grant, used_tokens)
+        await (asyncio.shield(work) if grant.shared else work)
 
     def deadline_s(self, caller: Caller) -> float | None:
         """The request's end-to-end deadline [s], or None."""

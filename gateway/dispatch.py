@@ -31,6 +31,7 @@ router state nothing when they finish.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -375,7 +376,19 @@ class Dispatcher:
         relayed) is a success for its endpoints' circuit breakers: counted at the end, not at
         the response headers, so an engine that answers 200 and then breaks its streams keeps
         counting as failing. A stream that ended before its first token ends its outstanding
-        prefill (admission control)."""
+        prefill (admission control).
+
+        Runs to its end even if the calling task is cancelled meanwhile (a client that leaves
+        as its response ends): in a task of its own (:func:`asyncio.shield`), unless the
+        response closes and the state finishes without suspending — then nothing can
+        interrupt it, and a task would cost a turn of the event loop per request."""
+        at_once = self._state.finishes_at_once and sent.handoff is None and \
+            sent.response.closes_at_once
+        work = self._finish(sent, parsed, succeeded, output_tokens, prompt_tokens)
+        await (work if at_once else asyncio.shield(work))
+
+    async def _finish(self, sent: Dispatched, parsed: ParsedRequest, succeeded: bool,
+                      output_tokens: int | None, prompt_tokens: int | None) -> None:
         if sent.handoff is not None:
             await sent.handoff.close()
         else:

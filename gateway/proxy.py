@@ -325,12 +325,11 @@ class Proxy:
         prompt_tokens = _int(usage.get("prompt_tokens"))
         completion = _int(usage.get("completion_tokens")) or call.completion_tokens
         if call.sent is not None and call.parsed is not None:
-            await asyncio.shield(self._dispatcher.finish(
+            await self._dispatcher.finish(  # seen through even if this task is cancelled
                 call.sent, call.parsed, succeeded=call.status == 200 and call.completed,
-                output_tokens=completion, prompt_tokens=prompt_tokens))
+                output_tokens=completion, prompt_tokens=prompt_tokens)
         if call.grant is not None:
-            await asyncio.shield(self._access.settle(call.grant, _used(call, prompt_tokens,
-                                                                       completion)))
+            await self._access.settle(call.grant, _used(call, prompt_tokens, completion))
         if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE:
             self._telemetry.count(self._record(call, prompt_tokens, completion))
         else:

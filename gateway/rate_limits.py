@@ -92,7 +92,8 @@ class RateLimiter(Protocol):
         ...
 
     async def settle(self, grant: Grant, used_tokens: int | None) -> None:
-        """The request ended: give back its lease, correct its tokens by ``used_tokens``."""
+        """The request ended: give back its lease, correct its tokens by ``used_tokens``. A
+        grant that is not ``shared`` (taken in this process) settles without suspending."""
         ...
 
 

@@ -271,6 +271,8 @@ async def check_url(url: str, timeout_s: float = 0.25) -> RedisCheck:
 class RedisState:
     """A :class:`routing.state.RouterState` in Redis with a local fallback (see the module)."""
 
+    finishes_at_once = False  # finish releases in Redis
+
     def __init__(self, client: Redis, limits: StateLimits | None = None, *,
                  prefix: str = "ridge:", timeout_s: float = 0.25, probe_interval_s: float = 1.0,
                  clock: Clock = time.time,

@@ -106,6 +106,8 @@ def locked(fd: int) -> Iterator[None]:
 class WorkerState:
     """A :class:`routing.state.RouterState` for one worker of ``ridge serve --workers``."""
 
+    finishes_at_once = True  # finish writes to the shared region, no I/O to await
+
     def __init__(self, region: SharedRegion, worker: int, limits: StateLimits | None = None,
                  clock: Clock = time.monotonic) -> None:
         self._region, self._worker = region, worker

@@ -47,6 +47,11 @@ class EventState:
     def index(self) -> KvEventIndex:
         return self._index
 
+    @property
+    def finishes_at_once(self) -> bool:
+        """As the inner state's finish (the index's part does no I/O)."""
+        return self._inner.finishes_at_once
+
     def _exact(self, ask: Ask, view: StateView) -> StateView:
         index = self._index
         followed = tuple(url for url in ask.endpoints if index.follows(url))

@@ -209,6 +209,8 @@ class MemoryState:
 
     __slots__ = ("_limits", "_clock", "_prefix", "_in_flight", "_sessions", "_windows")
 
+    finishes_at_once = True  # finish does no I/O
+
     def __init__(self, limits: StateLimits | None = None, clock: Clock = time.monotonic,
                  on_expired: Callable[[str, int], None] | None = None) -> None:
         """``on_expired(endpoint, tokens)``: told of every reservation dropped without being

@@ -154,6 +154,13 @@ class RouterState(Protocol):
         failure forget the blocks the reservation recorded (from ``recorded_from`` on)."""
         ...
 
+    @property
+    def finishes_at_once(self) -> bool:
+        """Whether :meth:`finish` always runs to its end without suspending (no I/O): then no
+        cancellation can interrupt it, and a caller that must see it through needs no task
+        of its own to shield it."""
+        ...
+
     def in_flight(self) -> InFlight:
         """This gateway's own reservations per endpoint (for its gauges)."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,17 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
+
+
+def ends_without_suspending(work: Coroutine[Any, Any, object]) -> bool:
+    """Whether ``work`` runs to its end on its first step, never suspending (then nothing can
+    cancel it midway); one that suspends is closed."""
+    try:
+        work.send(None)
+    except StopIteration:
+        return True
+    work.close()
+    return False
 
 
 def closed_port_url() -> str:

@@ -101,6 +101,7 @@ class FakeClock:
 class _Response:
     status = 200
     headers: Mapping[str, str] = {}
+    closes_at_once = True
 
     async def read(self) -> bytes:
         return b'{"kv_transfer_params": {"remote_engine_id": "e"}}'

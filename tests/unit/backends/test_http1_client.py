@@ -15,7 +15,7 @@ from backends.client import (
     UpstreamTimeout,
 )
 from backends.http1_client import Http1Client
-from tests.fakes.harness import closed_port_url
+from tests.fakes.harness import closed_port_url, ends_without_suspending
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 JSON = {"content-type": "application/json"}
@@ -334,6 +334,27 @@ async def test_closing_before_the_end_drops_the_connection_for_the_engine_to_see
         assert await anext(resp.chunks()) == b"abc"
         await resp.close()
         await asyncio.wait_for(seen.wait(), 5)
+    await client.aclose()
+
+
+async def test_closing_never_suspends_at_the_body_end_or_before_it() -> None:
+    """What ``closes_at_once`` says (the dispatcher then finishes a request in its own task):
+    a close releases or drops the connection without awaiting anything."""
+    async def streams(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await writer.drain()
+        await reader.read()
+
+    client = Http1Client(QUICK, 8)
+    async with server(keep_alive_echo) as (url, _):
+        whole = await client.send(url, b"1", JSON)
+        assert await whole.read() == b'{"echo": 1}'
+        assert whole.closes_at_once and ends_without_suspending(whole.close())
+    async with server(streams) as (url, _):
+        partial = await client.send(url, b"{}", JSON)
+        assert await anext(partial.chunks()) == b"abc"
+        assert ends_without_suspending(partial.close())
     await client.aclose()
 
 

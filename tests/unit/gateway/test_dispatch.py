@@ -25,7 +25,7 @@ from routing.memory_state import MemoryState
 from routing.router import RoutePlan
 from routing.snapshots import EngineMetrics
 from routing.state import Ask, Outcome, Placed, Reservation
-from tests.fakes.harness import fleet_of
+from tests.fakes.harness import ends_without_suspending, fleet_of
 
 A, B = "http://a:1", "http://b:1"
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
@@ -36,6 +36,7 @@ class Response:
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     closed: bool = False
+    closes_at_once = True
 
     async def read(self, limit: int | None = None) -> bytes:
         return b"{}"
@@ -77,13 +78,30 @@ class CountingExtractor(FeatureExtractor):
         return super().extract(payload, info)  # type: ignore[arg-type]
 
 
-def setup(modes: dict[str, str] | None = None, healthy: tuple[str, ...] = (A, B)
+class GatedState(MemoryState):
+    """A state whose finish waits for ``gate`` first, as one releasing over the network."""
+
+    finishes_at_once = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.gate = asyncio.Event(), asyncio.Event()
+
+    async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
+        self.entered.set()
+        await self.gate.wait()
+        await super().finish(reservation, outcome)
+
+
+def setup(modes: dict[str, str] | None = None, healthy: tuple[str, ...] = (A, B),
+          state: MemoryState | None = None,
           ) -> tuple[Dispatcher, Client, MemoryState, EndpointRegistry, CountingExtractor]:
     fleet = fleet_of({"p": [A, B]})
     registry = EndpointRegistry(fleet)
     for url in healthy:
         registry.record_poll(url, PollResult(registry.now(), healthy=True))
-    client, state, extractor = Client(modes or {}), MemoryState(), CountingExtractor()
+    client, extractor = Client(modes or {}), CountingExtractor()
+    state = state or MemoryState()
     dispatcher = Dispatcher(registry, client, build_router(fleet), state, extractor, retries=1)
     return dispatcher, client, state, registry, extractor
 
@@ -100,6 +118,39 @@ async def test_a_request_is_measured_once_placed_and_released_on_finish() -> Non
     await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=5, prompt_tokens=None)
     assert state.in_flight() == {} and isinstance(sent.response, Response)
     assert sent.response.closed
+
+
+async def test_a_finish_that_never_suspends_runs_in_the_callers_task() -> None:
+    """The in-memory state and a response that closes at once: the finish ends on its first
+    step (no task to shield it, no turn of the event loop)."""
+    dispatcher, _, state, _, _ = setup()
+    parsed = parse_request(Endpoint.CHAT, BODY)
+    sent = await dispatcher.dispatch(parsed, None, Attempts())
+    assert ends_without_suspending(dispatcher.finish(sent, parsed, succeeded=True,
+                                                     output_tokens=5, prompt_tokens=None))
+    assert state.in_flight() == {} and cast(Response, sent.response).closed
+
+
+async def test_a_finish_that_awaits_is_seen_through_when_its_task_is_cancelled() -> None:
+    """A state whose finish suspends (Redis) is finished in a task of its own: a client that
+    leaves as its response ends cancels the request's task, not the release."""
+    state = GatedState()
+    dispatcher, _, _, _, _ = setup(state=state)
+    parsed = parse_request(Endpoint.CHAT, BODY)
+    sent = await dispatcher.dispatch(parsed, None, Attempts())
+    finishing = asyncio.ensure_future(dispatcher.finish(sent, parsed, succeeded=True,
+                                                        output_tokens=5, prompt_tokens=None))
+    await state.entered.wait()
+    finishing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await finishing
+    assert state.in_flight() != {}  # still held: the finish waits for its gate
+    state.gate.set()
+    for _ in range(100):  # the shielded finish goes on: a few turns of the loop
+        if not state.in_flight():
+            break
+        await asyncio.sleep(0)
+    assert state.in_flight() == {}
 
 
 async def test_a_refused_endpoint_is_marked_failed_and_the_request_goes_elsewhere() -> None:

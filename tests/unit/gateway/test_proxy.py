@@ -57,6 +57,7 @@ class Upstream:
     fail: Exception | None = None
     headers: Mapping[str, str] = field(default_factory=lambda: {"content-type":
                                                                 "application/json"})
+    closes_at_once = True
 
     async def read(self, limit: int | None = None) -> bytes:
         if limit is not None and len(self.body) > limit:

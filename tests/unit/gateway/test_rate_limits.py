@@ -11,6 +11,7 @@ from gateway.keys import KeyLimits, KeyRecord, make_record, new_key
 from gateway.rate_limits import (
     Bucket,
     LocalLimiter,
+    RedisLimiter,
     Verdict,
     corrected,
     duration,
@@ -19,6 +20,7 @@ from gateway.rate_limits import (
     seconds_until,
     take,
 )
+from tests.fakes.harness import ends_without_suspending
 
 
 class Clock:
@@ -108,6 +110,28 @@ def test_concurrency_leases_are_given_back() -> None:
     assert dict(caught.value.headers)[b"retry-after"] == b"1"
     limiter.settle_now(grants[0], None)
     limiter.admit_now(record, 1)
+
+
+class DownBackend:
+    """Redis down: every grant is taken locally."""
+
+    up = False
+
+    class client:  # noqa: N801 - stands in for a Redis client, whose scripts are never run
+        @staticmethod
+        def register_script(source: str) -> None:
+            return None
+
+
+async def test_a_grant_taken_in_this_process_settles_without_suspending() -> None:
+    """What :meth:`gateway.access.Access.settle` relies on to settle such a grant in the
+    request's own task, with no task to shield it."""
+    record = key(tpm=1000, max_concurrent=1)
+    for limiter in (LocalLimiter(Clock()), RedisLimiter(DownBackend(), "t:", 60.0)):
+        grant = await limiter.admit(record, 10)
+        assert not grant.shared
+        assert ends_without_suspending(limiter.settle(grant, 4))
+        await limiter.admit(record, 10)  # the lease was given back
 
 
 def test_a_worker_enforces_its_share_rounded_up() -> None:

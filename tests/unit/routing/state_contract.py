@@ -22,6 +22,7 @@ from routing.scheduler.catalog import build_scheduler
 from routing.scheduler.framework import SchedulerConfig, SchedulingContext
 from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
 from routing.state import Ask, Outcome, Reservation, RouterState, StateView
+from tests.fakes.harness import ends_without_suspending
 
 StateFactory = Callable[[StateLimits], Awaitable[RouterState]]
 M = "m"
@@ -145,6 +146,19 @@ class RouterStateContract:
         for i in finished:
             await state.finish(held[i], outcome())
         assert await loads(state, A, B) == expected
+
+    async def test_a_finish_said_to_run_at_once_never_suspends(
+            self, make_state: StateFactory) -> None:
+        """A state whose ``finishes_at_once`` is true is finished in the caller's task, with
+        no task to shield it (:meth:`gateway.dispatch.Dispatcher.finish`): its finish must
+        end on its first step, after a success and after a failure."""
+        state = await make_state(LIMITS)
+        if not state.finishes_at_once:
+            pytest.skip("this state's finish awaits I/O: it is shielded in a task of its own")
+        for ok in (True, False):
+            held = await reserve(state, A, 5, chain(SHARED))
+            assert ends_without_suspending(state.finish(held, outcome(chain(SHARED), ok=ok)))
+        assert await loads(state, A) == {A: LoadCounts()}
 
     async def test_counts_never_go_negative(self, make_state: StateFactory) -> None:
         state = await make_state(LIMITS)
