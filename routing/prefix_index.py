@@ -422,11 +422,11 @@ class PrefixIndex:
 def _held_keys(current: Stamps, previous: Stamps, coarse: Stamps, coarse_previous: Stamps,
                keys: Sequence[int], dense: int, cutoff: float, hint: int, total: int) -> int:
     """How many of the first ``total`` ``keys`` are held, stamped ``cutoff`` or later: a binary
-    search whose first probes test ``hint`` (not a hint of 0 or 1: the match looks key 0 up
-    before). A dense key's stamp is ``current``'s, else ``previous``'s; a coarse key's likewise
-    ``coarse``'s, else ``coarse_previous``'s (one generation: the same look-up twice). Both
-    look-ups are in line at every probe rather than in a helper: this runs for every
-    request."""
+    search whose first probes test ``hint`` when it is 2 or more (the match looks key 0 up
+    before it; a smaller hint searches from nothing). A dense key's stamp is ``current``'s,
+    else ``previous``'s; a coarse key's likewise ``coarse``'s, else ``coarse_previous``'s (a
+    search of one generation passes each zone's look-up twice). Both look-ups are in line at
+    every probe rather than in a helper: this runs for every request."""
     lo, hi = 0, total
     if 1 < hint <= hi:
         k = keys[hint - 1]
