@@ -91,21 +91,21 @@ class ParsedRequest:
         the client's request stays."""
         return replace(self, payload=payload, body=json.dumps(payload).encode())
 
-    def with_member(self, key: str, value: Any, member: bytes | None = None) -> ParsedRequest:
-        """This request sent with the member ``key``: ``value`` added (``key`` must not be in
-        the payload); ``member``: its JSON text (``"key": value``) when the caller keeps it
+    def with_member(self, key: str, item: Any, member: bytes | None = None) -> ParsedRequest:
+        """This request sent with the member ``key``: ``item`` added (``key`` must not be in
+        the payload); ``member``: its JSON text (``"key": item``) when the caller keeps it
         encoded. A body of plain UTF-8 JSON (the object from its first byte to its last,
         whitespace aside) gets the member's bytes inserted before its closing brace, the rest
         forwarded as the client sent it and not encoded again; any other body (a byte-order
         mark, UTF-16 or UTF-32) is re-encoded whole (:meth:`with_payload`)."""
         if key in self.payload:
             raise ValueError(f"{key!r} is already in the request")
-        payload = {**self.payload, key: value}
+        payload = {**self.payload, key: item}
         body = self.body.rstrip()
         if body[-1:] != b"}" or self.body.lstrip()[:1] != b"{":
             return self.with_payload(payload)
         if member is None:
-            member = json.dumps({key: value}).encode()[1:-1]
+            member = json.dumps({key: item}).encode()[1:-1]
         comma = b"," if self.payload else b""
         return replace(self, payload=payload, body=body[:-1] + comma + member + b"}")
 

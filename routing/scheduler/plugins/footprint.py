@@ -78,7 +78,11 @@ class Footprint:
         get = sizes.get
         for url in loads:  # the scores in place of the loads: the dict is this call's own
             size = get(url)
-            loads[url] = (1.0 - (size - least) / spread if spread else 1.0) \
-                if size is not None else 0.0
+            if size is None:
+                loads[url] = 0.0
+            elif spread:
+                loads[url] = 1.0 - (size - least) / spread
+            else:
+                loads[url] = 1.0
         return loads
 
