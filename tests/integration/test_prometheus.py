@@ -192,14 +192,23 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 # -- the load ----------------------------------------------------------------------------------
 
 
+async def _status(r: aiohttp.ClientResponse) -> int:
+    """The answer's status. A 503 must be admission control's refusal: on a slow host the
+    engine-side TTFT nears model m's 30 ms objective, and a request that cannot wait for a
+    slot within it is refused (``overloaded``); any other 503 fails the test."""
+    body = await r.read()
+    if r.status == 503:
+        assert json.loads(body)["error"]["code"] == "overloaded", body
+    return r.status
+
+
 async def _chat(session: aiohttp.ClientSession, ridge: RunningRidge, model: str, i: int,
                 stream: bool, max_tokens: int, words: int) -> int:
     prompt = " ".join(f"w{i}x{j}" for j in range(words))
     body = {"model": model, "max_tokens": max_tokens, "stream": stream,
             "messages": [{"role": "user", "content": f"Request {i}: {prompt}"}]}
     async with session.post(ridge.url + "/v1/chat/completions", json=body) as r:
-        await r.read()
-        return r.status
+        return await _status(r)
 
 
 async def _shared(session: aiohttp.ClientSession, ridge: RunningRidge, k: int) -> int:
@@ -208,14 +217,14 @@ async def _shared(session: aiohttp.ClientSession, ridge: RunningRidge, k: int) -
     body = {"model": "m", "max_tokens": 8, "messages": [
         {"role": "system", "content": system}, {"role": "user", "content": f"Question {k}?"}]}
     async with session.post(ridge.url + "/v1/chat/completions", json=body) as r:
-        await r.read()
-        return r.status
+        return await _status(r)
 
 
 async def drive_load(stack: Stack) -> list[int]:
     """≈40 requests to model m (streamed and not, short and long, some over their SLO, two
-    answered 500 by the engine — a 503 would be retried elsewhere), four sharing a prefix,
-    then model m2 with one of its two endpoints shut."""
+    answered 500 by the engine — a 503 would be retried elsewhere — and on a slow host some
+    refused by admission control), four sharing a prefix, then model m2 with one of its two
+    endpoints shut."""
     general = stack.sim.server(stack.fleet.pool("general").endpoint_urls()[0])
     general.endpoint.faults.set("error", 500, count=2)
     timeout = aiohttp.ClientTimeout(total=BOUND_S)
@@ -291,8 +300,9 @@ async def test_dashboards_and_rules_show_data_from_a_real_prometheus(stack: Stac
     prom = stack.prometheus
     await _until(_scraped(prom, 'up{job="ridge"} == 1'), "the first scrape of ridge")
     statuses = await drive_load(stack)
-    assert statuses.count(500) == 2 and statuses.count(200) == len(statuses) - 2, \
-        f"statuses by count: {collections.Counter(statuses)}"
+    by_count = collections.Counter(statuses)
+    assert by_count[500] == 2 and by_count[200] + by_count[503] == len(statuses) - 2, by_count
+    assert by_count[200] >= len(statuses) // 2, by_count
     # the load's last requests are in ridge's registry; wait for a poll, scrapes and evaluations
     await _until(_scraped(prom, "sum(ridge_upstream_retries_total) > 0"), "a retry scraped")
     await _until(_scraped(prom, 'ALERTS{alertname="RidgeBackendDown"}'), "backend down")
