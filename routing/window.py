@@ -9,10 +9,12 @@ estimate). ``size`` = 1000 by default (:class:`routing.memory_state.StateLimits`
   integer arithmetic, so no drift). Mean = sum ÷ count. Quantiles by nearest rank: the q-th
   quantile of n sorted values is the value at 1-based rank ``ceil(q·n)`` (p50 of 1..10 is 5,
   p90 is 9). O(1) to add, O(n log n) to summarise (telemetry only).
+- :class:`PairWindow`: the same over pairs of observations made together, each column with
+  its running sum (one entry a request where two count windows would take two).
 - :class:`ScopeWindows`: one scope's windows: prompt tokens and matched prompt tokens per
-  request (the prefix share f = Σ matched ÷ Σ prompt over the same requests), and output
-  tokens of the requests whose output length is known. The running output estimate is the
-  mean of that output window.
+  request, a pair window (the prefix share f = Σ matched ÷ Σ prompt over the same requests),
+  and output tokens of the requests whose output length is known. The running output
+  estimate is the mean of that output window.
 - :class:`WorkloadWindows`: one overall scope plus one per model; the per-model scopes live
   in an LRU bounded by ``max_models`` (model names come from clients).
 
@@ -108,33 +110,73 @@ class CountWindow:
 
     def summary(self) -> LengthSummary:
         """Count, mean, p50 and p90 of the window."""
-        ordered = sorted(self._values)
-        return LengthSummary(count=len(ordered), mean=self.mean(),
-                             p50=nearest_rank(ordered, 0.5), p90=nearest_rank(ordered, 0.9))
+        return length_summary(sorted(self._values))
+
+
+def length_summary(ordered: list[int]) -> LengthSummary:
+    """Count, mean, p50 and p90 of ascending ``ordered``."""
+    mean = sum(ordered) / len(ordered) if ordered else None
+    return LengthSummary(count=len(ordered), mean=mean, p50=nearest_rank(ordered, 0.5),
+                         p90=nearest_rank(ordered, 0.9))
+
+
+class PairWindow:
+    """The last ``size`` pairs of integer observations, with each column's running sum."""
+
+    __slots__ = ("_pairs", "_size", "_first", "_second")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("window size must be >= 1")
+        self._pairs: deque[tuple[int, int]] = deque(maxlen=size)
+        self._size = size
+        self._first = self._second = 0
+
+    def add(self, first: int, second: int) -> None:
+        pairs = self._pairs
+        if len(pairs) == self._size:
+            old_first, old_second = pairs[0]  # the oldest leaves
+            self._first += first - old_first
+            self._second += second - old_second
+        else:
+            self._first += first
+            self._second += second
+        pairs.append((first, second))
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    @property
+    def totals(self) -> tuple[int, int]:
+        """The sums of the first and of the second observations."""
+        return self._first, self._second
+
+    def firsts(self) -> list[int]:
+        """The first observations, oldest first."""
+        return [first for first, _ in self._pairs]
 
 
 class ScopeWindows:
     """Prefix share, prompt and output lengths over the last ``size`` requests of a scope."""
 
-    __slots__ = ("_prompt", "_matched", "_output")
+    __slots__ = ("_prompt", "_output")
 
     def __init__(self, size: int) -> None:
-        self._prompt = CountWindow(size)
-        self._matched = CountWindow(size)
+        self._prompt = PairWindow(size)  # (prompt tokens, matched prompt tokens)
         self._output = CountWindow(size)
 
     def observe(self, prompt_tokens: int, matched_tokens: int, output_tokens: int | None) -> None:
         """One finished request; ``matched_tokens`` is clamped to [0, prompt_tokens]."""
-        prompt = max(0, prompt_tokens)
-        self._prompt.add(prompt)
-        self._matched.add(min(prompt, max(0, matched_tokens)))
+        prompt = prompt_tokens if prompt_tokens > 0 else 0
+        matched = matched_tokens if matched_tokens > 0 else 0
+        self._prompt.add(prompt, matched if matched < prompt else prompt)
         if output_tokens is not None and output_tokens >= 0:
             self._output.add(output_tokens)
 
     def prefix_share(self) -> float | None:
         """f = Σ matched ÷ Σ prompt tokens over the window; None before any prompt token."""
-        total = self._prompt.total
-        return self._matched.total / total if total else None
+        total, matched = self._prompt.totals
+        return matched / total if total else None
 
     def mean_output(self) -> float | None:
         """Mean output tokens over the window; None before any known output."""
@@ -142,7 +184,7 @@ class ScopeWindows:
 
     def measures(self) -> WindowMeasures:
         return WindowMeasures(requests=len(self._prompt), prefix_share=self.prefix_share(),
-                              prompt_tokens=self._prompt.summary(),
+                              prompt_tokens=length_summary(sorted(self._prompt.firsts())),
                               output_tokens=self._output.summary())
 
 

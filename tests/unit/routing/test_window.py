@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from routing.window import CountWindow, LengthSummary, ScopeWindows, WorkloadWindows, nearest_rank
+from routing.window import (
+    CountWindow,
+    LengthSummary,
+    PairWindow,
+    ScopeWindows,
+    WorkloadWindows,
+    nearest_rank,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +58,33 @@ def test_the_running_sum_stays_exact_over_many_slides() -> None:
 def test_a_window_needs_a_positive_size() -> None:
     with pytest.raises(ValueError):
         CountWindow(0)
+    with pytest.raises(ValueError):
+        PairWindow(0)
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
+def test_a_pair_window_keeps_the_last_pairs_and_each_column_s_sum(size: int) -> None:
+    window = PairWindow(size)
+    pairs = [(v * 3, v % 5) for v in range(50_000)]
+    for first, second in pairs:
+        window.add(first, second)
+        if len(window) < size:
+            assert window.totals == tuple(map(sum, zip(*pairs[:len(window)], strict=True)))
+    kept = pairs[-size:]
+    assert len(window) == size
+    assert window.firsts() == [first for first, _ in kept]
+    assert window.totals == (sum(f for f, _ in kept), sum(s for _, s in kept))
+
+
+def test_a_scope_summarises_the_prompts_of_its_window() -> None:
+    scope = ScopeWindows(3)
+    for prompt, matched in [(1000, 0), (30, 5), (10, 10), (20, 40)]:  # 1000 slides out
+        scope.observe(prompt, matched, None)
+    measures = scope.measures()
+    assert measures.requests == 3
+    assert measures.prompt_tokens == LengthSummary(3, 20.0, 20.0, 30.0)
+    assert measures.prefix_share == pytest.approx((5 + 10 + 20) / 60)
+    assert measures.output_tokens == LengthSummary()
 
 
 @pytest.mark.parametrize(
