@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?=
 APT_PACKAGES ?= prometheus redis-server curl
 
-.PHONY: demo test test-fast lint typecheck engines deps bench-overhead clean
+.PHONY: demo test test-fast lint typecheck engines deps native clean-native bench-overhead clean
 
 $(STAMP): pyproject.toml bench/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,23 @@ $(STAMP): pyproject.toml bench/pyproject.toml
 deps: $(STAMP)
 	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
 
+## The routing hot path's modules compiled to C with mypyc, beside their sources (gateway/native.py);
+## again whenever a routing source changes. Without a C compiler the sources run (make test
+## requires it).
+NATIVE := build/native/.built
+$(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/native.py deploy/compile_routing.py
+	$(BIN)/python deploy/compile_routing.py $(NATIVE_FLAGS)
+	@mkdir -p $(dir $@) && touch $@
+
+native: $(NATIVE)
+
+clean-native:
+	$(BIN)/python deploy/compile_routing.py --clean
+	rm -f $(NATIVE)
+
 ## The gateway in front of the simulated demo fleet, on http://127.0.0.1:8080 (a free port
 ## near it when 8080 is taken; `make demo PORT=9000` for that port and no other)
-demo: $(STAMP)
+demo: $(NATIVE)
 	$(BIN)/ridge demo $(if $(PORT),--port $(PORT))
 
 ## The real engine environment and model (cached in .engines/; seconds when cached)
@@ -34,17 +48,21 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check gateway routing backends bench/ridge_bench tests
 
-## Everything: type checks, lint, unit, integration and real-engine tests
-test: deps engines typecheck lint
+## Everything: type checks, lint, unit, integration and real-engine tests (the routing units
+## twice: on the compiled modules, then on their sources)
+test: NATIVE_FLAGS := --require
+test: deps engines native typecheck lint
 	$(BIN)/pytest -q -p no:cacheprovider
+	RIDGE_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/routing
 
 ## Without the real engines
-test-fast: deps typecheck lint
+test-fast: deps native typecheck lint
 	$(BIN)/pytest -q -p no:cacheprovider -m "not real_engine"
 
 ## The gateway overhead benchmark (docs/benchmarks/overhead.md; about 10 minutes)
-bench-overhead: $(STAMP)
+bench-overhead: $(NATIVE)
 	$(BIN)/python -m ridge_bench.overhead
 
 clean:
-	rm -rf $(VENV) .bench-venv .mypy_cache .pytest_cache .ruff_cache
+	-$(BIN)/python deploy/compile_routing.py --clean
+	rm -rf $(VENV) .bench-venv .mypy_cache .pytest_cache .ruff_cache build/native

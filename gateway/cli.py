@@ -43,7 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.fleet_file import Fleet, FleetConfigError, load_fleet
 from backends.real_fleet import RealFleetError, start_real_fleet
-from gateway import keys_cli
+from gateway import keys_cli, native
 from gateway.app import RidgeApp, create_app
 from gateway.demo_ports import free_engine_ports, start_sim_fleet, taken_endpoints
 from gateway.http_protocol import HttpLimits, with_limits
@@ -121,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_gateway(args: argparse.Namespace, settings: Settings) -> int:
     """``ridge serve`` or ``ridge demo``; the exit status."""
+    if old := native.stale():  # they would route with the code they were compiled from
+        return _fail(native.stale_message(old))
     if args.command == "serve":
         path = args.config or settings.config
         if not path:
@@ -423,8 +425,9 @@ def admin_socket(settings: Settings) -> socket.socket | None:
 def _announce(sock: socket.socket, workers: int = 1) -> None:
     host, port = sock.getsockname()[:2]
     processes = f" ({workers} workers)" if workers > 1 else ""
-    logging.getLogger("ridge").info("ridge listening on http://%s%s", address(host, port),
-                                    processes)
+    log = logging.getLogger("ridge")
+    log.info("ridge listening on http://%s%s", address(host, port), processes)
+    log.info("routing modules compiled to C: %s", ", ".join(native.compiled()) or "none")
 
 
 def demo_listeners(settings: Settings) -> tuple[socket.socket, socket.socket | None, Settings]:

@@ -80,7 +80,7 @@ def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures
         url = ep.url
         held = matched.get(url, 0)
         cached = (blocks if held > blocks else held if held > 0 else 0) * per_block
-        uncached: float = prompt - cached
+        uncached = float(prompt - cached)
         if reload:
             uncached += reload.get(url, 0.0)
         counted = load.get(url)

@@ -17,9 +17,9 @@ blocks, so a quarter of the dict insertions (each a cache miss in a dict of 10�
 keys; ``ridge_bench.routing_cost`` went from 68–74 to 64 µs per request) and of the
 memory. A stride of 8 took another 1.7 µs off, but cost goodput at the knee: the router
 benchmark's mixed cell (ridge, seed 0, no KV events) met the SLOs for 1,162–1,220 of 1,264
-requests in three runs against 1,215–1,240 with 4. The coarse keys are kept in dicts of their own (``coarse``, ``coarse_previous``), so
-that each entry's weight in blocks is known: the capacity and ``held_blocks`` count blocks,
-not entries.
+requests in three runs against 1,215–1,240 with 4. The coarse keys are kept in dicts of
+their own (``coarse``, ``coarse_previous``), so that each entry's weight in blocks is known:
+the capacity and ``held_blocks`` count blocks, not entries.
 ``layout=EXACT`` keeps every block.
 
 - ``record(endpoint, hashes)`` writes the keys of the request's chain into the endpoint's

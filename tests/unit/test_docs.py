@@ -67,6 +67,7 @@ OTHER_VARIABLES = {
     "RIDGE_PROMETHEUS_URL": "grafana/provisioning/datasources/ridge.yml",
     "RIDGE_DASHBOARDS": "grafana/provisioning/dashboards/ridge.yml",
     "RIDGE_ENGINES_DIR": "deploy/vllm-cpu/setup.sh",
+    "RIDGE_PURE_PYTHON": "tests/conftest.py",
 }
 """Variables the docs name that are not settings, and a file that reads each."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from gateway import cli
+from gateway import cli, native
 from gateway.cli import listening_socket, main, uvicorn_config
 from gateway.listeners import ListenError
 from gateway.settings import Settings
@@ -93,6 +93,15 @@ def test_serve_without_a_fleet_file(capsys: pytest.CaptureFixture[str],
     monkeypatch.delenv("RIDGE_CONFIG", raising=False)
     assert main(["serve"]) == 2
     assert "no fleet file" in capsys.readouterr().err
+
+
+def test_serve_refuses_compiled_routing_older_than_its_source(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "stale", lambda: ("routing.prefix_index",))
+    assert main(["serve", "--config", str(tmp_path / "fleet.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "routing.prefix_index" in err and "make native" in err
 
 
 def test_listening_socket_has_nodelay() -> None:

@@ -1,0 +1,84 @@
+"""Compile the routing modules of ``gateway.native.COMPILED`` to C extension modules with
+mypyc, beside their sources: ``python deploy/compile_routing.py`` (``make native``).
+
+Needs a C compiler and Python's headers. Without them (or on any other failure) it says so and
+leaves the routing pure Python, which runs the same; ``--require`` makes that an error (exit
+status 1: ``make test`` measures and tests the compiled modules). ``--clean`` removes the
+compiled modules instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gateway.native import COMPILED, extension_of, source_of  # noqa: E402
+
+BUILD = ROOT / "build" / "native"
+GROUP = "routing.native"
+"""The shared library mypyc builds for the modules: ``routing.native__mypyc``, inside the
+package, so that it is found wherever the package is."""
+
+SETUP = """
+from setuptools import setup
+from mypyc.build import mypycify
+setup(name="ridge-routing-native", py_modules=[],
+      ext_modules=mypycify({paths!r}, opt_level="3", group_name={group!r}))
+"""
+
+
+def clean() -> None:
+    """Remove every extension module under ``routing/`` (the package is pure Python: they are
+    all compiled ones, of this build or of one with other modules) and the build's files."""
+    for suffix in EXTENSION_SUFFIXES:
+        for extension in (ROOT / "routing").rglob(f"*{suffix}"):
+            extension.unlink()
+    shutil.rmtree(BUILD, ignore_errors=True)
+
+
+def build() -> str | None:
+    """Compile; None when it worked, else what went wrong."""
+    paths = [str(source_of(m).relative_to(ROOT)) for m in COMPILED]
+    BUILD.mkdir(parents=True, exist_ok=True)
+    setup = BUILD / "setup.py"
+    setup.write_text(SETUP.format(paths=paths, group=GROUP))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, str(setup), "-q", "build_ext", "--inplace",
+         "--build-temp", str(BUILD / "temp"), "--build-lib", str(BUILD / "lib")],
+        cwd=ROOT, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        return (run.stdout + run.stderr).strip()[-4000:]
+    missing = [m for m in COMPILED if extension_of(m) is None]
+    return f"not built: {', '.join(missing)}" if missing else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--require", action="store_true",
+                        help="fail (exit status 1) when the modules cannot be compiled")
+    parser.add_argument("--clean", action="store_true", help="remove the compiled modules")
+    args = parser.parse_args()
+    clean()
+    if args.clean:
+        print("routing: compiled modules removed; the sources run")
+        return 0
+    problem = build()
+    if problem is None:
+        print(f"routing: compiled {', '.join(COMPILED)}")
+        return 0
+    clean()
+    print(f"routing: could not compile, the sources run ({problem})", file=sys.stderr)
+    return 1 if args.require else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

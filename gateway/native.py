@@ -1,0 +1,97 @@
+"""The routing modules compiled to C, when they are: which ones, and whether each is older than
+its source.
+
+ridge's routing is pure Python and runs as such wherever it is installed. ``make native``
+(which ``make test`` and ``make demo`` run) compiles the modules of :data:`COMPILED` with
+mypyc (``deploy/compile_routing.py``) into extension modules beside their sources
+(``routing/prefix_index.cpython-311-x86_64-linux-gnu.so``); Python imports an extension module
+before a source of the same name. They are the routing work's data structures and loops, the
+prefix index above all: compiled, ``ridge_bench.routing_cost`` measures about 12 µs less per
+request (``docs/benchmarks/overhead.md``). The sources stay the reference: the same tests run
+against both (``make test`` runs the routing units again with :func:`prefer_sources`).
+
+A compiled module older than its source would run the old code: :func:`stale` names those;
+``ridge serve`` and the test suite refuse to start until ``make native`` compiles them again
+(or ``make clean-native`` removes them).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from importlib.abc import MetaPathFinder
+from importlib.machinery import (
+    EXTENSION_SUFFIXES,
+    SOURCE_SUFFIXES,
+    FileFinder,
+    ModuleSpec,
+    SourceFileLoader,
+)
+from pathlib import Path
+from types import ModuleType
+
+COMPILED = ("routing.prefix_index", "routing.window", "routing.load", "routing.cache_cost",
+            "routing.policy", "routing.router", "routing.decision",
+            "routing.scheduler.framework")
+"""The modules ``make native`` compiles: pure, typed (mypy strict), on every request's path."""
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The directory holding the ``routing`` package."""
+
+
+def source_of(module: str, root: Path = ROOT) -> Path:
+    """The source file of ``module`` (``routing.load`` → ``routing/load.py``) under ``root``."""
+    return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def extension_of(module: str, root: Path = ROOT) -> Path | None:
+    """The compiled extension module beside ``module``'s source, if there is one."""
+    source = source_of(module, root)
+    for suffix in EXTENSION_SUFFIXES:
+        path = source.with_name(source.stem + suffix)
+        if path.exists():
+            return path
+    return None
+
+
+def compiled(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ...]:
+    """Those of ``modules`` that have a compiled extension beside their source."""
+    return tuple(m for m in modules if extension_of(m, root) is not None)
+
+
+def stale(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ...]:
+    """Those of ``modules`` whose compiled extension is older than their source."""
+    old = []
+    for module in modules:
+        extension = extension_of(module, root)
+        if extension is not None and \
+                extension.stat().st_mtime < source_of(module, root).stat().st_mtime:
+            old.append(module)
+    return tuple(old)
+
+
+def stale_message(modules: Sequence[str]) -> str:
+    """What to tell someone whose compiled modules are older than their sources."""
+    return (f"compiled routing modules older than their sources: {', '.join(modules)}; "
+            "run `make native` to compile them again, or `make clean-native` to run the "
+            "sources")
+
+
+class _Sources(MetaPathFinder):
+    """Finds ``names`` as their source files, past any compiled extension beside them."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._names = frozenset(names)
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname not in self._names or not path:
+            return None
+        return FileFinder(path[0], (SourceFileLoader, SOURCE_SUFFIXES)).find_spec(fullname,
+                                                                                 target)
+
+
+def prefer_sources(modules: Sequence[str] = COMPILED) -> None:
+    """Import ``modules`` from their sources from now on, even where compiled extensions
+    exist (call it before they are first imported)."""
+    sys.meta_path.insert(0, _Sources(modules))

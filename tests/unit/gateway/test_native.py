@@ -1,0 +1,58 @@
+import os
+import subprocess
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+from gateway import native
+
+MODULES = ("routing.a", "routing.b", "routing.c")
+
+
+def _tree(root: Path) -> None:
+    """routing/a.py compiled after its source, b.py compiled before its last edit, c.py not."""
+    package = root / "routing"
+    package.mkdir()
+    for name, source_at, extension_at in (("a", 100, 200), ("b", 300, 200), ("c", 100, None)):
+        source = package / f"{name}.py"
+        source.write_text("")
+        os.utime(source, (source_at, source_at))
+        if extension_at is not None:
+            extension = package / f"{name}{EXTENSION_SUFFIXES[0]}"
+            extension.write_bytes(b"")
+            os.utime(extension, (extension_at, extension_at))
+
+
+def test_a_module_is_compiled_when_its_extension_is_beside_it(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    assert native.source_of("routing.a", tmp_path) == tmp_path / "routing" / "a.py"
+    assert native.compiled(MODULES, tmp_path) == ("routing.a", "routing.b")
+    assert native.extension_of("routing.c", tmp_path) is None
+
+
+def test_an_extension_older_than_its_source_is_stale(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    assert native.stale(MODULES, tmp_path) == ("routing.b",)
+    assert "routing.b" in native.stale_message(("routing.b",))
+
+
+def test_the_suite_imports_what_is_built() -> None:
+    """The compiled modules where they exist (after ``make native``), else the sources."""
+    for module in native.COMPILED:
+        __import__(module)
+        loaded = Path(sys.modules[module].__file__ or "").name  # (a compiled module imported
+        expected = native.extension_of(module)  # by another gets a path of mypyc's making)
+        assert loaded == (expected.name if expected is not None and
+                          not os.environ.get("RIDGE_PURE_PYTHON")
+                          else native.source_of(module).name)
+
+
+def test_prefer_sources_imports_the_sources_past_any_extension() -> None:
+    code = ("from gateway import native\n"
+            "native.prefer_sources()\n"
+            "import routing.prefix_index, routing.cache_cost\n"
+            "print(routing.prefix_index.__file__, routing.cache_cost.__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=native.ROOT).stdout.split()
+    assert out == [str(native.source_of("routing.prefix_index")),
+                   str(native.source_of("routing.cache_cost"))]
