@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml bench/pyproject.toml
 deps: $(STAMP)
 	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
 
-## The routing hot path's modules compiled to C with mypyc, beside their sources (gateway/native.py);
-## again whenever a routing source changes. Without a C compiler the sources run (make test
-## requires it).
+## The routing hot path's modules compiled to C with mypyc, beside their sources
+## (gateway/native.py), and again whenever a routing source changes. Without a C compiler the
+## sources run (make test requires it).
 NATIVE := build/native/.built
 $(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/native.py deploy/compile_routing.py
 	$(BIN)/python deploy/compile_routing.py $(NATIVE_FLAGS)

@@ -31,7 +31,8 @@ SETUP = """
 from setuptools import setup
 from mypyc.build import mypycify
 setup(name="ridge-routing-native", py_modules=[],
-      ext_modules=mypycify({paths!r}, opt_level="3", group_name={group!r}))
+      ext_modules=mypycify({paths!r}, opt_level="3", group_name={group!r},
+                           target_dir={target!r}))
 """
 
 
@@ -49,7 +50,7 @@ def build() -> str | None:
     paths = [str(source_of(m).relative_to(ROOT)) for m in COMPILED]
     BUILD.mkdir(parents=True, exist_ok=True)
     setup = BUILD / "setup.py"
-    setup.write_text(SETUP.format(paths=paths, group=GROUP))
+    setup.write_text(SETUP.format(paths=paths, group=GROUP, target=str(BUILD / "c")))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(
         [sys.executable, str(setup), "-q", "build_ext", "--inplace",
