@@ -10,7 +10,7 @@ estimate). ``size`` = 1000 by default (:class:`routing.memory_state.StateLimits`
   quantile of n sorted values is the value at 1-based rank ``ceil(q·n)`` (p50 of 1..10 is 5,
   p90 is 9). O(1) to add, O(n log n) to summarise (telemetry only).
 - :class:`PairWindow`: the same over pairs of observations made together, each column with
-  its running sum (one entry a request where two count windows would take two).
+  its running sum (one entry per request, where two count windows took two).
 - :class:`ScopeWindows`: one scope's windows: prompt tokens and matched prompt tokens per
   request, a pair window (the prefix share f = Σ matched ÷ Σ prompt over the same requests),
   and output tokens of the requests whose output length is known. The running output
