@@ -23,7 +23,7 @@ deps: $(STAMP)
 ## (gateway/native.py), and again whenever a routing source changes. Without a C compiler the
 ## sources run (make test requires it).
 NATIVE := build/native/.built
-$(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/native.py deploy/compile_routing.py
+$(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/native.py deploy/compile_routing.py setup.py
 	$(BIN)/python deploy/compile_routing.py $(NATIVE_FLAGS)
 	@mkdir -p $(dir $@) && touch $@
 
@@ -44,9 +44,11 @@ engines:
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy setup.py deploy/compile_routing.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway routing backends bench/ridge_bench tests
+	$(BIN)/ruff check gateway routing backends bench/ridge_bench tests setup.py \
+		deploy/compile_routing.py
 
 ## Everything: type checks, lint, unit, integration and real-engine tests (the routing units
 ## twice: on the compiled modules, then on their sources)

@@ -1,5 +1,7 @@
 """Compile the routing modules of ``gateway.native.COMPILED`` to C extension modules with
-mypyc, beside their sources: ``python deploy/compile_routing.py`` (``make native``).
+mypyc, beside their sources: ``python deploy/compile_routing.py`` (``make native``). The build
+is the project's ``setup.py`` with ``RIDGE_COMPILE=1``, the one the container image's wheel is
+built with.
 
 Needs a C compiler and Python's headers. Without them (or on any other failure) it says so and
 leaves the routing pure Python, which runs the same; ``--require`` makes that an error (exit
@@ -20,20 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.native import COMPILED, extension_of, source_of  # noqa: E402
+from gateway.native import COMPILED, extension_of  # noqa: E402
 
 BUILD = ROOT / "build" / "native"
-GROUP = "routing.native"
-"""The shared library mypyc builds for the modules: ``routing.native__mypyc``, inside the
-package, so that it is found wherever the package is."""
-
-SETUP = """
-from setuptools import setup
-from mypyc.build import mypycify
-setup(name="ridge-routing-native", py_modules=[],
-      ext_modules=mypycify({paths!r}, opt_level="3", group_name={group!r},
-                           target_dir={target!r}))
-"""
 
 
 def clean() -> None:
@@ -46,14 +37,12 @@ def clean() -> None:
 
 
 def build() -> str | None:
-    """Compile; None when it worked, else what went wrong."""
-    paths = [str(source_of(m).relative_to(ROOT)) for m in COMPILED]
+    """Compile in place, with the build ``setup.py`` makes the container image's wheel with;
+    None when it worked, else what went wrong."""
     BUILD.mkdir(parents=True, exist_ok=True)
-    setup = BUILD / "setup.py"
-    setup.write_text(SETUP.format(paths=paths, group=GROUP, target=str(BUILD / "c")))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "RIDGE_COMPILE": "1"}
     run = subprocess.run(
-        [sys.executable, str(setup), "-q", "build_ext", "--inplace",
+        [sys.executable, str(ROOT / "setup.py"), "-q", "build_ext", "--inplace",
          "--build-temp", str(BUILD / "temp"), "--build-lib", str(BUILD / "lib")],
         cwd=ROOT, env=env, capture_output=True, text=True)
     if run.returncode != 0:

@@ -60,7 +60,12 @@ def compiled(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str,
 
 
 def stale(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ...]:
-    """Those of ``modules`` whose compiled extension is older than their source."""
+    """Those of ``modules`` whose compiled extension is older than their source, in a source
+    checkout (``pyproject.toml`` beside the packages), where sources are edited. An installed
+    wheel's modules are compiled with the sources it carries, and its files' times are those
+    the archive records, in no particular order: never stale."""
+    if not (root / "pyproject.toml").is_file():
+        return ()
     old = []
     for module in modules:
         extension = extension_of(module, root)

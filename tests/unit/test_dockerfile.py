@@ -1,8 +1,9 @@
 """deploy/docker/Dockerfile, checked without a Docker engine: BuildKit's own parser reads it
 (the ``dockerfile`` package wraps it), hadolint finds nothing to say, and its instructions do
-what the image promises — a slim multi-stage build that installs the project's own wheel, runs
-as a non-root user, checks ``/health`` and runs ``ridge serve`` by default. The build context
-(``.dockerignore``) keeps the checkout's environments and tests out."""
+what the image promises — a slim multi-stage build that installs the project's own wheel (its
+routing modules compiled in the build stage), runs as a non-root user, checks ``/health`` and
+runs ``ridge serve`` by default. The build context (``.dockerignore``) keeps the checkout's
+environments and tests out."""
 
 from __future__ import annotations
 
@@ -57,14 +58,29 @@ def test_a_slim_multi_stage_build(commands: tuple[dockerfile.Command, ...]) -> N
 def test_the_wheel_built_and_installed_is_the_projects(
         commands: tuple[dockerfile.Command, ...]) -> None:
     build, final = stages(commands)
-    copied = {c.value[0] for c in build if c.cmd == "COPY"}
+    copied = {v for c in build if c.cmd == "COPY" for v in c.value[:-1]}
     packages = set(PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"])
-    assert {p.rstrip("*") for p in packages} | {"pyproject.toml"} <= copied
-    (wheel,) = [c.value[0] for c in build if c.cmd == "RUN"]
+    assert {p.rstrip("*") for p in packages} | {"pyproject.toml", "setup.py"} <= copied
+    compiler, wheel = [c.value[0] for c in build if c.cmd == "RUN"]
+    assert "apt-get install -y --no-install-recommends gcc libc6-dev" in compiler
     assert wheel.startswith("pip wheel") and wheel.endswith(" .")
     (install,) = [c.value[0] for c in final if c.cmd == "RUN"]
     assert f"--no-index --find-links /wheels /wheels/{PYPROJECT['project']['name']}-*.whl" \
         in install
+
+
+def test_the_build_stage_compiles_the_routing_modules(
+        commands: tuple[dockerfile.Command, ...]) -> None:
+    """The pure wheel is replaced by the compiled one, built as tests/integration/test_wheel.py
+    builds it: setup.py's RIDGE_COMPILE, no build isolation, mypy and setuptools installed."""
+    build, _ = stages(commands)
+    (wheel,) = [c.value[0] for c in build if c.cmd == "RUN" and "pip wheel" in c.value[0]]
+    steps = [" ".join(step.split()) for step in wheel.split("&&")]
+    assert steps[1] == "rm /wheels/ridge-*.whl"
+    assert steps[2].startswith("pip install --no-cache-dir /wheels/*.whl mypy==")
+    assert " setuptools==" in steps[2]
+    assert steps[3] == ("RIDGE_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation "
+                        "--no-deps --wheel-dir /wheels .")
 
 
 def test_non_root_healthcheck_entrypoint(commands: tuple[dockerfile.Command, ...]) -> None:
@@ -83,4 +99,5 @@ def test_the_build_context_leaves_out_environments_and_keeps_the_sources() -> No
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", ".engines", "tests", "bench"} <= ignored
-    assert not ignored & {"gateway", "routing", "backends", "pyproject.toml", "README.md"}
+    assert not ignored & {"gateway", "routing", "backends", "pyproject.toml", "setup.py",
+                          "README.md"}

@@ -68,6 +68,7 @@ OTHER_VARIABLES = {
     "RIDGE_DASHBOARDS": "grafana/provisioning/dashboards/ridge.yml",
     "RIDGE_ENGINES_DIR": "deploy/vllm-cpu/setup.sh",
     "RIDGE_PURE_PYTHON": "tests/conftest.py",
+    "RIDGE_COMPILE": "setup.py",
 }
 """Variables the docs name that are not settings, and a file that reads each."""
 

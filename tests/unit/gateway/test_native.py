@@ -9,8 +9,11 @@ from gateway import native
 MODULES = ("routing.a", "routing.b", "routing.c")
 
 
-def _tree(root: Path) -> None:
-    """routing/a.py compiled after its source, b.py compiled before its last edit, c.py not."""
+def _tree(root: Path, checkout: bool = True) -> None:
+    """routing/a.py compiled after its source, b.py compiled before its last edit, c.py not;
+    in a source checkout (a ``pyproject.toml``) or an installed package."""
+    if checkout:
+        (root / "pyproject.toml").write_text("")
     package = root / "routing"
     package.mkdir()
     for name, source_at, extension_at in (("a", 100, 200), ("b", 300, 200), ("c", 100, None)):
@@ -34,6 +37,13 @@ def test_an_extension_older_than_its_source_is_stale(tmp_path: Path) -> None:
     _tree(tmp_path)
     assert native.stale(MODULES, tmp_path) == ("routing.b",)
     assert "routing.b" in native.stale_message(("routing.b",))
+
+
+def test_an_installed_packages_extensions_are_never_stale(tmp_path: Path) -> None:
+    """A wheel's files take the times its archive records: built together, never stale."""
+    _tree(tmp_path, checkout=False)
+    assert native.compiled(MODULES, tmp_path) == ("routing.a", "routing.b")
+    assert native.stale(MODULES, tmp_path) == ()
 
 
 def test_the_suite_imports_what_is_built() -> None:
