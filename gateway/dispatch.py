@@ -35,7 +35,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from backends.client import BackendClient, UpstreamConnectError, UpstreamResponse, UpstreamTimeout
 from backends.fleet_file import Engine, Fleet, FleetConfigError
@@ -43,7 +43,7 @@ from backends.pd_client import PD_PROTOCOLS, Handoff
 from gateway.admission import Admission, Route
 from gateway.errors import GatewayError
 from gateway.openai_request import NO_INFERENCE, Endpoint, ParsedRequest
-from routing.features import FeatureExtractor, RequestFeatures, RequestInfo
+from routing.features import FeatureConfig, RequestFeatures, RequestInfo
 from routing.load import request_tokens
 from routing.policy import LeverPolicy, PolicyConfig
 from routing.router import RoutePlan, Router
@@ -125,6 +125,16 @@ class EndpointBook(Protocol):
     def mark_succeeded(self, url: str) -> None: ...
 
 
+class FeatureSource(Protocol):
+    """What dispatch needs of the feature extractor (:class:`routing.features.FeatureExtractor`,
+    compiled with the routing modules where they are)."""
+
+    @property
+    def config(self) -> FeatureConfig: ...
+
+    def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures: ...
+
+
 @dataclass
 class Dispatched:
     """A request sent: where it went, its reservations and the response (headers in)."""
@@ -179,7 +189,7 @@ class Dispatcher:
         client: BackendClient,
         router: Router,
         state: RouterState,
-        extractor: FeatureExtractor,
+        extractor: FeatureSource,
         retries: int,
         headers: EngineHeaders = MappingProxyType({}),
         admission: Admission | None = None,

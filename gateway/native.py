@@ -30,9 +30,14 @@ from importlib.machinery import (
 from pathlib import Path
 from types import ModuleType
 
-COMPILED = ("routing.prefix_index", "routing.window", "routing.load", "routing.cache_cost",
-            "routing.policy", "routing.router", "routing.decision",
-            "routing.scheduler.framework")
+PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
+    "adapter_affinity", "cache_aware", "footprint", "healthy", "least_load", "max_score",
+    "not_saturated", "prefix_match", "random_top", "round_robin", "session_affinity"))
+"""The scheduler's plugins: every module of ``routing/scheduler/plugins``."""
+
+COMPILED = ("routing.features", "routing.prefix_index", "routing.window", "routing.load",
+            "routing.cache_cost", "routing.memory_state", "routing.policy", "routing.router",
+            "routing.decision", "routing.scheduler.framework", *PLUGINS)
 """The modules ``make native`` compiles: pure, typed (mypy strict), on every request's path."""
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,8 +37,9 @@ is always defined, and two endpoints that both hold the whole prompt are still t
 load. The ``+ 1`` keeps an idle endpoint's cost equal to its prefill work rather than 0.
 
 Parameters: ``load_scale`` (requests on an endpoint that count as one queued ahead of the new
-one, > 0; default :data:`routing.cache_cost.LOAD_SCALE`, 2). Block size and prompt length come
-from the request's features.
+one, > 0; default — also when None — :data:`routing.cache_cost.LOAD_SCALE`, 2: a literal
+default, as None is, keeps the constructor's signature readable when the module is compiled).
+Block size and prompt length come from the request's features.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def cost(ctx: SchedulingContext, ep: EndpointSnapshot) -> float:
 
 
 class CacheAware:
-    def __init__(self, load_scale: float = LOAD_SCALE) -> None:
+    def __init__(self, load_scale: float | None = None) -> None:
+        load_scale = LOAD_SCALE if load_scale is None else load_scale
         if not (math.isfinite(load_scale) and load_scale > 0.0):
             raise ValueError("load_scale must be a positive number of requests")
         self.load_scale = load_scale

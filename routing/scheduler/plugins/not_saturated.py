@@ -23,7 +23,9 @@ from routing.snapshots import EndpointSnapshot
 
 
 class NotSaturated:
-    def __init__(self, max_waiting: float = 0.0) -> None:
+    def __init__(self, max_waiting: object = 0.0) -> None:
+        # object, not float: checked here, where the module is compiled too (mypyc's own check
+        # of a float parameter takes True for 1.0)
         if isinstance(max_waiting, bool) or not isinstance(max_waiting, int | float) \
                 or not max_waiting >= 0:
             raise ValueError(f"max_waiting must be a number >= 0, got {max_waiting!r}")

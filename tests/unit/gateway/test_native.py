@@ -66,3 +66,10 @@ def test_prefer_sources_imports_the_sources_past_any_extension() -> None:
                          check=True, cwd=native.ROOT).stdout.split()
     assert out == [str(native.source_of("routing.prefix_index")),
                    str(native.source_of("routing.cache_cost"))]
+
+
+def test_every_scheduler_plugin_is_compiled() -> None:
+    plugins = native.ROOT / "routing" / "scheduler" / "plugins"
+    modules = {f"routing.scheduler.plugins.{p.stem}" for p in plugins.glob("*.py")
+               if p.stem != "__init__"}
+    assert set(native.PLUGINS) == modules and set(native.PLUGINS) <= set(native.COMPILED)

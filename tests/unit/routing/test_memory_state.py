@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+import routing.memory_state
 from routing.load import LoadCounts
 from routing.memory_state import MemoryState, StateLimits
 from routing.state import RouterState
@@ -38,6 +39,11 @@ class TestMemoryState(RouterStateContract):
             await state.aclose()
 
 
+COMPILED = not (routing.memory_state.__file__ or "").endswith(".py")
+
+
+@pytest.mark.skipif(COMPILED, reason="compiled async methods carry no signature: make test "
+                    "runs this on the sources (RIDGE_PURE_PYTHON=1)")
 @pytest.mark.parametrize("name", ["learned_output", "read", "place", "finish", "in_flight",
                                   "measures", "aclose"])
 def test_memory_state_implements_the_protocol_exactly(name: str) -> None:

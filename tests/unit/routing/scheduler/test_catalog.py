@@ -9,10 +9,12 @@ import pytest
 
 from routing.scheduler.catalog import (
     FILTERS,
+    KINDS,
     PICKERS,
     SCORERS,
     SchedulerConfigError,
     build_scheduler,
+    parameters_of,
 )
 from routing.scheduler.framework import PluginSpec, SchedulerConfig
 from tests.unit.routing.scheduler.snapshots import ctx, ep
@@ -52,6 +54,17 @@ def test_catalog_names() -> None:
     assert set(PICKERS) == {"max_score", "random_top", "round_robin"}
     with pytest.raises(TypeError):
         cast(Any, SCORERS)["x"] = SCORERS["least_load"]  # read-only table
+
+
+PARAMETERS = {"not_saturated": ("max_waiting",), "cache_aware": ("load_scale",),
+              "footprint": ("threshold", "slack", "by"), "random_top": ("seed",)}
+
+
+@pytest.mark.parametrize(("kind", "name"), [(k, n) for k, t in KINDS.items() for n in t])
+def test_every_plugins_parameters_are_read_from_its_constructor(kind: str, name: str) -> None:
+    """Compiled too (``make native``): mypyc gives a constructor a signature only when its
+    defaults are literals, and the catalog needs it."""
+    assert parameters_of(KINDS[kind][name]) == PARAMETERS.get(name, ())
 
 
 
@@ -99,6 +112,8 @@ def test_a_picker_gets_the_config_seed_unless_its_parameters_set_one() -> None:
          "max_waiting must be a number >= 0"),
         ((PluginSpec("roomy", "not_saturated", {"max_waiting": "many"}),), ("roomy",),
          "max_waiting must be a number >= 0"),
+        ((PluginSpec("roomy", "not_saturated", {"max_waiting": True}),), ("roomy",),
+         "max_waiting must be a number >= 0"),  # compiled too
         ((PluginSpec("roomy", "not_saturated"), PluginSpec("roomy", "healthy")), ("roomy",),
          "declared twice"),
         ((PluginSpec("x", "no_such_plugin"),), ("healthy",), "unknown type 'no_such_plugin'"),
