@@ -6,7 +6,7 @@ ridge's routing is pure Python and runs as such wherever it is installed. ``make
 mypyc (``deploy/compile_routing.py``) into extension modules beside their sources
 (``routing/prefix_index.cpython-311-x86_64-linux-gnu.so``); Python imports an extension module
 before a source of the same name. They are the routing work's data structures and loops, the
-prefix index above all: compiled, ``ridge_bench.routing_cost`` measures about 12 µs less per
+prefix index above all: compiled, ``ridge_bench.routing_cost`` measures about 16 µs less per
 request (``docs/benchmarks/overhead.md``). The sources stay the reference: the same tests run
 against both (``make test`` runs the routing units again with :func:`prefer_sources`).
 
