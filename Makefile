@@ -47,7 +47,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy setup.py deploy/compile_routing.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway routing backends bench/ridge_bench tests setup.py \
+	$(BIN)/ruff check gateway routing backends config bench/ridge_bench tests setup.py \
 		deploy/compile_routing.py
 
 ## Everything: type checks, lint, unit, integration and real-engine tests (the routing units

@@ -3,7 +3,8 @@ client, telemetry and routes. Everything lives on the app (``app.state.gateway``
 created in the lifespan, inside the running event loop; nothing is module-level.
 
 The app served is a :class:`RidgeApp`: the routes an engine answers (generation, and the other
-APIs of :data:`~gateway.proxy.PROXIED_PATHS`) go straight to the :class:`~gateway.proxy.Proxy`
+APIs of :data:`~gateway.request.proxy.PROXIED_PATHS`) go straight to the
+:class:`~gateway.request.proxy.Proxy`
 (the hot path: one dictionary look-up of the path, no FastAPI routing, dependency injection or
 middleware), every other request to the FastAPI application (models, version, health,
 readiness, metrics, documentation, and the OpenAI-shaped 404s — naming the method and path —
@@ -29,55 +30,55 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backends.aiohttp_client import AiohttpClient
-from backends.client import BackendClient, Timeouts
-from backends.fleet_file import Fleet
-from backends.http1_client import Http1Client
-from backends.httpx_client import HttpxClient
-from backends.kv_capacity import engine_cache_tokens
-from backends.probe import HeadersFor, HttpProbe, MetricsSource
-from backends.prompt_tokenizers import fleet_tokenizers
-from backends.registry import BreakerConfig, EndpointRegistry, Poller
-from backends.resolver import DnsResolver
-from gateway.access import Access, Estimate
-from gateway.admission import REASONS, Admission, AdmissionConfig
-from gateway.dispatch import (
+from backends.engines.kv_capacity import engine_cache_tokens
+from backends.engines.probe import HeadersFor, HttpProbe, MetricsSource
+from backends.engines.tokenizers import fleet_tokenizers
+from backends.registry.endpoints import BreakerConfig, EndpointRegistry, Poller
+from backends.registry.resolver import DnsResolver
+from backends.upstream.aiohttp_transport import AiohttpClient
+from backends.upstream.client import BackendClient, Timeouts
+from backends.upstream.http1 import Http1Client
+from backends.upstream.httpx_transport import HttpxClient
+from config.fleet_file import Fleet
+from gateway.access.admission import REASONS, Admission, AdmissionConfig
+from gateway.access.control import Access, Estimate
+from gateway.access.keys import KeyRing, KeysFile, KeySource, RedisKeys
+from gateway.access.limits import LocalLimiter, RateLimiter, RedisLimiter
+from gateway.fleet.kv_events import KvEventGauges, with_engine_events
+from gateway.fleet.reload import Reloader
+from gateway.fleet.reload import router as reload_router
+from gateway.fleet.views import FleetBook
+from gateway.request.dispatch import (
     Dispatcher,
     EngineHeaders,
     ProbeAuth,
     engine_headers,
     engine_model_names,
 )
-from gateway.engine_events import KvEventGauges, with_engine_events
-from gateway.errors import GatewayError, error_body, install_error_handlers
-from gateway.fleet_gauges import CircuitGauges
-from gateway.fleet_views import FleetBook
-from gateway.keys import KeyRing, KeysFile, KeySource, RedisKeys
-from gateway.proxy import PROXIED_PATHS, BodyLimits, Proxy, send_error
-from gateway.rate_limits import LocalLimiter, RateLimiter, RedisLimiter
-from gateway.redis_state import RedisState, RedisUnavailable
-from gateway.reload import Reloader
-from gateway.reload import router as reload_router
-from gateway.routes import ridge_version, router
+from gateway.request.proxy import PROXIED_PATHS, BodyLimits, Proxy, send_error
+from gateway.server.errors import GatewayError, error_body, install_error_handlers
+from gateway.server.routes import ridge_version, router
+from gateway.server.shutdown import Lifecycle
 from gateway.services import Gateway
 from gateway.settings import AdmissionSettings, Settings, StateSettings, UpstreamSettings
-from gateway.shutdown import Lifecycle
-from gateway.slos import slo_policy
-from gateway.state_gauges import StateGauges
-from gateway.telemetry import Telemetry
-from gateway.trace import build_recorder
-from gateway.worker_metrics import serve_own_page
-from gateway.worker_state import WorkerContext, WorkerState
-from routing.admission import CapacityConfig
-from routing.event_state import unwrapped
+from gateway.state.redis import RedisState, RedisUnavailable
+from gateway.state.shared_memory import WorkerContext, WorkerState
+from gateway.telemetry.fleet_gauges import CircuitGauges
+from gateway.telemetry.prometheus import Telemetry
+from gateway.telemetry.slos import slo_policy
+from gateway.telemetry.state_gauges import StateGauges
+from gateway.telemetry.trace import build_recorder
+from gateway.workers.merged_metrics import serve_own_page
+from routing.admission.capacity import CapacityConfig
 from routing.features import FeatureConfig, FeatureExtractor
-from routing.memory_state import MemoryState, StateLimits, StateSizes
+from routing.kv_events.state import unwrapped
 from routing.policy import LeverPolicy
 from routing.prefix_index import BYTES_PER_ENTRY, entries_to_remember_sent
 from routing.router import Router
 from routing.scheduler.catalog import build_scheduler
 from routing.snapshots import PoolSnapshot
-from routing.state import RouterState
+from routing.state.memory import MemoryState, StateLimits, StateSizes
+from routing.state.protocol import RouterState
 
 log = logging.getLogger("ridge")
 
@@ -88,7 +89,7 @@ ProbeFactory = Callable[[aiohttp.ClientSession, float, HeadersFor], MetricsSourc
 
 def http_probe(session: aiohttp.ClientSession, timeout_s: float,
                headers: HeadersFor) -> MetricsSource:
-    """The registry's probe over HTTP (:class:`backends.probe.HttpProbe`)."""
+    """The registry's probe over HTTP (:class:`backends.engines.probe.HttpProbe`)."""
     return HttpProbe(session, timeout_s, headers=headers)
 
 TRANSPORTS: Mapping[str, Callable[[Timeouts, int], BackendClient]] = MappingProxyType({
@@ -119,8 +120,8 @@ def create_app(
 ) -> RidgeApp:
     """A ridge app for ``fleet``. The factories are seams for tests; ``worker``: this
     process's place among ``ridge serve --workers N``; ``lifecycle``: set draining by the
-    server when it is told to stop (:mod:`gateway.shutdown`). Raises
-    :class:`~backends.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded
+    server when it is told to stop (:mod:`gateway.server.shutdown`). Raises
+    :class:`~config.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded
     or a pool's engine API key is not in the environment."""
     parts = _Parts(build_extractor(fleet), metrics_registry or CollectorRegistry(),
                    client_factory, probe_factory, worker, lifecycle or Lifecycle(),
@@ -150,8 +151,9 @@ PROBE_PATHS = frozenset({"/health", "/ready"})
 
 class RidgeApp:
     """The ASGI application ridge serves: ``POST`` to a path of
-    :data:`~gateway.proxy.PROXIED_PATHS` goes to the running gateway's
-    :class:`~gateway.proxy.Proxy` (another method there: a 405), anything else to the FastAPI
+    :data:`~gateway.request.proxy.PROXIED_PATHS` goes to the running gateway's
+    :class:`~gateway.request.proxy.Proxy` (another method there: a 405), anything else to the
+    FastAPI
     application ``api``, whose lifespan builds the gateway. ``admin_port``: the
     port of the admin listener (:data:`ADMIN_PATHS` there and nowhere else), or None;
     ``cors_origins``: the origins browsers may call from (:func:`cors`; none: CORS off)."""
@@ -396,7 +398,8 @@ def prefix_index_entries(state: StateSettings, fleet: Fleet) -> int:
     """The prefix index's cap: ``state.max_prefix_entries`` when set, else enough entries for
     every block the fleet's engines can hold, their running requests' included
     (:func:`routing.prefix_index.entries_to_remember_sent`
-    over every endpoint's :func:`backends.kv_capacity.engine_cache_tokens`, in the fleet's router
+    over every endpoint's :func:`backends.engines.kv_capacity.engine_cache_tokens`, in the fleet's
+    router
     blocks: device KV and host tier), at least :data:`FALLBACK_PREFIX_ENTRIES` when an
     endpoint's capacity is unknown,
     and at most ``state.prefix_index_max_bytes`` of memory."""
@@ -430,7 +433,7 @@ async def build_state(settings: Settings, telemetry: Telemetry, limits: StateLim
     """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside), Redis checked
     once (:meth:`RedisState.start`); else, in a worker of ``ridge serve --workers``, the
     workers' shared :class:`WorkerState`; else memory. Raises
-    :class:`~gateway.redis_state.RedisUnavailable` when Redis fails that check and
+    :class:`~gateway.state.redis.RedisUnavailable` when Redis fails that check and
     ``state.redis_required`` is set."""
     if settings.redis_url is None:
         if worker is not None:

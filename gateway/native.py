@@ -6,7 +6,8 @@ ridge's routing is pure Python and runs as such wherever it is installed. ``make
 mypyc (``deploy/compile_routing.py``) into extension modules beside their sources
 (``routing/prefix_index.cpython-311-x86_64-linux-gnu.so``); Python imports an extension module
 before a source of the same name. They are the routing work's data structures and loops, the
-prefix index above all: compiled, ``ridge_bench.routing_cost`` measures about 16 µs less per
+prefix index above all: compiled, ``ridge_bench.overhead.routing_cost`` measures about 16 µs less
+per
 request (``docs/benchmarks/overhead.md``). The sources stay the reference: the same tests run
 against both (``make test`` runs the routing units again with :func:`prefer_sources`).
 
@@ -36,7 +37,7 @@ PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
 """The scheduler's plugins: every module of ``routing/scheduler/plugins``."""
 
 COMPILED = ("routing.features", "routing.prefix_index", "routing.window", "routing.load",
-            "routing.cache_cost", "routing.memory_state", "routing.policy", "routing.router",
+            "routing.cache_cost", "routing.state.memory", "routing.policy", "routing.router",
             "routing.decision", "routing.scheduler.framework", *PLUGINS)
 """The modules ``make native`` compiles: pure, typed (mypy strict), on every request's path."""
 

@@ -8,16 +8,16 @@ from typing import Annotated
 from fastapi import Depends, Request
 from prometheus_client import generate_latest
 
-from backends.fleet_file import Fleet
-from backends.registry import EndpointRegistry
-from gateway.access import Access
-from gateway.proxy import Proxy
+from backends.registry.endpoints import EndpointRegistry
+from config.fleet_file import Fleet
+from gateway.access.control import Access
+from gateway.request.proxy import Proxy
+from gateway.server.shutdown import Lifecycle
 from gateway.settings import Settings
-from gateway.shutdown import Lifecycle
-from gateway.telemetry import Telemetry
-from gateway.worker_metrics import merged_page
-from gateway.worker_state import WorkerContext
-from routing.state import RouterState
+from gateway.state.shared_memory import WorkerContext
+from gateway.telemetry.prometheus import Telemetry
+from gateway.workers.merged_metrics import merged_page
+from routing.state.protocol import RouterState
 
 
 @dataclass

@@ -16,7 +16,7 @@ class UpstreamSettings(BaseModel):
 
     transport: Literal["http1", "aiohttp", "httpx"] = Field(
         default="http1", description="upstream HTTP transport: ridge's own HTTP/1.1 client "
-        "(backends/http1_client.py, measured the cheapest), or aiohttp's or httpx's"
+        "(backends/upstream/http1.py, measured the cheapest), or aiohttp's or httpx's"
     )
     connect_timeout_s: float = Field(default=3.0, gt=0)
     first_byte_timeout_s: float = Field(
@@ -39,7 +39,7 @@ class UpstreamSettings(BaseModel):
 
 
 class HttpSettings(BaseModel):
-    """What one client connection may send (:class:`gateway.http_protocol.HttpLimits`, same
+    """What one client connection may send (:class:`gateway.server.protocol.HttpLimits`, same
     names). Sizes in bytes, times in seconds."""
 
     max_header_bytes: int = Field(default=64 * 1024, gt=0,
@@ -56,7 +56,7 @@ class HttpSettings(BaseModel):
 
 class RegistrySettings(BaseModel):
     """The endpoint poller and the endpoints' circuit breakers
-    (:class:`backends.registry.BreakerConfig`). Times in seconds."""
+    (:class:`backends.registry.endpoints.BreakerConfig`). Times in seconds."""
 
     poll_interval_s: float = Field(default=1.0, gt=0)
     probe_timeout_s: float = Field(default=2.0, gt=0)
@@ -83,7 +83,7 @@ class RegistrySettings(BaseModel):
 
 
 class StateSettings(BaseModel):
-    """The router state's bounds (:class:`routing.memory_state.StateLimits`, same names) and
+    """The router state's bounds (:class:`routing.state.memory.StateLimits`, same names) and
     the shared (Redis) state's connection. Sizes are entries; times in seconds."""
 
     max_prefix_entries: int | None = Field(
@@ -120,7 +120,7 @@ class StateSettings(BaseModel):
 
 
 class AdmissionSettings(BaseModel):
-    """Admission control (:mod:`gateway.admission`): a request no endpoint has room for waits
+    """Admission control (:mod:`gateway.access.admission`): a request no endpoint has room for waits
     at the gateway for a slot, fair across keys, for at most its TTFT SLO minus the pool's
     measured TTFT floor, or is refused at once (503, ``Retry-After``) when it would wait
     longer. Times in seconds."""
@@ -157,7 +157,7 @@ class AdmissionSettings(BaseModel):
 
 
 class TraceSettings(BaseModel):
-    """Traffic recording (:mod:`gateway.trace`): every request served, as a line of a
+    """Traffic recording (:mod:`gateway.telemetry.trace`): every request served, as a line of a
     Mooncake-format trace (arrival, prompt and output tokens, prompt block hash ids; no text).
     Off unless ``path`` is set. Sizes in bytes, times in seconds."""
 

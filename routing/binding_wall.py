@@ -15,7 +15,7 @@ Pure: the gateway measures, this module decides (no I/O, no clock, no framework)
     demand ratio      = demand ÷ capacity
 
 KV bytes per token is the seeds' 2 · layers · KV heads · head dim · dtype bytes
-(:attr:`routing.fleet_math.ModelShape.kv_bytes_per_token`; an 8-bit KV cache halves it). An
+(:attr:`routing.formulas.ModelShape.kv_bytes_per_token`; an 8-bit KV cache halves it). An
 in-flight prompt's blocks are in the working set too, so the demand is an upper estimate by at
 most the in-flight prompts.
 
@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from routing.fleet_math import ModelShape
+from routing.formulas import ModelShape
 
 KV_CAPACITY = "kv_capacity"
 COMPUTE = "compute"

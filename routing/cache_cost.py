@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from routing.features import RequestFeatures
 from routing.snapshots import EndpointSnapshot
-from routing.state import StateView
+from routing.state.protocol import StateView
 
 LOAD_SCALE = 2.0
 """[requests] Requests on an engine that count as one queued ahead of a new one in

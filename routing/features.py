@@ -35,17 +35,17 @@ Algorithm, per request:
    at token granularity, so a finer router block only sharpens the estimate there. A router
    block finer than the engine's overestimates a match by less than one engine block.
    Configurable through :class:`FeatureConfig`.
-4. **Tokens**: when the model has exact prompt ids (:class:`routing.token_counters.PromptIds`:
+4. **Tokens**: when the model has exact prompt ids (:class:`routing.tokens.counters.PromptIds`:
    its tokenizer and chat template, named in the fleet file) and they model the request, the
    prompt tokens are their count, tokenized once for both the count and the blocks, and
    ``block_tokens`` is the configured one. Else the model's
-   :class:`routing.token_counters.TokenCounter` counts the canonical text (the tokenizer
+   :class:`routing.tokens.counters.TokenCounter` counts the canonical text (the tokenizer
    without the template, else the character estimate; exact for token-id prompts), and
    ``block_tokens`` = tokens per block for this request: ``block_chars × prompt_tokens /
    prompt_chars`` once the prompt holds a full block, else the configured ``block_tokens``.
 5. **Expected output tokens**: ``max_tokens`` (or ``max_completion_tokens``) when given; else
    the learned per-model mean the caller passes in (the router state's
-   :meth:`~routing.state.RouterState.learned_output`; the extractor owns no state); else
+   :meth:`~routing.state.protocol.RouterState.learned_output`; the extractor owns no state); else
    ``default_output_tokens`` (256). Features are built once per request, learned output
    included.
 6. **Session key**: the session hint the gateway passes (e.g. an ``x-session-id`` header)
@@ -67,7 +67,7 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest as _xxh3
 
-from routing.token_counters import CHARS_PER_TOKEN, CharEstimate, PromptIds, TokenCounter
+from routing.tokens.counters import CHARS_PER_TOKEN, CharEstimate, PromptIds, TokenCounter
 from routing.values import value
 
 DEFAULT_BLOCK_TOKENS = 16  # tokens per block: vLLM's default KV block size

@@ -5,7 +5,8 @@ gauges. Units: requests, tokens.
 
 - A request reserves ``request_tokens`` [tokens] = prompt tokens + expected output tokens on
   the endpoint(s) it is sent to (prompt to prefill, output to decode). The router state counts
-  every reservation (:class:`LoadCounts` per endpoint, :mod:`routing.state`): that is the one
+  every reservation (:class:`LoadCounts` per endpoint, :mod:`routing.state.protocol`): that is the
+  one
   place in-flight requests are counted, and the gauges read it.
 - ``endpoint_load`` [requests] = max(the router state's in-flight requests on the endpoint,
   the engine's running + waiting). A request sent through the gateway is in both counts once
@@ -23,7 +24,7 @@ gauges. Units: requests, tokens.
   the endpoint of the request's candidates that gained the fewest (and than none, when every
   one lost some): another decider took it meanwhile. An endpoint that gained no more than the
   others (the whole fleet got busier evenly) is still a fair choice. The Redis state's script
-  applies the same rule (:mod:`gateway.redis_lua`).
+  applies the same rule (:mod:`gateway.state.redis_script`).
 - For the gauges, :func:`pool_summary` sums a pool's healthy endpoints: the state's requests
   and reserved tokens, the engine's running and waiting, the highest KV cache usage (a
   fraction in [0, 1]) and the load (Σ ``endpoint_load``). An unhealthy endpoint takes no new

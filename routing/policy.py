@@ -40,7 +40,7 @@ long sessions on the capacity pool, ``docs/benchmarks/capacity.md``):
   ``decode_heavy_ratio`` × prompt tokens. Pools: mixed pools with speculative decoding, least
   loaded first, each admitted only while its verify batch stays below
   ``spec_max_ridge_fraction`` × the pool's ``ridge_tokens`` (tokens per step where decoding
-  turns compute-bound, :mod:`routing.fleet_math`). Speculation verifies K + 1 tokens per
+  turns compute-bound, :mod:`routing.formulas`). Speculation verifies K + 1 tokens per
   sequence per step (K = the pool's ``draft_tokens``), so with a decode batch of B sequences —
   requests in flight per healthy endpoint (:func:`routing.load.pool_load`) — the verify
   batch is B × (K + 1) tokens: below the ridge the draft tokens ride along almost free; past it
@@ -151,7 +151,7 @@ from routing.decision import (
     fallback_reason,
 )
 from routing.features import RequestFeatures
-from routing.fleet_math import spec_batch_limit
+from routing.formulas import spec_batch_limit
 from routing.load import endpoint_load, pool_load, pool_saturated
 from routing.snapshots import (
     CHUNKED_PREFILL,
@@ -166,7 +166,7 @@ from routing.snapshots import (
     EndpointSnapshot,
     PoolSnapshot,
 )
-from routing.state import StateView
+from routing.state.protocol import StateView
 from routing.values import value
 
 POOL_LOAD_SCALE = 1.0

@@ -14,7 +14,7 @@ keys: exact up to ``dense`` blocks and for a chain held whole, else short by les
 ``stride`` blocks (64 tokens). What that buys: a quarter of the entries for a long prompt's
 blocks, so a quarter of the dict insertions (each a cache miss in a dict of 10⁵–10⁶ entries:
 63 new blocks inserted into a 300,000-entry dict took 15–20 µs one by one, 3.4 µs as these
-keys; ``ridge_bench.routing_cost`` went from 68–74 to 64 µs per request) and of the
+keys; ``ridge_bench.overhead.routing_cost`` went from 68–74 to 64 µs per request) and of the
 memory. A stride of 8 took another 1.7 µs off, but cost goodput at the knee: the router
 benchmark's mixed cell (ridge, seed 0, no KV events) met the SLOs for 1,162–1,220 of 1,264
 requests in three runs against 1,215–1,240 with 4. The coarse keys are kept in dicts of
@@ -34,7 +34,7 @@ the capacity and ``held_blocks`` count blocks, not entries.
   endpoints hold none of a given prompt), then a binary search: O(endpoints × log keys)
   look-ups, whose first probes test the length found on the previous endpoint, and on the
   first one the length the last match ended with (prompts are held up to the same boundaries:
-  often two look-ups settle it; ``ridge_bench.routing_cost`` went from 64–69 to 63–64 µs;
+  often two look-ups settle it; ``ridge_bench.overhead.routing_cost`` went from 64–69 to 63–64 µs;
   with those two probes written in line rather than in a call per endpoint, and a record's
   search for its fresh keys starting from what the match found, from 64.3 to 61.7 µs, median
   of 14 alternating runs).

@@ -26,7 +26,7 @@ tried; the next tier is tried only when a tier leaves no pick, and none left set
 aside as above. Every request for an adapter gets this, whatever the pool's configured plugins;
 a pool without adapters pays one test of an empty set.
 
-The router state runs ``choose`` inside :meth:`routing.state.RouterState.place`, which
+The router state runs ``choose`` inside :meth:`routing.state.protocol.RouterState.place`, which
 reserves the chosen endpoints atomically: this is the only routing path, whichever state is
 in use. Parameters: ``policy``; ``schedulers``, one per pool name. Stateless apart from the
 plugins' own documented state (round-robin's position, random_top's generator).
@@ -42,7 +42,7 @@ from routing.policy import LeverPolicy, PolicyInput
 from routing.scheduler.framework import PluginTiming, Scheduler, SchedulingContext
 from routing.scheduler.plugins.adapter_affinity import adapter_tiers
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
-from routing.state import StateView
+from routing.state.protocol import StateView
 from routing.values import value
 
 

@@ -3,7 +3,7 @@ mutated.
 
 Levers verified against the engines: a pool's ``levers`` are what the fleet file declares; an
 endpoint's ``missing_levers`` are the ones of them its engine was found not to run (the
-registry's lever check, :mod:`backends.lever_check`). Two views follow, computed once per
+registry's lever check, :mod:`backends.registry.lever_check`). Two views follow, computed once per
 snapshot: ``PoolSnapshot.offered``, the declared levers minus those *every* healthy endpoint
 lacks (what the lever policy counts on), and ``PoolSnapshot.lacking``, lever → the endpoints
 lacking it (the router leaves them out when it sends a request to the pool for that lever).
@@ -100,7 +100,7 @@ class PoolSnapshot:
 
     ``levers``: the pool's engine configuration, as names from :data:`LEVERS`. ``pair``: for a
     prefill pool, its decode pool. ``ridge_tokens``: tokens in flight per step at which the
-    pool's decoding turns compute-bound (:func:`routing.fleet_math.decode_ridge_tokens`).
+    pool's decoding turns compute-bound (:func:`routing.formulas.decode_ridge_tokens`).
     ``chunk_tokens``: its chunked-prefill token budget, if chunked prefill is on.
     ``draft_tokens``: K, the tokens speculative decoding drafts per verify step (0 without it).
     ``offered`` and ``lacking``: the levers as the engines run them (module docstring).

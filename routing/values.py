@@ -6,7 +6,7 @@ own ``__setattr__`` refuses), about 0.1 µs per field on CPython 3.11 against 0.
 plain slotted one (7 fields: 0.84 against 0.19 µs, ``timeit``). A request builds about fifteen
 such values on its way through the router (features, the state's view and ask, the policy's
 input and decision, the plan, the reservation, the outcome, the telemetry record): some 70
-fields, 5–7 µs of the routing work per request (``ridge_bench.routing_cost``).
+fields, 5–7 µs of the routing work per request (``ridge_bench.overhead.routing_cost``).
 
 What stays: the type checker treats a ``@value`` class exactly as ``@dataclass(frozen=True,
 slots=True)`` (``typing.dataclass_transform`` with ``frozen_default``, which mypy honours),

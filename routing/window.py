@@ -3,7 +3,7 @@
 Window choice: the last ``size`` requests (a COUNT window), not the last T seconds. A count
 window needs no clock, holds a fixed amount of memory, and never goes empty in a quiet spell
 (a time window would answer "unknown" after every lull, just when the next request needs an
-estimate). ``size`` = 1000 by default (:class:`routing.memory_state.StateLimits`).
+estimate). ``size`` = 1000 by default (:class:`routing.state.memory.StateLimits`).
 
 - :class:`CountWindow`: the last ``size`` integer observations and their running sum (exact
   integer arithmetic, so no drift). Mean = sum ÷ count. Quantiles by nearest rank: the q-th

@@ -15,8 +15,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from backends.fleet_file import FleetConfigError, load_fleet
 from backends.sim.fleet import start_fleet
+from config.fleet_file import FleetConfigError, load_fleet
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from backends.fleet_file import Engine, Role
-from backends.kv_capacity import ENGINE_MEMORY_FRACTION
+from backends.engines.kv_capacity import ENGINE_MEMORY_FRACTION
+from config.fleet_file import Engine, Role
 
 JSON = dict[str, Any]
 

@@ -2,13 +2,13 @@
 
 * Facts: a pool needs both ``model`` and ``hardware`` facts (a catalogue name or full facts)
   to be simulated; without them :func:`engine_config` raises
-  :class:`~backends.fleet_file.FleetConfigError` naming the pool and what it lacks.
+  :class:`~config.fleet_file.FleetConfigError` naming the pool and what it lacks.
 * Device: the pool's ``model`` and ``hardware`` facts, calibrated by a hardware profile of
   :data:`backends.sim.profiles.HARDWARE` (:func:`profile_for`): ``simulator.profile``, else the
   profile named by ``hardware.name`` or by another name the catalogue knows that accelerator by
-  (:func:`backends.catalog.accelerator_names`; names in any case). Never a silent fall-back: a
+  (:func:`config.builtin_facts.accelerator_names`; names in any case). Never a silent fall-back: a
   ``simulator.profile`` that is no profile, or a ``hardware.name`` that names none, raises
-  :class:`~backends.fleet_file.FleetConfigError` at start-up naming the pool, the name and the
+  :class:`~config.fleet_file.FleetConfigError` at start-up naming the pool, the name and the
   known profiles; generic GPU overheads are had only by asking, ``simulator.profile:
   generic-gpu``. The profile gives memory, device kind, attention efficiency, KV dtype and
   overheads (the pool's ``simulator.step_overhead_s`` is added to the profile's per-step
@@ -30,7 +30,7 @@
 * Speculative decoding: K = ``levers.speculative.num_draft_tokens``, c = ``simulator.draft_cost``
   (default 0 for n-gram, whose drafts are a look-up, else :data:`DRAFT_MODEL_COST`).
   n-gram: drafts looked up in each request's own text with the window ridge renders for the
-  engines (``backends.vllm_launch.NGRAM_LOOKUP``), accepted where they equal the answer
+  engines (``backends.launch.vllm.NGRAM_LOOKUP``), accepted where they equal the answer
   (:mod:`backends.sim.ngram`, :mod:`backends.sim.answers`). Other methods: the per-position
   acceptance ``simulator.acceptance_by_position``, else ``simulator.acceptance_rate`` at every
   position (:mod:`backends.sim.speculative`).
@@ -38,16 +38,16 @@
 
 from __future__ import annotations
 
-from backends.catalog import accelerator_names
-from backends.fleet_file import Engine, FleetConfigError, HardwareFacts, ModelFacts, Pool
-from backends.kv_capacity import engine_kv_bytes
+from backends.engines.kv_capacity import engine_kv_bytes
+from backends.launch.vllm import NGRAM_LOOKUP
 from backends.sim.behaviour import DIALECTS, Dialect
 from backends.sim.device import Device, Overheads
 from backends.sim.engine import EngineConfig
 from backends.sim.kvcache import host_tier_blocks
 from backends.sim.profiles import GENERIC, HARDWARE, HardwareProfile
 from backends.sim.scheduler import SchedulerConfig
-from backends.vllm_launch import NGRAM_LOOKUP
+from config.builtin_facts import accelerator_names
+from config.fleet_file import Engine, FleetConfigError, HardwareFacts, ModelFacts, Pool
 
 HOST_LARGER: frozenset[Engine] = frozenset({Engine.SGLANG})
 """Engines whose host KV tier must hold more tokens than the device pool (SGLang's

@@ -1,8 +1,8 @@
 """One simulated engine's device: the model's shape and the accelerator's peak rates, with the
 calibration the roofline cannot know by itself.
 
-The step cost is the roofline of :func:`routing.fleet_math.step_cost` (every term, with units, in
-:mod:`routing.fleet_math`):
+The step cost is the roofline of :func:`routing.formulas.step_cost` (every term, with units, in
+:mod:`routing.formulas`):
 
     step time = max(compute time, memory time) + step overhead + seq overhead · batch   [s]
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from routing.fleet_math import HardwareRates, ModelShape, SeqWork, StepCost, step_cost
+from routing.formulas import HardwareRates, ModelShape, SeqWork, StepCost, step_cost
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from backends.fleet_file import Pool
+from backends.launch.vllm import offloading_gib
 from backends.sim import tokens
 from backends.sim.answers import Answer, Style
 from backends.sim.behaviour import DIALECTS, Dialect
@@ -42,8 +42,8 @@ from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDPro
 from backends.sim.request import SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle
 from backends.sim.stats import EngineStats
-from backends.vllm_launch import offloading_gib
-from routing.prompt_tokens import PromptTokenizer
+from config.fleet_file import Pool
+from routing.tokens.exact import PromptTokenizer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 

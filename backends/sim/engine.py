@@ -36,7 +36,7 @@ from backends.sim.ngram import NgramIndex, accepted_drafts
 from backends.sim.request import Phase, SimRequest
 from backends.sim.scheduler import Scheduled, Scheduler, SchedulerConfig
 from backends.sim.stats import EngineStats
-from routing.fleet_math import SeqWork, StepCost
+from routing.formulas import SeqWork, StepCost
 
 
 @dataclass(frozen=True, slots=True)

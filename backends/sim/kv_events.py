@@ -73,12 +73,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, cast
 
-from backends.fleet_file import Engine
-from backends.kv_events_wire import WIRE_FORMATS
+from backends.kv_events.wire import WIRE_FORMATS
 from backends.sim.kvcache import BlockPool, CacheChange, Dropped, HostDropped, HostStored, Named
 from backends.sim.request import SimRequest
-from routing.kv_events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
-from routing.prompt_tokens import PromptTokenizer
+from config.fleet_file import Engine
+from routing.kv_events.events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
+from routing.tokens.exact import PromptTokenizer
 
 MEDIUM_HOST = "CPU"
 """The medium vLLM's offloading connector names its host-memory tier (``MEDIUM_CPU``)."""
@@ -116,7 +116,7 @@ SIM_FORMATS: Mapping[Engine, SimFormat] = MappingProxyType({
     Engine.SGLANG: SimFormat(page_key, MEDIUM_HOST_SGLANG, host_tokens=True, joined=True),
 })  # fmt: skip
 """Engine → its events' look; the payload codec is the engine's
-:data:`backends.kv_events_wire.WIRE_FORMATS` entry."""
+:data:`backends.kv_events.wire.WIRE_FORMATS` entry."""
 
 Described = dict[int, tuple[int | None, tuple[int, ...]]]
 """Block hash → (its parent's hash, None at the chain's start; its token ids): what a format

@@ -1,7 +1,7 @@
 """The simulator's KV-cache event transport: vLLM's ZMQ publisher, socket for socket.
 
 What goes on the wire is vLLM 0.32's ``ZmqEventPublisher`` (``vllm/distributed/kv_events.py``),
-described in :mod:`backends.kv_events_wire`: a PUB socket sends ``(topic, seq, payload)`` per
+described in :mod:`backends.kv_events.wire`: a PUB socket sends ``(topic, seq, payload)`` per
 batch, ``seq`` 8 bytes big-endian from 0, +1 a batch; an optional ROUTER socket keeps the last
 ``buffer_steps`` batches and answers a DEALER's ``(b"", start_seq)`` with ``(b"", topic, seq,
 payload)`` for each buffered batch from ``start_seq`` on, then ``(b"", b"", END_SEQ, b"")``.
@@ -37,7 +37,7 @@ from itertools import count
 
 import zmq
 
-from backends.kv_events_wire import END_SEQ, seq_bytes, seq_of
+from backends.kv_events.wire import END_SEQ, seq_bytes, seq_of
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ZmqPublisher:
         return sock
 
     def publish(self, payload: bytes) -> None:
-        """Send one batch's payload (an :class:`backends.kv_events_wire.EventCodec`'s)."""
+        """Send one batch's payload (an :class:`backends.kv_events.wire.EventCodec`'s)."""
         if self._closed:
             raise RuntimeError("the KV event publisher is closed")
         if payload:

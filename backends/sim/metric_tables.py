@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from backends.fleet_file import Engine
+from config.fleet_file import Engine
 
 Kind = Literal["counter", "gauge", "histogram", "info"]
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from backends.fleet_file import Role
 from backends.sim.clock import Clock
 from backends.sim.request import Phase, RemoteKV, SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle
+from config.fleet_file import Role
 
 PREFILL_HOLD_TIMEOUT_S = 480.0
 DECODE_BOOTSTRAP_TIMEOUT_S = 300.0

@@ -16,11 +16,11 @@ import json
 from types import MappingProxyType
 from typing import Literal
 
-from backends.fleet_file import Engine, Pool
-from backends.sglang_launch import FLAGS as SGLANG_FLAGS
+from backends.launch.sglang import FLAGS as SGLANG_FLAGS
+from backends.launch.vllm import FLAGS as VLLM_FLAGS
 from backends.sim.behaviour import JSON, Dialect
 from backends.sim.openai_api import ApiError, ModelInfo
-from backends.vllm_launch import FLAGS as VLLM_FLAGS
+from config.fleet_file import Engine, Pool
 
 Kind = Literal["chat", "completion"]
 DONE = b"data: [DONE]\n\n"

@@ -8,7 +8,7 @@ accepted once drafts 1..i−1 were (the per-position acceptance vLLM reports,
 running product α_1·…·α_i). A verify pass accepts drafts in order until the first rejection,
 so the accepted count A satisfies P(A ≥ i) = α_1·…·α_i, and a pass emits A + 1 tokens. With a
 constant α this is the fleet arithmetic's truncated geometric law
-(:func:`routing.fleet_math.accepted_pmf`; E[A + 1] = (1 − α^(K+1)) / (1 − α)). A curve shorter
+(:func:`routing.formulas.accepted_pmf`; E[A + 1] = (1 − α^(K+1)) / (1 − α)). A curve shorter
 than K repeats its last value. n-gram speculation has no curve: its drafts are checked against
 the text (:mod:`backends.sim.ngram`).
 

@@ -18,7 +18,7 @@ the engine seed and the request (deterministic for a seed and an arrival order).
 The model's own tokens (:func:`model_tokens`), the fall-back above aside: when the fleet file names
 a tokenizer for the pool's model (``routing.features.tokenizers``, as for the gateway), a chat or
 completions prompt is tokenized as the real engine does — the model's chat template and tokenizer,
-:mod:`routing.prompt_tokens` — so ``usage.prompt_tokens`` equals the real engine's. Token t is then
+:mod:`routing.tokens.exact` — so ``usage.prompt_tokens`` equals the real engine's. Token t is then
 the text of the prompt's t-th token id, so prefix caching hashes the real tokens and a generated
 ``VOCAB`` word sent back in the next turn matches it as far as the word is one token of the model.
 Requests the machinery does not model (e.g. non-text content) keep the estimate.
@@ -31,7 +31,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from routing.prompt_tokens import PromptTokenizer
+from routing.tokens.exact import PromptTokenizer
 
 CHARS_PER_TOKEN = 4
 

@@ -15,24 +15,27 @@ sending and cancels what is in flight; the partial report is still printed (exit
 ``--fleet`` names the fleet file behind the gateway, so the engines' own prefix-cache hit rate
 can be scraped from their ``/metrics`` before and after. ``--requests-out`` writes every
 request's record (its conversation and turn, times, tokens, error, and the pool and replica
-ridge chose), one JSON line each. Definitions: :mod:`ridge_bench.goodput`.
+ridge chose), one JSON line each. Definitions: :mod:`ridge_bench.harness.goodput`.
 
 ``ridge bench --trace FILE --url URL [--speedup X] [--max-requests N] [--max-seconds S]``
 replays a Mooncake-format trace instead of a named workload (the format ridge records with
-``RIDGE_TRACE__PATH``; :mod:`ridge_bench.trace_replay`): its arrival times (divided by
+``RIDGE_TRACE__PATH``; :mod:`ridge_bench.replay.trace`): its arrival times (divided by
 ``--speedup``), prompt lengths and shared prefixes (equal hash ids, equal text) and output
 lengths; the bounds default to the whole trace. ``--max-requests`` and ``--max-seconds`` are
 ``--requests`` and ``--duration`` by other names.
 
 ``ridge bench overhead ...`` runs the gateway overhead benchmark instead
-(:mod:`ridge_bench.overhead`; ``ridge bench overhead --help``), ``ridge bench scaling ...`` the
-worker-scaling benchmark (:mod:`ridge_bench.scaling`), ``ridge bench routing-cost ...`` the
-cost of the routing work alone (:mod:`ridge_bench.routing_cost`), ``ridge bench overload
+(:mod:`ridge_bench.overhead.benchmark`; ``ridge bench overhead --help``), ``ridge bench scaling
+...`` the
+worker-scaling benchmark (:mod:`ridge_bench.overhead.scaling`), ``ridge bench routing-cost ...`` the
+cost of the routing work alone (:mod:`ridge_bench.overhead.routing_cost`), ``ridge bench overload
 ...`` one pool at a multiple of its capacity, admission control off and on
-(:mod:`ridge_bench.overload`), ``ridge bench fidelity ...`` the simulator against the real vLLM
-CPU engines, side by side (:mod:`ridge_bench.fidelity`), and ``ridge bench calibrate ...`` a new
+(:mod:`ridge_bench.overload.benchmark`), ``ridge bench fidelity ...`` the simulator against the
+real vLLM
+CPU engines, side by side (:mod:`ridge_bench.fidelity.benchmark`), and ``ridge bench calibrate
+...`` a new
 measurement of the real engine and the simulator's CPU profile refitted to it
-(:mod:`ridge_bench.calibrate`).
+(:mod:`ridge_bench.fidelity.calibrate`).
 
 Entry point for the ``ridge`` command (entry-point group ``ridge.commands``, name ``bench``):
 :func:`run` (``argv`` without the ``bench`` word).
@@ -54,14 +57,14 @@ from typing import Any
 
 import aiohttp
 
-from backends.fleet_file import Fleet, FleetConfigError, load_fleet
-from ridge_bench import engines
-from ridge_bench.driver import Bounds, RunData, Target, run_workload
-from ridge_bench.goodput import Slo, in_simulated_time, write_records
-from ridge_bench.progress import Progress
-from ridge_bench.router_report import RunReport, build_report, report_dict, text
-from ridge_bench.trace_replay import TraceWorkload, trace_workload, workload_f
-from ridge_bench.workloads import NAMES, LoadStep, Workload, build, theoretical_f
+from config.fleet_file import Fleet, FleetConfigError, load_fleet
+from ridge_bench.compare.report import RunReport, build_report, report_dict, text
+from ridge_bench.harness import engines
+from ridge_bench.harness.driver import Bounds, RunData, Target, run_workload
+from ridge_bench.harness.goodput import Slo, in_simulated_time, write_records
+from ridge_bench.harness.progress import Progress
+from ridge_bench.harness.workloads import NAMES, LoadStep, Workload, build, theoretical_f
+from ridge_bench.replay.trace import TraceWorkload, trace_workload, workload_f
 
 DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
     {"agent": 16.0, "rag": 10.0, "chat": 1.5, "mixed": 21.0, "chat_ramp": 9.0})
@@ -99,7 +102,7 @@ class Options:
     is in simulated seconds (every measured time × ``speed``)."""
     requests_out: Path | None = None
     """``--requests-out``: write every request's record here, one JSON line each
-    (:func:`ridge_bench.goodput.record`), in simulated seconds like the report."""
+    (:func:`ridge_bench.harness.goodput.record`), in simulated seconds like the report."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -248,27 +251,27 @@ def run(argv: Sequence[str] | None = None) -> int:
     gateway, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["overhead"]:
-        from ridge_bench import overhead
+        from ridge_bench.overhead import benchmark as overhead
 
         return overhead.main(argv[1:])
     if argv[:1] == ["scaling"]:
-        from ridge_bench import scaling
+        from ridge_bench.overhead import scaling
 
         return scaling.main(argv[1:])
     if argv[:1] == ["overload"]:
-        from ridge_bench import overload
+        from ridge_bench.overload import benchmark as overload
 
         return overload.main(argv[1:])
     if argv[:1] == ["fidelity"]:
-        from ridge_bench import fidelity
+        from ridge_bench.fidelity import benchmark as fidelity
 
         return fidelity.main(argv[1:])
     if argv[:1] == ["calibrate"]:
-        from ridge_bench import calibrate
+        from ridge_bench.fidelity import calibrate
 
         return calibrate.main(argv[1:])
     if argv[:1] == ["routing-cost"]:
-        from ridge_bench import routing_cost
+        from ridge_bench.overhead import routing_cost
 
         routing_cost.main(argv[1:])
         return 0

@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from backends.launch_args import Arg, EnvRef
+from backends.launch.args import Arg, EnvRef
 from gateway.render.assets import Assets
 from gateway.render.monitoring import compose_config
 from gateway.render.plan import (

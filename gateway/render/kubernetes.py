@@ -30,9 +30,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from backends.fleet_file import parse_fleet
-from backends.launch_args import Arg, EnvRef
-from backends.resolver import DNS
+from backends.launch.args import Arg, EnvRef
+from backends.registry.resolver import DNS
+from config.fleet_file import parse_fleet
 from gateway.render.assets import Assets
 from gateway.render.monitoring import METRICS_PORT_NAME, POOL_ANNOTATION, kubernetes_config
 from gateway.render.plan import (

@@ -2,8 +2,8 @@
 
 :func:`make_plan` turns a fleet into an :class:`EnginePlan` per pool — a DNS-safe name, as many
 replicas as the pool lists endpoints, the image of its engine, its command line (from the
-pool's levers, :mod:`backends.engine_launch`), its ports, the GPUs one engine takes and its
-health and metrics paths (:mod:`backends.dialects`) — plus the ridge gateway's own settings
+pool's levers, :mod:`backends.launch.recipes`), its ports, the GPUs one engine takes and its
+health and metrics paths (:mod:`backends.engines.dialects`) — plus the ridge gateway's own settings
 (:class:`RenderOptions`). :func:`rendered_fleet` writes the fleet file the deployed gateway
 reads: the same pools and settings, the endpoints rewritten to the deployment's own names.
 
@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from backends.dialects import dialect_for
-from backends.engine_launch import checkpoint, launcher
-from backends.fleet_file import Fleet, Pool, Role, parse_fleet
-from backends.launch_args import Arg, env_refs
+from backends.engines.dialects import dialect_for
+from backends.launch.args import Arg, env_refs
+from backends.launch.recipes import checkpoint, launcher
+from config.fleet_file import Fleet, Pool, Role, parse_fleet
 
 RIDGE_PORT = 8080
 RIDGE_ADMIN_PORT = 9091
@@ -55,8 +55,8 @@ DEFAULT_IMAGES: Mapping[str, str] = MappingProxyType({
     "grafana": "grafana/grafana:12.0.0",
 })  # fmt: skip
 """Image of every service but ridge (whose tag is its version, :func:`ridge_image`); the
-engines' are the versions whose arguments :mod:`backends.vllm_launch` and
-:mod:`backends.sglang_launch` were checked against."""
+engines' are the versions whose arguments :mod:`backends.launch.vllm` and
+:mod:`backends.launch.sglang` were checked against."""
 
 _DNS_LABEL_MAX = 63
 

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from routing.features import RequestFeatures
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
-from routing.state import StateView
+from routing.state.protocol import StateView
 from routing.values import value
 
 FILTER = "filter"

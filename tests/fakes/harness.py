@@ -13,9 +13,9 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from backends.fleet_file import Fleet, parse_fleet
+from config.fleet_file import Fleet, parse_fleet
 from gateway.app import create_app
-from gateway.cli import listening_socket, uvicorn_config
+from gateway.cli.main import listening_socket, uvicorn_config
 from gateway.services import Gateway
 from gateway.settings import Settings
 

@@ -2,7 +2,8 @@
 every decision: the behaviour pin of the router.
 
 No HTTP and no wall clock: a discrete-event loop on a fake clock. Each arrival of a workload
-(:mod:`ridge_bench.workloads`, seed 0, default rate) is parsed, routed and reserved by the gateway's
+(:mod:`ridge_bench.harness.workloads`, seed 0, default rate) is parsed, routed and reserved by the
+gateway's
 own routing path; a fake upstream answers at once. The request then holds its endpoint(s) for
 a deterministic service time, 0.05 s + 0.1 ms per uncached prompt token + 20 ms per output
 token × (1 + 0.05 × requests on the endpoint when it started), and finishes with
@@ -12,7 +13,7 @@ token × (1 + 0.05 × requests on the endpoint when it started), and finishes wi
 The trace of a cell (fleet × workload) is one line per request: pool, decode pool, endpoint,
 prefill endpoint, lever, reason and detail. :func:`trace` returns it; the test compares its
 digest with the one recorded in ``tests/data/decision_trace.json``. ``admission``: route
-through admission control (:mod:`gateway.admission`, default settings, the fleet's SLOs) too.
+through admission control (:mod:`gateway.access.admission`, default settings, the fleet's SLOs) too.
 """
 
 from __future__ import annotations
@@ -30,19 +31,19 @@ from typing import Any
 
 import yaml
 
-from backends.fleet_file import Fleet, parse_fleet
-from backends.registry import EndpointRegistry, PollResult
-from gateway.admission import Admission, AdmissionConfig
+from backends.registry.endpoints import EndpointRegistry, PollResult
+from config.fleet_file import Fleet, parse_fleet
+from gateway.access.admission import Admission, AdmissionConfig
 from gateway.app import build_router
-from gateway.dispatch import Attempts, Dispatched, Dispatcher
-from gateway.openai_request import Endpoint, ParsedRequest, parse_request
-from gateway.slos import slo_policy
-from ridge_bench.turns import Dispatcher as Turns
-from ridge_bench.turns import Pending
-from ridge_bench.workloads import build, placeholder_reply
+from gateway.request.body import Endpoint, ParsedRequest, parse_request
+from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
+from gateway.telemetry.slos import slo_policy
+from ridge_bench.harness.turns import Dispatcher as Turns
+from ridge_bench.harness.turns import Pending
+from ridge_bench.harness.workloads import build, placeholder_reply
 from routing.features import FeatureExtractor
-from routing.memory_state import MemoryState
 from routing.snapshots import EngineMetrics
+from routing.state.memory import MemoryState
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "decision_trace.json"

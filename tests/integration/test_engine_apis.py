@@ -16,11 +16,11 @@ import openai
 import pytest
 import pytest_asyncio
 
-from backends.fleet_file import parse_fleet
 from backends.sim import start_fleet
 from backends.sim.pooling import EMBEDDING_DIMS
-from gateway.keys import KeyLimits, KeysFile, make_record, new_key
-from gateway.routes import ridge_version
+from config.fleet_file import parse_fleet
+from gateway.access.keys import KeyLimits, KeysFile, make_record, new_key
+from gateway.server.routes import ridge_version
 from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge
 
 CHAT, EMBED, SG = "chat-m", "embed-m", "sg-m"

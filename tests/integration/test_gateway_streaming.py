@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.http_protocol import BodyWriter
+from gateway.server.protocol import BodyWriter
 from tests.fakes.engine import FakeEngine
 from tests.fakes.harness import RunningRidge, fleet_of, quick_settings, running_ridge
 

@@ -14,8 +14,8 @@ from typing import Any
 import openai
 import pytest
 
-from backends.fleet_file import Fleet, parse_fleet
 from backends.sim import start_fleet
+from config.fleet_file import Fleet, parse_fleet
 from tests.fakes.harness import RunningRidge, free_ports, running_ridge
 
 MODEL = "llama-3-8b"

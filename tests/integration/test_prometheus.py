@@ -29,8 +29,8 @@ import aiohttp
 import pytest
 import yaml
 
-from backends.fleet_file import Fleet, parse_fleet
 from backends.sim import RunningFleet, start_fleet
+from config.fleet_file import Fleet, parse_fleet
 from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge
 
 REPO = Path(__file__).resolve().parents[2]

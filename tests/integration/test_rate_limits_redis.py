@@ -1,5 +1,5 @@
 """The rate limits' Lua script against a real redis-server: the same decisions as the Python
-arithmetic (:func:`gateway.rate_limits.take`), leases that expire, the local fallback."""
+arithmetic (:func:`gateway.access.limits.take`), leases that expire, the local fallback."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.errors import GatewayError
-from gateway.keys import KeyLimits, KeyRecord, make_record, new_key
-from gateway.rate_limits import Grant, LocalLimiter, RateLimiter, RedisLimiter
+from gateway.access.keys import KeyLimits, KeyRecord, make_record, new_key
+from gateway.access.limits import Grant, LocalLimiter, RateLimiter, RedisLimiter
+from gateway.server.errors import GatewayError
 from tests.integration.redis_server import RedisServer, running_redis
 
 

@@ -15,11 +15,11 @@ import time
 
 from redis.asyncio import Redis
 
-from gateway.redis_lua import SCRIPT
-from gateway.redis_state import RedisState
+from gateway.state.redis import RedisState
+from gateway.state.redis_script import SCRIPT
 from routing.features import block_hashes
-from routing.memory_state import StateLimits
-from routing.state import Outcome, Reservation
+from routing.state.memory import StateLimits
+from routing.state.protocol import Outcome, Reservation
 from tests.integration.redis_server import running_redis
 
 PROMPTS = 1_000_000

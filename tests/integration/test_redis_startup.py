@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.redis_state import RedisCheck, check_url
+from gateway.state.redis import RedisCheck, check_url
 from tests.integration.redis_server import RedisServer, running_redis
 from tests.real_engine.servers import (
     ROOT,

@@ -1,7 +1,7 @@
 """The router-state contract against a REAL redis-server, and Redis failing as routine.
 
 The very tests of :class:`tests.unit.routing.state_contract.RouterStateContract` run against
-:class:`gateway.redis_state.RedisState` (each state under its own key prefix, the database
+:class:`gateway.state.redis.RedisState` (each state under its own key prefix, the database
 flushed after each test); the fake clock is passed into the Lua script as the time. Then what
 only a shared state has: two states (two gateways) over one Redis see one memory and do not
 herd (the conditional reservation refuses an endpoint another gateway took after the read,
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.redis_state import ATTEMPTS, RedisState
+from gateway.state.redis import ATTEMPTS, RedisState
 from routing.load import LoadCounts
-from routing.memory_state import StateLimits
-from routing.state import RouterState, StateView
+from routing.state.memory import StateLimits
+from routing.state.protocol import RouterState, StateView
 from tests.integration.redis_server import RedisServer, running_redis
 from tests.unit.routing.state_contract import (
     SHARED,

@@ -14,8 +14,8 @@ import aiohttp
 import openai
 import pytest
 
-from backends.fleet_file import Fleet, parse_fleet
 from backends.sim import start_fleet
+from config.fleet_file import Fleet, parse_fleet
 from tests.fakes.harness import RunningRidge, free_ports, running_ridge
 
 MODEL = "llama-3-8b"
@@ -142,8 +142,8 @@ async def test_sglang_bootstrap_protocol_through_ridge() -> None:
 
 async def _prefix_hits(ridge: RunningRidge, pool: str) -> float:
     """The pool's engines' prefix-cache hits so far, read through their /metrics pages."""
-    from backends.dialects import dialect_for
-    from backends.metrics import normalise
+    from backends.engines.dialects import dialect_for
+    from backends.engines.scrape import normalise
 
     config = ridge.gateway.fleet.pool(pool)
     total = 0.0

@@ -12,11 +12,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from backends.fleet_file import Fleet, parse_fleet
 from backends.sim import start_fleet
+from config.fleet_file import Fleet, parse_fleet
 from ridge_bench.command import Options, execute
-from ridge_bench.goodput import Slo
-from ridge_bench.trace_replay import trace_workload
+from ridge_bench.harness.goodput import Slo
+from ridge_bench.replay.trace import trace_workload
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, free_ports, quick_settings, running_ridge
 
 BLOCK = 64  # tokens per hash id: four router blocks of 16

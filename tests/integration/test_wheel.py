@@ -78,7 +78,7 @@ def test_the_wheel_ships_the_product_and_its_demo_fleets_not_the_benchmarks(
         wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.split("/")[0] in ("ridge_bench", "bench")]
-    assert {"gateway/cli.py", "routing/__init__.py", "backends/__init__.py"} <= set(names)
+    assert {"gateway/cli/main.py", "routing/__init__.py", "backends/__init__.py"} <= set(names)
     assert {"gateway/demo/demo-fleet.yaml", "gateway/demo/demo-real-fleet.yaml"} <= set(names)
 
 

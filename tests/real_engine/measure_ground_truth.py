@@ -22,7 +22,7 @@ The figures go into ``backends/sim/profiles/ground_truth_cpu.json``: an existing
 its keys and notes, only its figures change, plus ``measured_on`` and ``source``.
 ``ridge bench calibrate`` runs this measurement and then refits the simulator's ``cpu-smollm2``
 profile to the new figures (``backends/sim/profiles/fit.py``). ``ridge bench fidelity`` checks
-the simulator with other requests (``bench/ridge_bench/fidelity_prompts.py``).
+the simulator with other requests (``bench/ridge_bench/fidelity/prompts.py``).
 """
 
 from __future__ import annotations

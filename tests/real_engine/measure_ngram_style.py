@@ -96,7 +96,7 @@ def _measure(levers: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _pieces(content: str) -> list[str]:
     """The prompt as the model's token texts (its tokenizer and chat template)."""
-    from routing.prompt_tokens import load_prompt_tokenizer
+    from routing.tokens.exact import load_prompt_tokenizer
 
     tokenizer = load_prompt_tokenizer(str(engine_paths().model_dir))
     ids = tokenizer.prompt_ids({"messages": [{"role": "user", "content": content}]}, "chat")

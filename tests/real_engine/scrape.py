@@ -1,6 +1,6 @@
 """Read an engine's own ``/metrics`` page, independently of ridge's parser.
 
-Uses ``prometheus_client.parser`` (not ``backends.metrics``), so tests that compare ridge's
+Uses ``prometheus_client.parser`` (not ``backends.engines.scrape``), so tests that compare ridge's
 reading with this one compare two implementations. :func:`totals` sums every label set of a
 sample name; :func:`wait_for` and :func:`poll` repeat a reading until it holds or a deadline
 passes.

@@ -6,9 +6,9 @@ tail goes into any start-up failure message.
 
 - :func:`engine_paths` finds the environment built by ``deploy/vllm-cpu/setup.sh`` (or raises
   :class:`MissingEngines` saying to run it);
-- :func:`real_fleet` builds a fleet (``backends.fleet_file``) of one-endpoint vLLM pools on free
+- :func:`real_fleet` builds a fleet (``config.fleet_file``) of one-endpoint vLLM pools on free
   ports, :func:`start_vllm_pools` launches one engine per pool, all at once, with the flags
-  ``backends.vllm_launch`` renders from the pool's levers, and waits for every ``/health``;
+  ``backends.launch.vllm`` renders from the pool's levers, and waits for every ``/health``;
 - :func:`start_ridge` runs ``ridge serve --config FLEET.yaml`` and waits for ``/ready``;
 - :meth:`Server.stop` sends SIGTERM to the group, then SIGKILL after a grace period;
   :meth:`Server.kill` sends SIGKILL at once (an engine crash).
@@ -33,9 +33,9 @@ from typing import Any
 import httpx
 import yaml
 
-from backends.fleet_file import Fleet, Pool, parse_fleet
+from backends.launch.vllm import vllm_command, vllm_env
 from backends.sim.profiles import HARDWARE
-from backends.vllm_launch import vllm_command, vllm_env
+from config.fleet_file import Fleet, Pool, parse_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = "deploy/vllm-cpu/setup.sh"

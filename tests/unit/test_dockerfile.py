@@ -99,5 +99,5 @@ def test_the_build_context_leaves_out_environments_and_keeps_the_sources() -> No
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", ".engines", "tests", "bench"} <= ignored
-    assert not ignored & {"gateway", "routing", "backends", "pyproject.toml", "setup.py",
+    assert not ignored & {"gateway", "routing", "backends", "config", "pyproject.toml", "setup.py",
                           "README.md"}

@@ -42,10 +42,10 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from backends.dialects import EngineDialect
-from backends.engine_facts import Facts
-from backends.fleet_file import parse_fleet
-from backends.probe import MetricsSource, ProbeError
+from backends.engines.dialects import EngineDialect
+from backends.engines.facts import Facts
+from backends.engines.probe import MetricsSource, ProbeError
+from config.fleet_file import parse_fleet
 from gateway.app import create_app
 from gateway.settings import Settings
 from routing.decision import FALLBACK_SATURATED, FALLBACK_UNHEALTHY, FALLBACKS, REASONS

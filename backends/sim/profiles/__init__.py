@@ -1,12 +1,13 @@
 """Named model and hardware profiles the simulator (and its docs and tests) can refer to.
 
-A *model profile* is a :class:`~backends.fleet_file.ModelFacts` for a well-known model. A *hardware
-profile* is a :class:`~backends.fleet_file.HardwareFacts` (peak dense FLOP/s, memory bandwidth B/s)
+A *model profile* is a :class:`~config.fleet_file.ModelFacts` for a well-known model. A *hardware
+profile* is a :class:`~config.fleet_file.HardwareFacts` (peak dense FLOP/s, memory bandwidth B/s)
 plus what the roofline cannot know by itself: device memory [B] (for the KV-cache budget), the
 device kind ("gpu" or "cpu", which picks the engine's default KV block size), the attention
 efficiency and the fixed overheads (see :mod:`backends.sim.device`).
 
-Every accelerator of the catalogue (:data:`backends.catalog.ACCELERATORS`) has a GPU profile here,
+Every accelerator of the catalogue (:data:`config.builtin_facts.ACCELERATORS`) has a GPU profile
+here,
 keyed by its short alias (``l4``, ``h100-sxm``, ``mi300x``, ...): its datasheet's dense 16-bit
 tensor peak, memory bandwidth and memory size (80 GiB for the A100 and H100 80 GB parts) and the
 same GPU overheads, modest round figures (1.5 ms per step, 20 µs per sequence, 4 ms per request),
@@ -62,10 +63,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from backends.catalog import ACCELERATORS
-from backends.fleet_file import HardwareFacts, ModelFacts
 from backends.sim.device import Overheads
 from backends.sim.profiles.calibration import load_calibration
+from config.builtin_facts import ACCELERATORS
+from config.fleet_file import HardwareFacts, ModelFacts
 
 GIB = float(1 << 30)
 GENERIC = "generic-gpu"

@@ -8,7 +8,7 @@ Held fixed: the model's shape, the bandwidth BW [B/s] (measured from the engine'
 kernels: the decode figures cannot tell it from step_s) and the attention efficiency eff (1:
 attention at the GEMMs' effective peak; a free eff fits above 1, which is not physical).
 
-The simulator's step (:func:`routing.fleet_math.step_cost`) is roof(work) + step_s + seq_s · n,
+The simulator's step (:func:`routing.formulas.step_cost`) is roof(work) + step_s + seq_s · n,
 roof = max(FLOPs / peak, bytes / BW), n the sequences in the step. Then:
 
 * decode, one new token per sequence over the mean context P + max_tokens / 2: a step takes
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.sim.profiles.calibration import Calibration
-from routing.fleet_math import HardwareRates, ModelShape, SeqWork, StepCost, step_cost
+from routing.formulas import HardwareRates, ModelShape, SeqWork, StepCost, step_cost
 
 ROUNDS = 4
 SEARCH_STEPS = 80

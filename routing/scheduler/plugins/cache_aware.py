@@ -12,7 +12,7 @@ candidate endpoint e,
 matched_e is the number of leading prompt blocks the prefix index says e holds; reload_e
 [tokens] prices the part of that match an engine reports holding only in its host KV tier (its
 KV events): reloading a block costs a fraction of recomputing it
-(``routing.fleet_math.host_reload_ratio``), so such a block is cheaper than none and dearer
+(``routing.formulas.host_reload_ratio``), so such a block is cheaper than none and dearer
 than one on the device; 0 without events. The cost is the prefill work the request adds on e
 scaled by the requests it shares e with: a long cached prefix wins unless its endpoint is much
 busier, and with no cache anywhere it reduces to least load. The product needs no weight

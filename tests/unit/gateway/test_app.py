@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from backends.fleet_file import FleetConfigError, load_fleet, parse_fleet
+from config.fleet_file import FleetConfigError, load_fleet, parse_fleet
 from gateway.app import build_extractor, build_router, create_app
-from gateway.openai_request import Endpoint
-from gateway.proxy import PROXIED_PATHS
-from gateway.routes import ridge_version
+from gateway.request.body import Endpoint
+from gateway.request.proxy import PROXIED_PATHS
+from gateway.server.routes import ridge_version
 from gateway.settings import Settings
 from routing.features import RequestInfo
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, fleet_of
@@ -139,7 +139,7 @@ def test_the_version_is_ridges_own(http: TestClient) -> None:
 
 
 def test_the_prefix_index_remembers_what_the_fleets_engines_can_hold() -> None:
-    from backends.kv_capacity import engine_kv_tokens
+    from backends.engines.kv_capacity import engine_kv_tokens
     from gateway.app import FALLBACK_PREFIX_ENTRIES, prefix_index_entries
     from gateway.settings import StateSettings
     from routing.prefix_index import BYTES_PER_ENTRY

@@ -1,4 +1,4 @@
-"""The contract every :class:`routing.state.RouterState` implementation passes.
+"""The contract every :class:`routing.state.protocol.RouterState` implementation passes.
 
 Use: subclass :class:`RouterStateContract` in a test module and give it a ``make_state``
 fixture: an async factory ``(StateLimits) -> RouterState`` whose states read time from the
@@ -17,11 +17,11 @@ import pytest
 
 from routing.features import RequestFeatures, block_hashes
 from routing.load import LoadCounts
-from routing.memory_state import StateLimits
 from routing.scheduler.catalog import build_scheduler
 from routing.scheduler.framework import SchedulerConfig, SchedulingContext
 from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
-from routing.state import Ask, Outcome, Reservation, RouterState, StateView
+from routing.state.memory import StateLimits
+from routing.state.protocol import Ask, Outcome, Reservation, RouterState, StateView
 from tests.fakes.harness import ends_without_suspending
 
 StateFactory = Callable[[StateLimits], Awaitable[RouterState]]
@@ -150,7 +150,7 @@ class RouterStateContract:
     async def test_a_finish_said_to_run_at_once_never_suspends(
             self, make_state: StateFactory) -> None:
         """A state whose ``finishes_at_once`` is true is finished in the caller's task, with
-        no task to shield it (:meth:`gateway.dispatch.Dispatcher.finish`): its finish must
+        no task to shield it (:meth:`gateway.request.dispatch.Dispatcher.finish`): its finish must
         end on its first step, after a success and after a failure."""
         state = await make_state(LIMITS)
         if not state.finishes_at_once:

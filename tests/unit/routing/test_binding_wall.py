@@ -18,7 +18,7 @@ from routing.binding_wall import (
     kv_demand,
     lost_tokens,
 )
-from routing.fleet_math import ModelShape
+from routing.formulas import ModelShape
 
 LLAMA_3_8B = ModelShape(8.03e9, 32, 4096, 8, 128, 2.0)
 

@@ -22,7 +22,7 @@ from routing.features import (
     part_digest,
     token_block_hashes,
 )
-from routing.token_counters import CharEstimate
+from routing.tokens.counters import CharEstimate
 
 ROOT = Path(__file__).resolve().parents[3]
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 10}

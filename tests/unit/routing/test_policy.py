@@ -25,7 +25,7 @@ from routing.snapshots import (
     SPECULATIVE,
     PoolSnapshot,
 )
-from routing.state import StateView
+from routing.state.protocol import StateView
 from tests.unit.routing.scheduler.snapshots import ep, features, view
 
 # name: (role, levers, pair, ridge_tokens, endpoint URLs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from backends.fleet_file import ChunkedPrefill, Levers, Pool, SimulatorKnobs, Speculative
 from backends.sim import tokens
 from backends.sim.configure import engine_config
 from backends.sim.engine import EngineCore
@@ -13,6 +12,7 @@ from backends.sim.metric_tables import METRIC_TABLES, resolve_buckets
 from backends.sim.profiles import HARDWARE, MODELS
 from backends.sim.request import SimRequest
 from backends.sim.stats import EngineStats
+from config.fleet_file import ChunkedPrefill, Levers, Pool, SimulatorKnobs, Speculative
 
 
 def make_pool(

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from backends.catalog import ACCELERATORS
-from backends.fleet_file import Engine, FleetConfigError, Pool, Role, load_fleet, parse_fleet
 from backends.sim.behaviour import SGLANG, VLLM
 from backends.sim.clock import VirtualClock
 from backends.sim.configure import device_for, engine_config, kv_cache_bytes, profile_for
@@ -21,7 +19,9 @@ from backends.sim.profiles import (
     hardware_profile,
     model_profile,
 )
-from routing.fleet_math import SeqWork
+from config.builtin_facts import ACCELERATORS
+from config.fleet_file import Engine, FleetConfigError, Pool, Role, load_fleet, parse_fleet
+from routing.formulas import SeqWork
 from tests.unit.backends.sim.sim_helpers import make_pool, with_capacity
 
 DEMO = Path(__file__).parents[4] / "gateway" / "demo" / "demo-fleet.yaml"

@@ -1,5 +1,5 @@
 """The simulated device: the pool's facts and a hardware profile's calibration, priced with the
-fleet arithmetic's roofline (its formulas are tested in tests/unit/routing/test_fleet_math.py)."""
+fleet arithmetic's roofline (its formulas are tested in tests/unit/routing/test_formulas.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from backends.sim.configure import device_for
 from backends.sim.device import Device, Overheads
 from backends.sim.profiles import HARDWARE, MODELS
-from routing.fleet_math import SeqWork, attention_flops, causal_pairs, step_cost
+from routing.formulas import SeqWork, attention_flops, causal_pairs, step_cost
 from tests.unit.backends.sim.sim_helpers import make_pool
 
 LLAMA3_8B = MODELS["llama-3-8b"].to_shape()

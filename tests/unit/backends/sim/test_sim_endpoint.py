@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from backends.fleet_file import parse_fleet
 from backends.sim import start_fleet, tokens
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint, TokenizedGeneration
 from backends.sim.openai_api import ApiError
 from backends.sim.pd import KVTransferHub
-from routing.prompt_tokens import PromptTokenizer, load_prompt_tokenizer
+from config.fleet_file import parse_fleet
+from routing.tokens.exact import PromptTokenizer, load_prompt_tokenizer
 from tests.fakes.harness import free_ports
 from tests.unit.backends.sim.sim_helpers import make_pool
 

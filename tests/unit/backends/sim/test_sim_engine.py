@@ -15,7 +15,7 @@ from backends.sim.kvcache import reload_seconds
 from backends.sim.request import Phase, SimRequest
 from backends.sim.speculative import position_rates
 from backends.sim.virtual import simulate
-from routing.fleet_math import SeqWork, expected_tokens_per_pass
+from routing.formulas import SeqWork, expected_tokens_per_pass
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request, with_capacity
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from backends.dialects import dialect_for
-from backends.metrics import normalise
+from backends.engines.dialects import dialect_for
+from backends.engines.scrape import normalise
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.exposition import _num

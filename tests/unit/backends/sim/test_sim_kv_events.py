@@ -21,8 +21,7 @@ import msgspec
 import pytest
 import zmq
 
-from backends.fleet_file import Engine, FleetConfigError, Pool, parse_fleet
-from backends.kv_events_wire import END_SEQ, Codec, EventCodec, SglangCodec, seq_bytes, seq_of
+from backends.kv_events.wire import END_SEQ, Codec, EventCodec, SglangCodec, seq_bytes, seq_of
 from backends.sim import start_fleet
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
@@ -41,10 +40,11 @@ from backends.sim.kv_publisher import ZmqPublisher
 from backends.sim.kvcache import BlockPool, chain_hashes
 from backends.sim.pd import KVTransferHub
 from backends.sim.request import SimRequest
+from config.fleet_file import Engine, FleetConfigError, Pool, parse_fleet
 from routing.features import token_block_hashes
-from routing.kv_event_index import KvEventIndex
-from routing.kv_events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
-from routing.prompt_tokens import PromptTokenizer, load_prompt_tokenizer
+from routing.kv_events.events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
+from routing.kv_events.index import KvEventIndex
+from routing.tokens.exact import PromptTokenizer, load_prompt_tokenizer
 from tests.fakes.harness import free_ports
 from tests.unit.backends.sim.sim_helpers import make_pool
 

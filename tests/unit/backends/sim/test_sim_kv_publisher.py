@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from backends.kv_events_wire import END_SEQ, seq_bytes, seq_of
+from backends.kv_events.wire import END_SEQ, seq_bytes, seq_of
 from backends.sim.kv_publisher import ZmqPublisher
 from tests.fakes.harness import free_ports
 

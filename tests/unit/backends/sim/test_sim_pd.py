@@ -12,7 +12,7 @@ from backends.sim.endpoint import SimEndpoint
 from backends.sim.openai_api import ApiError
 from backends.sim.request import Phase, RemoteKV
 from backends.sim.virtual import simulate
-from routing.fleet_math import SeqWork
+from routing.formulas import SeqWork
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 LINK = 10e9  # B/s

@@ -23,7 +23,7 @@ from backends.sim.profiles.fit import (
     significant,
 )
 from backends.sim.virtual import simulate
-from routing.fleet_math import SeqWork
+from routing.formulas import SeqWork
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 SHAPE = MODELS["smollm2-135m"].to_shape(kv_dtype_bytes=2)

@@ -12,7 +12,7 @@ from backends.sim.endpoint import SimEndpoint
 from backends.sim.engine import EngineCore, StepOutcome
 from backends.sim.pd import KVTransferHub
 from backends.sim.runner import EngineRunner
-from routing.fleet_math import StepCost
+from routing.formulas import StepCost
 from tests.unit.backends.sim.sim_helpers import make_pool
 
 

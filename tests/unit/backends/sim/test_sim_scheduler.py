@@ -4,12 +4,12 @@ SGLang: every available request), worked through step by step."""
 
 from __future__ import annotations
 
-from backends.fleet_file import Pool
 from backends.sim.engine import EngineCore
 from backends.sim.kvcache import BlockPool
 from backends.sim.scheduler import Scheduled, Scheduler, SchedulerConfig
 from backends.sim.stats import EngineStats
 from backends.sim.virtual import Trace, simulate
+from config.fleet_file import Pool
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 BUDGET = 512  # tokens per step: the real-demo fleet's chunked-prefill budget

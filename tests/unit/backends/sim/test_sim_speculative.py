@@ -7,7 +7,7 @@ import random
 import pytest
 
 from backends.sim.speculative import position_rates, sample_accepted
-from routing.fleet_math import accepted_pmf, expected_tokens_per_pass
+from routing.formulas import accepted_pmf, expected_tokens_per_pass
 
 
 def test_sampled_mean_matches_the_formula() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.cli import main
+from gateway.cli.main import main
 from tests.unit.gateway.render.fleets import ROOT, rich_raw
 
 EXAMPLE = str(ROOT / "deploy" / "fleet.example.yaml")

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from backends.fleet_file import parse_fleet
-from backends.launch_args import EnvRef
-from backends.sglang_launch import sglang_args
-from backends.vllm_launch import DEPLOY_SETTINGS, vllm_args
+from backends.launch.args import EnvRef
+from backends.launch.sglang import sglang_args
+from backends.launch.vllm import DEPLOY_SETTINGS, vllm_args
+from config.fleet_file import parse_fleet
 from gateway.render.plan import (
     DEFAULT_IMAGES,
     RenderError,

@@ -8,7 +8,7 @@ from routing.features import RequestFeatures
 from routing.load import LoadCounts
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
-from routing.state import StateView
+from routing.state.protocol import StateView
 
 
 def ep(url: str, *, running: float | None = None, waiting: float | None = None,

@@ -8,7 +8,7 @@ from dataclasses import replace
 from routing.scheduler.framework import SchedulingContext
 from routing.scheduler.plugins.adapter_affinity import AdapterAffinity, adapter_tiers
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
-from routing.state import StateView
+from routing.state.protocol import StateView
 from tests.unit.routing.scheduler.snapshots import ep, features
 
 

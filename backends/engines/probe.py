@@ -1,0 +1,189 @@
+"""Probing engines over HTTP: health and normalised metrics, behind the MetricsSource seam.
+
+:class:`MetricsSource` is what the registry's poller needs; :class:`HttpProbe` implements it
+with one shared ``aiohttp.ClientSession`` (owned by the caller, so connections are pooled and
+closed in one place). Tests inject fakes instead.
+
+Outcomes, the same for every implementation:
+- ``health`` returns True when the engine answers its health path with a 2xx status and False
+  when it answers anything else (it is up but says it is not ready); it raises
+  :class:`ProbeError` when it cannot be reached (connect error, timeout).
+- ``metrics`` returns the page normalised by the engine's dialect, or raises
+  :class:`ProbeError` on connect error, timeout, non-2xx status, an oversized or undecodable
+  body, or a page that does not parse.
+- ``facts`` returns what the engine says about its own configuration
+  (:mod:`backends.engines.facts`) and never raises: a source that cannot be fetched or read
+  leaves its facts unknown. It fetches only the sources the engine's fact table names (vLLM:
+  ``/metrics`` and ``/v1/models``; SGLang: its server-info path and ``/v1/models``),
+  concurrently; the registry asks for it when an endpoint becomes healthy, not at every poll.
+
+Parameters: ``timeout_s`` bounds each request end to end (connect, headers and body);
+``max_body_bytes`` bounds the metrics page read into memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import aiohttp
+
+from backends.engines.dialects import EngineDialect
+from backends.engines.facts import Facts, Pages, Source, fact_table, read_facts
+from backends.engines.scrape import MetricsParseError, normalise
+from routing.snapshots import EngineMetrics
+
+log = logging.getLogger(__name__)
+
+
+class ProbeError(Exception):
+    """An engine could not be probed. ``url`` is the URL requested (its path says whether
+    health or metrics), ``reason`` a short human-readable cause."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class MetricsSource(Protocol):
+    """Where the poller gets an endpoint's health and metrics from."""
+
+    async def health(self, url: str, dialect: EngineDialect) -> bool:
+        """True if the engine says it is healthy; raises ProbeError if unreachable."""
+        ...
+
+    async def metrics(self, url: str, dialect: EngineDialect) -> EngineMetrics:
+        """The engine's normalised metrics; raises ProbeError on any failure."""
+        ...
+
+    async def facts(self, url: str, dialect: EngineDialect) -> Facts:
+        """What the engine says about its configuration; unknown facts left out; no raise."""
+        ...
+
+
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+HeadersFor = Callable[[str], Mapping[str, str]]
+"""The headers to send with a probe of an endpoint URL (its engine's API key)."""
+
+
+def _no_headers(url: str) -> Mapping[str, str]:
+    return NO_HEADERS
+
+
+class HttpProbe:
+    """:class:`MetricsSource` over HTTP with a caller-owned aiohttp session. ``headers``: per
+    endpoint URL, what to send with every probe — an engine started with an API key may guard
+    its metrics and server-info pages with it (SGLang guards every path but ``/health``)."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        timeout_s: float = 2.0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        headers: HeadersFor = _no_headers,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._max_body_bytes = max_body_bytes
+        self._headers = headers
+
+    async def health(self, url: str, dialect: EngineDialect) -> bool:
+        target = url.rstrip("/") + dialect.health_path
+        try:
+            async with self._session.get(target, timeout=self._timeout,
+                                         headers=self._headers(url)) as resp:
+                return 200 <= resp.status < 300
+        except TimeoutError:
+            raise ProbeError(target, "timed out") from None
+        except aiohttp.ClientError as exc:
+            raise ProbeError(target, f"request failed: {_describe(exc)}") from exc
+
+    async def metrics(self, url: str, dialect: EngineDialect) -> EngineMetrics:
+        target = url.rstrip("/") + dialect.metrics_path
+        text = await self._fetch_text(target, self._headers(url))
+        try:
+            return normalise(text, dialect)
+        except MetricsParseError as exc:
+            raise ProbeError(target, f"page does not parse: {exc}") from exc
+
+    async def facts(self, url: str, dialect: EngineDialect) -> Facts:
+        table = fact_table(dialect.engine)
+        base, sources = url.rstrip("/"), table.sources()
+        headers = self._headers(url)
+
+        async def nothing() -> None:
+            return None
+
+        metrics, info, models = await asyncio.gather(
+            self._optional_text(base, dialect.metrics_path, headers)
+            if Source.METRICS in sources else nothing(),
+            self._first_json(base, table.info_paths, headers)
+            if Source.SERVER_INFO in sources else nothing(),
+            self._optional_json(base, dialect.models_path, headers)
+            if Source.MODELS in sources else nothing(),
+        )
+        return read_facts(table, Pages(metrics, info, models))
+
+    async def _first_json(self, base: str, paths: tuple[str, ...],
+                          headers: Mapping[str, str]) -> dict[str, Any] | None:
+        """The first of ``paths`` that answers a JSON object (older engines lack newer paths)."""
+        for path in paths:
+            found = await self._optional_json(base, path, headers)
+            if found is not None:
+                return found
+        return None
+
+    async def _optional_json(self, base: str, path: str,
+                             headers: Mapping[str, str]) -> dict[str, Any] | None:
+        text = await self._optional_text(base, path, headers)
+        try:
+            found = json.loads(text) if text is not None else None
+        except ValueError:
+            log.debug("%s is not JSON; the facts it holds stay unknown", path)
+            return None
+        return found if isinstance(found, dict) else None
+
+    async def _optional_text(self, base: str, path: str,
+                             headers: Mapping[str, str]) -> str | None:
+        try:
+            return await self._fetch_text(base + path, headers)
+        except ProbeError as exc:
+            log.debug("%s: %s; the facts it holds stay unknown", path, exc.reason)
+            return None
+
+    async def _fetch_text(self, target: str, headers: Mapping[str, str]) -> str:
+        try:
+            async with self._session.get(target, timeout=self._timeout,
+                                         headers=headers) as resp:
+                if not 200 <= resp.status < 300:
+                    raise ProbeError(target, f"HTTP {resp.status}")
+                body = await self._read_bounded(target, resp)
+        except TimeoutError:
+            raise ProbeError(target, "timed out") from None
+        except aiohttp.ClientError as exc:
+            raise ProbeError(target, f"request failed: {_describe(exc)}") from exc
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProbeError(target, "page is not UTF-8") from None
+
+    async def _read_bounded(self, target: str, resp: aiohttp.ClientResponse) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            if size > self._max_body_bytes:
+                raise ProbeError(target, f"page larger than {self._max_body_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _describe(exc: aiohttp.ClientError) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,511 @@
+"""ridge's own upstream transport (the default): a lean HTTP/1.1 client on asyncio protocols.
+
+Why: a request through a general-purpose client library costs a gateway more CPU than all of
+its routing (measured with the overhead benchmark, ``docs/benchmarks/overhead.md``). An engine
+speaks plain HTTP/1.1 with keep-alive to ridge, so the client only needs to: keep a pool of
+open connections per engine, write one request (headers and body in one write), parse the
+response with httptools (llhttp, in C: status line, headers, ``Content-Length`` or chunked
+bodies), and hand the body over as it arrives: what is waiting when the reader asks is handed
+over as one piece (a read that brought several pieces of a chunked body, a stream's events
+that came in one write, costs the gateway one relay and one write to its client, not one per
+piece).
+
+- Pool: idle connections per (host, port), last in first out; at most ``max_connections``
+  open in all (a request beyond waits for one to free up). A connection is reused only after
+  a complete response that allows keep-alive; one closed in the middle of a response is
+  dropped (which is how an engine learns that a client went away).
+- A reused connection that the engine had already closed (its idle timeout) fails before any
+  response byte: the request is sent once more on a new connection. A failure before the
+  first response byte on a new connection is
+  :class:`~backends.upstream.client.UpstreamConnectError`.
+- Timeouts: ``connect`` for the TCP connect, ``first_byte`` until the response headers
+  (:class:`~backends.upstream.client.UpstreamTimeout`), ``idle`` between two body chunks (then
+  :class:`~backends.upstream.client.UpstreamStreamError`, as for a reset or a malformed response).
+- Back-pressure: a response stops reading from its socket while more than
+  :data:`HIGH_WATER` bytes wait to be taken, and resumes when they are.
+- Sockets have TCP_NODELAY (asyncio's default for TCP), so small SSE chunks leave at once.
+- Relay (:meth:`_Response.relay`): instead of queueing the body for :meth:`_Response.chunks`,
+  a consumer can take each piece from the connection's own callback, as it is parsed (a
+  stream's gateway writes it on to its client there: no task wake-up per piece). The consumer
+  returns False when it cannot take more (its client's buffer is full); then the pieces are
+  queued again, with the back-pressure above, until it relays again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+from backends.upstream.client import (
+    Timeouts,
+    UpstreamConnectError,
+    UpstreamStreamError,
+    UpstreamTimeout,
+    too_large,
+)
+
+HIGH_WATER = 256 * 1024  # [bytes] unread body held before the socket stops being read
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    host: str
+    port: int
+    path: str
+    host_header: bytes
+
+
+def _target(url: str) -> _Target:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise UpstreamConnectError(f"not an http:// URL: {url!r}")
+    port = parts.port or 80
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return _Target(parts.hostname, port, path, parts.netloc.encode("ascii"))
+
+
+class _Connection(asyncio.Protocol):
+    """One upstream connection and the response it is reading (httptools parser callbacks)."""
+
+    def __init__(self, key: tuple[str, int]) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: _Response | None = None
+        self.lost = False
+        self.reused = False
+        self.got_bytes = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            response = self.response
+            if response is not None and not response.headers_done:
+                response.fail_headers(f"the engine did not answer HTTP/1.1: {exc}")
+            else:
+                self._fail(UpstreamStreamError(f"malformed response: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        response = self.response
+        if response is not None and not response.complete:
+            if not response.headers_done:
+                response.fail_headers(f"connection closed before the response: "
+                                      f"{exc or 'by the engine'}")
+            else:
+                self._fail(UpstreamStreamError(f"connection closed: {exc or 'by the engine'}"))
+
+    # -- httptools callbacks -------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.response is not None:
+            self.response.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if self.response is not None:
+            self.response.headers_complete(self.parser.get_status_code())
+
+    def on_body(self, body: bytes) -> None:
+        if self.response is not None:
+            self.response.feed(body)
+
+    def on_message_complete(self) -> None:
+        response = self.response
+        if response is not None:
+            response.finished(self.parser.should_keep_alive())
+
+    # -- the pool's side -----------------------------------------------------------------
+
+    def _fail(self, exc: Exception) -> None:
+        if self.response is not None:
+            self.response.fail(exc)
+
+    def reusable(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Response:
+    """An upstream response: headers as soon as they arrive, the body as it arrives."""
+
+    closes_at_once = True  # close releases or drops the connection: nothing to await
+
+    def __init__(self, conn: _Connection, pool: Http1Client) -> None:
+        self._conn, self._pool = conn, pool
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.status = 0
+        self.headers_done = False
+        self.complete = False
+        self._keep_alive = False
+        self._loop = asyncio.get_running_loop()  # once: each call is a getpid() system call
+        self._head: asyncio.Future[None] = self._loop.create_future()
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: Exception | None = None
+        self._released = False
+        self._headers: dict[str, str] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._waiting_since = 0.0
+        self._relay: Callable[[bytes], bool] | None = None
+        self._relayed: asyncio.Future[bool] | None = None
+
+    # -- fed by the connection -----------------------------------------------------------
+
+    def headers_complete(self, status: int) -> None:
+        self.status, self.headers_done = status, True
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def fail_headers(self, why: str) -> None:
+        """No response head will come: a connect error (the request may go elsewhere)."""
+        if not self._head.done():
+            self._head.set_exception(UpstreamConnectError(why))
+
+    def feed(self, data: bytes) -> None:
+        if self._relay is not None:
+            self._hand_over(self._relay, data)
+            return
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > HIGH_WATER and self._conn.transport is not None:
+            self._conn.transport.pause_reading()
+        self._wake()
+
+    def finished(self, keep_alive: bool) -> None:
+        self.complete, self._keep_alive = True, keep_alive
+        self._wake()
+
+    def fail(self, exc: Exception) -> None:
+        if self._error is None:
+            self._error = exc
+        if not self._head.done():
+            self._head.set_exception(exc)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._relayed is not None and (self.complete or self._error is not None):
+            self._end_relay(None)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the UpstreamResponse protocol ----------------------------------------------------
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        if self._headers is None:
+            self._headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                             for k, v in self.raw_headers}
+        return self._headers
+
+    async def wait_headers(self, timeout_s: float) -> None:
+        """Until the response's headers arrive; :class:`UpstreamTimeout` after ``timeout_s``
+        (a timer that fails the wait: no ``asyncio.timeout`` scope to enter, reschedule and
+        leave for every request)."""
+        head = self._head
+        if head.done():
+            return head.result()
+        late = self._loop.call_later(timeout_s, self._headers_late, timeout_s)
+        try:
+            await head
+        finally:
+            late.cancel()
+
+    def _headers_late(self, timeout_s: float) -> None:
+        if not self._head.done():
+            self._head.set_exception(UpstreamTimeout(f"no response within {timeout_s:g} s"))
+
+    async def _next(self, idle_s: float) -> bytes | None:
+        """The next body chunk; None at the end. A wait longer than ``idle_s`` aborts the
+        response (:meth:`_watch_idle`)."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self.complete:
+                return None
+            self._waiter = waiter = self._loop.create_future()
+            self._arm_idle(idle_s)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self._take_queued()
+
+    def _take_queued(self) -> bytes:
+        """Every piece queued, as one (pieces that arrived together: one relay, one write),
+        and the socket read again if it was paused."""
+        chunks = self._chunks
+        chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        if self._conn.transport is not None:
+            self._conn.transport.resume_reading()
+        return chunk
+
+    def _arm_idle(self, idle_s: float) -> None:
+        """A wait starts now: the idle timer is set unless it runs already (:meth:`_watch_idle`
+        re-arms it for the wait's own deadline)."""
+        self._waiting_since = now = self._loop.time()
+        if self._idle is None:
+            self._idle = self._loop.call_at(now + idle_s, self._watch_idle, idle_s)
+
+    def relay(self, consumer: Callable[[bytes], bool]) -> asyncio.Future[bool]:
+        """Hand the body to ``consumer`` from the connection's callback as it arrives (what
+        is queued first, as one piece), until ``consumer`` returns False (it cannot take more
+        now: what follows is queued) or the body ends. The future: True at the body's end
+        (the connection is released, as at the end of :meth:`chunks`), False when the
+        consumer stopped; the stream's error (:class:`UpstreamStreamError`, an idle timeout
+        included) or the consumer's own exception when either broke it off. Call
+        :meth:`stop_relay` when giving up on it (a cancelled wait)."""
+        done: asyncio.Future[bool] = self._loop.create_future()
+        self._relayed, self._relay = done, consumer
+        if self._chunks:
+            self._hand_over(consumer, self._take_queued())
+        if not done.done() and (self.complete or self._error is not None):
+            self._end_relay(None)
+        elif not done.done():
+            self._arm_idle(self._pool.timeouts.idle)
+        return done
+
+    def stop_relay(self) -> None:
+        """Stop handing pieces over (they are queued again); a pending relay is cancelled."""
+        done, self._relay, self._relayed = self._relayed, None, None
+        if done is not None and not done.done():
+            done.cancel()
+
+    def _hand_over(self, consumer: Callable[[bytes], bool], data: bytes) -> None:
+        """One piece to the relay's consumer; its refusal or failure ends the relay."""
+        self._waiting_since = self._loop.time()
+        try:
+            more = consumer(data)
+        except Exception as exc:  # the consumer's (an event too large, say): the relay's end
+            self._end_relay(exc)
+            return
+        if not more:
+            self._end_relay(False)
+
+    def _end_relay(self, outcome: Exception | bool | None) -> None:
+        """Settle the relay: ``outcome`` False (the consumer stopped), an exception, or None
+        (the body ended, or broke off: its own outcome)."""
+        done, self._relay, self._relayed = self._relayed, None, None
+        if done is None or done.done():
+            return
+        if isinstance(outcome, Exception):
+            done.set_exception(outcome)
+        elif outcome is False:
+            done.set_result(False)
+        elif self._error is not None:
+            done.set_exception(self._error)
+        else:
+            self._release()
+            done.set_result(True)
+
+    def _watch_idle(self, idle_s: float) -> None:
+        """The idle timer: one per response, re-armed only when it fires (not for every
+        chunk). A wait that has lasted ``idle_s`` fails with :class:`UpstreamStreamError` and
+        drops the connection; otherwise the timer is set for the current wait's deadline, or
+        left off when nothing waits (the next wait sets it)."""
+        self._idle = None
+        waiter = self._waiter
+        waiting = (waiter is not None and not waiter.done()) or self._relayed is not None
+        if not waiting or self._released:
+            return
+        loop = self._loop
+        deadline = self._waiting_since + idle_s
+        if loop.time() < deadline:
+            self._idle = loop.call_at(deadline, self._watch_idle, idle_s)
+            return
+        self.abort()
+        silent = UpstreamStreamError("upstream went silent past the idle timeout")
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(silent)
+        self._end_relay(silent)
+
+    async def read(self, limit: int | None = None) -> bytes:
+        idle = self._pool.timeouts.idle
+        parts, size = [], 0
+        while (chunk := await self._next(idle)) is not None:
+            size += len(chunk)
+            if limit is not None and size > limit:
+                self.abort()
+                raise too_large(limit)
+            parts.append(chunk)
+        self._release()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        idle = self._pool.timeouts.idle
+        while (chunk := await self._next(idle)) is not None:
+            yield chunk
+        self._release()
+
+    async def close(self) -> None:
+        if self.complete and self._error is None:
+            self._release()
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the connection (the engine sees the request go away)."""
+        if not self._released:
+            self.drop()
+            self._pool.returned(self._conn, reuse=False)
+
+    def drop(self) -> None:
+        """Close the connection for good, the request's pool slot kept by the caller."""
+        self._stop_idle()
+        self._relay = None  # nothing more is handed over
+        self._released = True
+        self._conn.close()
+        self._pool.forget(self._conn)
+
+    def _stop_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _release(self) -> None:
+        self._stop_idle()
+        if not self._released:
+            self._released = True
+            reuse = self._keep_alive and self._error is None and self._conn.reusable()
+            if not reuse:
+                self._conn.close()
+            self._pool.returned(self._conn, reuse)
+
+
+@dataclass
+class _Host:
+    idle: list[_Connection] = field(default_factory=list)
+
+
+class Http1Client:
+    """:class:`~backends.upstream.client.BackendClient` over pooled HTTP/1.1 connections
+    (module doc)."""
+
+    def __init__(self, timeouts: Timeouts, max_connections: int) -> None:
+        self.timeouts = timeouts
+        self._slots = asyncio.Semaphore(max_connections)
+        self._hosts: dict[tuple[str, int], _Host] = {}
+        self._open: set[_Connection] = set()
+        self._targets: dict[str, _Target] = {}
+
+    async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> _Response:
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = _target(url)
+            if len(self._targets) > 4096:  # URLs come from the fleet file; bounded anyway
+                self._targets.clear()
+        request = _request_head(target, headers, len(body)) + body
+        await self._slots.acquire()
+        response: _Response | None = None
+        try:
+            for fresh in (False, True):
+                conn = await (self._connect(target) if fresh else self._connection(target))
+                response = self._start(conn, request)
+                try:
+                    await response.wait_headers(self.timeouts.first_byte)
+                    return response
+                except UpstreamConnectError:
+                    # a pooled connection the engine had closed: once more on a new one
+                    if fresh or not conn.reused or conn.got_bytes:
+                        raise
+                    response.drop()
+                    response = None
+            raise AssertionError("unreachable")
+        except BaseException:
+            if response is not None:
+                response.drop()
+            self._slots.release()
+            raise
+
+    def _start(self, conn: _Connection, request: bytes) -> _Response:
+        response = _Response(conn, self)
+        conn.response = response
+        assert conn.transport is not None
+        conn.transport.write(request)
+        return response
+
+    async def _connection(self, target: _Target) -> _Connection:
+        host = self._hosts.get((target.host, target.port))
+        while host is not None and host.idle:
+            conn = host.idle.pop()
+            if conn.reusable():
+                conn.reused, conn.got_bytes = True, False
+                conn.parser = httptools.HttpResponseParser(conn)
+                return conn
+            self._open.discard(conn)
+        return await self._connect(target)
+
+    async def _connect(self, target: _Target) -> _Connection:
+        key = (target.host, target.port)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.timeouts.connect):
+                _, conn = await loop.create_connection(lambda: _Connection(key), target.host,
+                                                       target.port)
+        except TimeoutError as exc:
+            raise UpstreamConnectError(f"connect timed out after {self.timeouts.connect:g} s"
+                                       ) from exc
+        except OSError as exc:
+            raise UpstreamConnectError(_describe(exc, target)) from exc
+        sock = conn.transport.get_extra_info("socket") if conn.transport else None
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._open.add(conn)
+        return conn
+
+    def returned(self, conn: _Connection, reuse: bool) -> None:
+        """A response is done with ``conn``: back to the pool, or gone; its slot is free."""
+        conn.response = None
+        self._slots.release()
+        if reuse:
+            self._hosts.setdefault(conn.key, _Host()).idle.append(conn)
+        else:
+            self._open.discard(conn)
+
+    def forget(self, conn: _Connection) -> None:
+        """``conn`` is closed for good."""
+        conn.response = None
+        self._open.discard(conn)
+
+    async def aclose(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._open.clear()
+        self._hosts.clear()
+
+
+def _request_head(target: _Target, headers: Mapping[str, str], length: int) -> bytes:
+    lines = [b"POST ", target.path.encode("ascii"), b" HTTP/1.1\r\nhost: ", target.host_header,
+             b"\r\ncontent-length: ", str(length).encode("ascii"), b"\r\n"]
+    for name, value in headers.items():
+        lines += [name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def _describe(exc: OSError, target: _Target) -> str:
+    reason = exc.strerror or type(exc).__name__
+    return f"cannot connect to {target.host}:{target.port}: {reason}"

@@ -1,0 +1,242 @@
+"""The router comparison's routers, and the fleet file each cell runs on.
+
+A *router* is a fleet file plus, optionally, the replica scheduler every pool uses (written as
+the fleet's ``routing.scheduler``, see :mod:`config.fleet_file`). The table :data:`ROUTERS`:
+
+- ``round_robin``: the homogeneous fleet, no scorer, the ``round_robin`` picker (every replica
+  ties, so the picker rotates);
+- ``least_load``: the homogeneous fleet, the ``least_load`` scorer, ``max_score`` picker;
+- ``cache_aware``: the homogeneous fleet, the ``cache_aware`` scorer (fewest uncached prompt
+  tokens × (load ÷ 2 + 1)), ``max_score`` picker;
+- ``ridge``: the lever fleet with its own routing section (defaults unless the file sets them);
+- ``ridge_sglang``: the lever fleet with an SGLang (radix cache) prefix pool, default routing;
+- ``sglang_ca``, ``sglang_rr``: the homogeneous fleet behind the SGLang router (the
+  ``sglang-router`` package, not ridge) with its ``cache_aware`` or ``round_robin`` policy.
+
+A router's :attr:`Router.gateway` says what runs in front of the fleet: ``ridge`` (the
+default), or ``sglang:POLICY`` for the SGLang router with ``--policy POLICY`` over every
+endpoint of the fleet (its routing section and the scheduler do not apply then). POLICY is one
+of :data:`SGLANG_POLICIES`: the SGLang router's ``power_of_two`` polls each worker's
+``/get_load`` and ``manual`` needs routing keys, neither of which an OpenAI-compatible engine
+serves. The SGLang router does not route by model name, so its fleet should serve one model.
+
+More routers (fleet variants for experiments) come from :func:`custom_router`, whose spec is
+``NAME=FLEET_FILE`` (ridge with the file's own routing) or ``NAME=FLEET_FILE@sglang:POLICY``
+(the SGLang router over the file's endpoints), e.g. ``mine=deploy/bench/levers.yaml`` or
+``sg=deploy/bench/homogeneous.yaml@sglang:cache_aware``.
+
+:func:`render` writes a cell's fleet file: the router's file with every endpoint moved to a free
+127.0.0.1 port (so cells never collide with each other or anything else on the machine) and
+the scheduler set, validated by :func:`config.fleet_file.parse_fleet` before it is written.
+Every port it hands out in one fleet is distinct (:func:`distinct`).
+
+:class:`Extras` adds to every cell's fleet, whatever its router:
+
+- ``tokenizer``: a Hugging Face model folder (``tokenizer.json``, ``tokenizer_config.json``)
+  declared, required, for every model the fleet serves under ``routing.features.tokenizers``
+  (:func:`with_tokenizer`), so the simulator and ridge count exact prompt tokens;
+- ``kv_events``: every pool whose engines publish KV-cache events (a vLLM or SGLang pool with
+  prefix caching, :func:`publishes_kv_events`) gets ``kv_events`` on free ports
+  (:func:`with_kv_events`): one publish and one replay address per endpoint, since every
+  endpoint of a cell shares the host 127.0.0.1. The simulator publishes them only with the
+  model's tokenizer (the events carry token ids), so ``kv_events`` goes with ``tokenizer``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from config.fleet_file import KV_EVENT_ENGINES, Fleet, parse_fleet
+
+ROOT = Path(__file__).resolve().parents[3]  # the repository root
+HOMOGENEOUS = ROOT / "deploy" / "bench" / "homogeneous.yaml"
+LEVERS = ROOT / "deploy" / "bench" / "levers.yaml"
+LEVERS_SGLANG = ROOT / "deploy" / "bench" / "levers-sglang.yaml"
+RIDGE = "ridge"
+SGLANG = "sglang:"
+"""The prefix of a :attr:`Router.gateway` run by the SGLang router: ``sglang:POLICY``."""
+SGLANG_POLICIES = ("cache_aware", "round_robin", "random")
+
+
+@dataclass(frozen=True)
+class Router:
+    """A fleet file, the scheduler to force on it (None: the file's own routing), and the
+    gateway in front of it: :data:`RIDGE` or ``sglang:POLICY`` (module doc)."""
+
+    name: str
+    fleet: Path
+    scheduler: Mapping[str, Any] | None = None
+    description: str = ""
+    gateway: str = RIDGE
+
+    @property
+    def sglang_policy(self) -> str | None:
+        """The SGLang router's policy, or None when ridge runs this router."""
+        return self.gateway.removeprefix(SGLANG) if self.gateway.startswith(SGLANG) else None
+
+
+ROUTERS: Mapping[str, Router] = MappingProxyType({
+    "round_robin": Router("round_robin", HOMOGENEOUS,
+                          {"filters": ["healthy"], "scorers": {}, "picker": "round_robin"},
+                          "homogeneous fleet, round-robin"),
+    "least_load": Router("least_load", HOMOGENEOUS,
+                         {"filters": ["healthy"], "scorers": {"least_load": 1.0},
+                          "picker": "max_score"},
+                         "homogeneous fleet, least load"),
+    "cache_aware": Router("cache_aware", HOMOGENEOUS,
+                          {"filters": ["healthy"], "scorers": {"cache_aware": 1.0},
+                           "picker": "max_score"},
+                          "homogeneous fleet, cache-aware only"),
+    "ridge": Router("ridge", LEVERS, None, "lever pools, full ridge router"),
+    "ridge_sglang": Router("ridge_sglang", LEVERS_SGLANG, None,
+                           "lever pools with an SGLang prefix pool, full ridge router"),
+    "sglang_ca": Router("sglang_ca", HOMOGENEOUS, None,
+                        "homogeneous fleet, SGLang router, cache_aware", SGLANG + "cache_aware"),
+    "sglang_rr": Router("sglang_rr", HOMOGENEOUS, None,
+                        "homogeneous fleet, SGLang router, round_robin", SGLANG + "round_robin"),
+})
+
+
+def parse_gateway(text: str) -> str:
+    """``ridge`` or ``sglang:POLICY`` (POLICY in :data:`SGLANG_POLICIES`), else ValueError."""
+    if text == RIDGE:
+        return text
+    policy = text.removeprefix(SGLANG) if text.startswith(SGLANG) else None
+    if policy not in SGLANG_POLICIES:
+        choices = ", ".join(SGLANG + p for p in SGLANG_POLICIES)
+        raise ValueError(f"gateway {text!r}: expected {RIDGE} or one of {choices}")
+    return text
+
+
+def custom_router(spec: str) -> Router:
+    """``NAME=PATH``: a router running the fleet file at PATH with its own routing section;
+    ``NAME=PATH@GATEWAY``: the same fleet behind GATEWAY (:func:`parse_gateway`). Only a last
+    ``@`` followed by ``ridge`` or ``sglang:`` starts the gateway, so PATH may contain ``@``."""
+    name, sep, rest = spec.partition("=")
+    path, at, gateway = rest.rpartition("@")
+    if not at or not (gateway == RIDGE or gateway.startswith(SGLANG)):
+        path, gateway = rest, RIDGE
+    if not sep or not name or not path:
+        raise ValueError(f"expected NAME=FLEET_FILE[@ridge|@sglang:POLICY], got {spec!r}")
+    if name in ROUTERS:
+        raise ValueError(f"router {name!r} already exists")
+    gateway = parse_gateway(gateway)
+    policy = gateway.removeprefix(SGLANG)
+    how = "its own routing" if gateway == RIDGE else f"SGLang router, {policy}"
+    return Router(name, Path(path).resolve(), None, f"{Path(path).name}, {how}", gateway)
+
+
+def with_ports(raw: Mapping[str, Any], ports: Callable[[], int]) -> dict[str, Any]:
+    """A copy of the raw fleet mapping with every endpoint at ``http://127.0.0.1:<ports()>``."""
+    out = copy.deepcopy(dict(raw))
+    for pool in out["pools"]:
+        pool["endpoints"] = [f"http://127.0.0.1:{ports()}" for _ in pool["endpoints"]]
+    return out
+
+
+def with_scheduler(raw: Mapping[str, Any], scheduler: Mapping[str, Any] | None
+                   ) -> dict[str, Any]:
+    """A copy with ``routing.scheduler`` set and no pool-level scheduler (None: unchanged)."""
+    out = copy.deepcopy(dict(raw))
+    if scheduler is None:
+        return out
+    out.setdefault("routing", {})["scheduler"] = copy.deepcopy(dict(scheduler))
+    for pool in out["pools"]:
+        pool.pop("scheduler", None)
+    return out
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What every cell's fleet gets on top of its router's file (module doc): ``tokenizer``,
+    the model folder every served model's prompt tokens are counted with (None: the file's
+    own tokenizers, if any), and ``kv_events``: the prefix-caching pools publish KV-cache
+    events (needs ``tokenizer``)."""
+
+    tokenizer: Path | None = None
+    kv_events: bool = False
+
+    def meta(self) -> dict[str, Any]:
+        """The extras as results metadata: the tokenizer's folder name (None without one)
+        and whether KV-cache events were on."""
+        name = None if self.tokenizer is None else self.tokenizer.resolve().name
+        return {"tokenizer": name, "kv_events": self.kv_events}
+
+
+def distinct(ports: Callable[[], int], tries: int = 100) -> Callable[[], int]:
+    """``ports`` never giving the same port twice: a repeat is skipped (RuntimeError after
+    ``tries`` repeats in a row)."""
+    given: set[int] = set()
+
+    def next_port() -> int:
+        for _ in range(tries):
+            port = ports()
+            if port not in given:
+                given.add(port)
+                return port
+        raise RuntimeError(f"no new port after {tries} tries")
+
+    return next_port
+
+
+def with_tokenizer(raw: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
+    """A copy with ``folder`` (made absolute) as the required tokenizer of every model any
+    pool serves, merged into ``routing.features.tokenizers`` (None: unchanged)."""
+    out = copy.deepcopy(dict(raw))
+    if folder is None:
+        return out
+    entry = {"path": str(folder.resolve()), "required": True}
+    features = out.setdefault("routing", {}).setdefault("features", {})
+    tokenizers = features.setdefault("tokenizers", {})
+    for pool in out["pools"]:
+        for model in pool["models"]:
+            tokenizers[model] = dict(entry)
+    return out
+
+
+def publishes_kv_events(pool: Mapping[str, Any]) -> bool:
+    """Whether a raw pool's engines can publish KV-cache events: an engine whose events ridge
+    reads (:data:`config.fleet_file.KV_EVENT_ENGINES`) with prefix caching on."""
+    engines = {e.value for e in KV_EVENT_ENGINES}
+    levers = pool.get("levers") or {}
+    return pool.get("engine") in engines and bool(levers.get("prefix_caching", False))
+
+
+def with_kv_events(raw: Mapping[str, Any], ports: Callable[[], int]) -> dict[str, Any]:
+    """A copy where every pool that :func:`publishes_kv_events` has ``kv_events`` with a
+    publish and a replay address ``tcp://127.0.0.1:<ports()>`` per endpoint (the pool's
+    ``port`` and ``replay_port`` are its first endpoint's)."""
+    out = copy.deepcopy(dict(raw))
+    for pool in out["pools"]:
+        if not publishes_kv_events(pool):
+            continue
+        publish = [ports() for _ in pool["endpoints"]]
+        replay = [ports() for _ in pool["endpoints"]]
+        pool["kv_events"] = {
+            "port": publish[0], "replay_port": replay[0],
+            "addresses": [f"tcp://127.0.0.1:{p}" for p in publish],
+            "replay_addresses": [f"tcp://127.0.0.1:{p}" for p in replay],
+        }
+    return out
+
+
+def render(router: Router, path: Path, ports: Callable[[], int], extras: Extras = Extras()
+           ) -> Fleet:
+    """Write ``router``'s fleet with ``extras``, on fresh distinct ports, to ``path``; returns
+    it parsed."""
+    fresh = distinct(ports)
+    raw = yaml.safe_load(router.fleet.read_text())
+    body = with_scheduler(with_ports(raw, fresh), router.scheduler)
+    body = with_tokenizer(body, extras.tokenizer)
+    if extras.kv_events:
+        body = with_kv_events(body, fresh)
+    fleet = parse_fleet(body, source=f"{router.fleet.name} ({router.name})")
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return fleet

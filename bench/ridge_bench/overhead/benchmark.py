@@ -1,0 +1,466 @@
+"""The gateway overhead benchmark: CPU per request and per streamed chunk, req/s, latency.
+
+What each gateway costs, and the time to first token it adds, in front of an engine stand-in
+that costs next to nothing.
+
+``python -m ridge_bench.overhead`` (or ``ridge bench overhead``) ``[--rounds 3]
+[--seconds 4]
+[--gateways ridge,fastapi,aiohttp,sglang-rr,sglang-ca] [--ridge-src DIR] [--section NAME]
+[--out DIR] [--doc docs/benchmarks/overhead.md]``; ``--from-results FILE`` only rewrites the
+doc from saved results.
+
+Set-up (one machine, loopback): the engine stand-in (:mod:`ridge_bench.harness.upstream`, one
+process
+with ``--endpoints`` listeners) and the load generators share the client core; each gateway
+(:mod:`ridge_bench.harness.gateways`) runs alone on the gateway core (``taskset -c``; without two
+usable cores nothing is pinned and the results say so). This process pins itself to the client
+core and runs the Python stream client there.
+
+Each round starts every target once, in an order rotated by one per round, so slow drift in
+the machine's load spreads over all of them. A target is started, answers a completion, runs
+the scenarios below, and is stopped; ``direct`` is the stand-in itself (no gateway). Each
+scenario is an uncounted warm-up, then the measured window:
+
+- ``json32``, ``json256``: non-streamed completions, closed loop, 32 and 256 connections
+  (:mod:`ridge_bench.overhead.wrk`);
+- ``burst32``: back-to-back streams (all chunks written at once), 32 connections (wrk);
+- ``paced32``: paced streams (first chunk after 20 ms, then one per 10 ms), 32 concurrent
+  streams from the Python client (:mod:`ridge_bench.overhead.stream_client`), which checks every
+  stream whole.
+
+Per window: the gateway's CPU seconds (utime + stime of the process and its children, from
+``/proc`` before and after) ÷ requests answered (non-streamed) or ÷ SSE events relayed (one
+event = one content chunk, the usage chunk or ``[DONE]``; streamed) → µs per request or per
+chunk; requests/s = 200 answers ÷ window; latency p50/p99 [ms]; errors = every request that
+did not end in a 200 (and every incomplete stream); the gateway core's and the stand-in's
+busy share, and the whole machine's busy cores (other load shows there). Added TTFT = the
+gateway's TTFT percentile minus the direct one, in the same round. The summary is the median
+over rounds of each figure; errors are summed. Results go to ``OUT/results.json`` after every
+target; at the end the doc's generated block for ``--section`` is rewritten
+(:mod:`ridge_bench.overhead.doc`) and the results are kept beside it as
+``<doc>-<section>.json``, from which ``--from-results`` can render the block again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ridge_bench.harness import gateways
+from ridge_bench.harness.gateways import Gateway, Launch
+from ridge_bench.harness.procs import ROOT, Child, machine_busy_seconds, start_upstream
+from ridge_bench.harness.upstream import MODEL, PACED_MODEL, run_loop
+from ridge_bench.overhead import doc as overhead_doc
+from ridge_bench.overhead import stream_client, wrk
+from ridge_bench.overhead.stream_client import StreamResult
+
+DIRECT = Gateway("direct", "direct to the stand-in (no gateway)", "direct")
+SCENARIOS = ("json32", "json256", "burst32", "paced32")
+START_TIMEOUT_S = 90.0
+DEFAULT_DOC = ROOT / "docs" / "benchmarks" / "overhead.md"
+DEFAULT_OUT = ROOT / "bench-results" / "overhead"
+
+
+def body(model: str, stream: bool) -> bytes:
+    """A small chat completion request (what every scenario sends)."""
+    request: dict[str, Any] = {"model": model, "max_tokens": 20,
+                               "messages": [{"role": "user", "content": "Count to twenty."}]}
+    if stream:  # with usage, as a client that counts tokens asks
+        request.update(stream=True, stream_options={"include_usage": True})
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One benchmark run, as the command line describes it. Times in seconds."""
+
+    targets: tuple[Gateway, ...]
+    rounds: int = 3
+    seconds: float = 4.0
+    paced_seconds: float = 5.0
+    warmup_s: float = 1.0
+    concurrency: tuple[int, int] = (32, 256)
+    stream_concurrency: int = 32
+    chunks: int = 20
+    endpoints: int = 8
+    gateway_cpus: tuple[int, ...] | None = None
+    client_cpus: tuple[int, ...] | None = None
+
+
+@dataclass
+class Window:
+    """One measured window of one target in one round (module doc for the definitions)."""
+
+    round: int
+    target: str
+    scenario: str
+    ok: int = 0
+    errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    events: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    delay_p99_ms: float | None = None
+    gateway_cpu_s: float | None = None
+    upstream_cpu_s: float | None = None
+    machine_busy_s: float | None = None
+
+    @property
+    def units(self) -> int:
+        """What the CPU is divided by: requests answered (non-streamed) or relayed events."""
+        if self.scenario.startswith("json"):
+            return self.ok + self.error_kinds.get("non-200", 0)
+        return self.events
+
+    def figures(self) -> dict[str, float | None]:
+        """The derived figures of this window (µs, per second, percent)."""
+        wall = self.wall_s or float("nan")
+        return {
+            "rps": self.ok / wall,
+            "cpu_us": _div(self.gateway_cpu_s, self.units, 1e6),
+            "gateway_core_pct": _div(self.gateway_cpu_s, wall, 100.0),
+            "upstream_core_pct": _div(self.upstream_cpu_s, wall, 100.0),
+            "machine_busy_cores": _div(self.machine_busy_s, wall, 1.0),
+            "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
+            "ttft_p50_ms": self.ttft_p50_ms, "ttft_p99_ms": self.ttft_p99_ms,
+            "delay_p99_ms": self.delay_p99_ms,
+        }
+
+
+def _div(value: float | None, by: float, scale: float) -> float | None:
+    return None if value is None or not by else value / by * scale
+
+
+def percentile(values: Sequence[float], pct: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(len(ordered) * pct / 100.0)) - 1]
+
+
+@dataclass
+class Meter:
+    """CPU counters read around a window: the gateway's, the stand-in's, the machine's."""
+
+    gateway: Child | None
+    upstream: Child
+    start: tuple[float | None, float | None, float | None, float] = (None, None, None, 0.0)
+
+    def begin(self) -> None:
+        self.start = self._read()
+
+    def end(self, window: Window) -> None:
+        now = self._read()
+        window.wall_s = now[3] - self.start[3]
+        window.gateway_cpu_s, window.upstream_cpu_s, window.machine_busy_s = (
+            None if b is None or a is None else a - b
+            for a, b in zip(now[:3], self.start[:3], strict=True))
+
+    def _read(self) -> tuple[float | None, float | None, float | None, float]:
+        gateway = self.gateway.cpu_seconds() if self.gateway is not None else None
+        return (gateway, self.upstream.cpu_seconds(), machine_busy_seconds(), time.monotonic())
+
+
+@dataclass
+class Bench:
+    """Everything a run holds while it runs."""
+
+    plan: Plan
+    launch: Launch
+    workdir: Path
+    upstream: Child
+    urls: list[str]
+    scripts: Mapping[str, Path]
+    command: str = ""
+    started: str = field(default_factory=overhead_doc.now)
+    windows: list[Window] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+async def measure_wrk(bench: Bench, meter: Meter, url: str, scenario: str,
+                      window: Window) -> None:
+    plan = bench.plan
+    connections = plan.concurrency[1] if scenario == "json256" else plan.concurrency[0]
+    script = bench.scripts["stream" if scenario == "burst32" else "json"]
+    await wrk.run(url, script, connections, plan.warmup_s, cpus=plan.client_cpus)
+    meter.begin()
+    result = await wrk.run(url, script, connections, plan.seconds, cpus=plan.client_cpus)
+    meter.end(window)
+    window.ok, window.errors = result.ok, result.errors
+    window.error_kinds = {"non-200": result.non200, "socket": result.socket_errors}
+    window.p50_ms, window.p99_ms = result.p50_ms, result.p99_ms
+    window.events = result.ok * (plan.chunks + 2) if scenario == "burst32" else 0
+
+
+async def measure_paced(bench: Bench, meter: Meter, url: str, window: Window) -> None:
+    plan = bench.plan
+    paced = body(PACED_MODEL, stream=True)
+    n = plan.stream_concurrency
+    await stream_client.run_streams(url, paced, plan.chunks, n, min(plan.warmup_s, 0.5))
+    meter.begin()
+    result = await stream_client.run_streams(url, paced, plan.chunks, n, plan.paced_seconds)
+    meter.end(window)
+    _stream_figures(window, result)
+
+
+def _stream_figures(window: Window, result: StreamResult) -> None:
+    window.ok, window.errors = result.streams, result.error_count
+    window.error_kinds = dict(result.errors)
+    window.events = result.events
+    window.ttft_p50_ms = percentile(result.ttft_ms, 50)
+    window.ttft_p99_ms = percentile(result.ttft_ms, 99)
+    window.p50_ms, window.p99_ms = window.ttft_p50_ms, window.ttft_p99_ms
+    window.delay_p99_ms = percentile(result.delays_ms, 99)
+
+
+async def run_target(bench: Bench, target: Gateway, round_no: int) -> list[Window]:
+    """Start ``target``, run every scenario against it, stop it."""
+    child: Child | None = None
+    url = bench.urls[0]
+    if target is not DIRECT:
+        workdir = bench.workdir / f"round{round_no}-{target.key}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        child = await gateways.start(target, bench.launch, bench.urls, workdir,
+                                     bench.plan.gateway_cpus, START_TIMEOUT_S)
+        url = child.url
+    try:
+        return [await _scenario(bench, child, url + "/v1/chat/completions", target, round_no, s)
+                for s in SCENARIOS]
+    finally:
+        if child is not None:
+            await child.stop()
+
+
+async def _scenario(bench: Bench, child: Child | None, url: str, target: Gateway,
+                    round_no: int, scenario: str) -> Window:
+    window = Window(round_no, target.key, scenario)
+    meter = Meter(child, bench.upstream)
+    if scenario == "paced32":
+        await measure_paced(bench, meter, url, window)
+    else:
+        await measure_wrk(bench, meter, url, scenario, window)
+    figures = window.figures()
+    print(f"  round {round_no + 1} {target.key:<10} {scenario:<8} ok {window.ok:>7} "
+          f"errors {window.errors:>4} req/s {figures['rps']:>8.0f} "
+          f"cpu µs {_fmt(figures['cpu_us'])} core % {_fmt(figures['gateway_core_pct'])}",
+          flush=True)
+    return window
+
+
+def _fmt(value: float | None) -> str:
+    return "     –" if value is None else f"{value:6.0f}"
+
+
+def rotated(targets: Sequence[Gateway], round_no: int) -> list[Gateway]:
+    """The targets in round ``round_no``'s order: rotated left by ``round_no``."""
+    k = round_no % len(targets) if targets else 0
+    return [*targets[k:], *targets[:k]]
+
+
+async def run_rounds(bench: Bench, save: Path) -> None:
+    for round_no in range(bench.plan.rounds):
+        for target in rotated(bench.plan.targets, round_no):
+            print(f"round {round_no + 1}/{bench.plan.rounds}: {target.label}", flush=True)
+            try:
+                bench.windows += await run_target(bench, target, round_no)
+            except RuntimeError as exc:
+                bench.notes.append(f"round {round_no}, {target.key}: {exc}".splitlines()[0])
+                print(f"  {exc}", file=sys.stderr, flush=True)
+            save.write_text(json.dumps(results(bench), indent=1) + "\n")
+
+
+def summary(windows: Sequence[Window]) -> dict[str, dict[str, dict[str, Any]]]:
+    """target → scenario → median of every figure over rounds, summed errors, added TTFT."""
+    direct = {(w.round, w.scenario): w for w in windows if w.target == DIRECT.key}
+    cells: dict[tuple[str, str], list[dict[str, float | None]]] = {}
+    errors: dict[tuple[str, str], int] = {}
+    for w in windows:
+        figures = w.figures()
+        base = direct.get((w.round, w.scenario))
+        base_figures = base.figures() if base is not None else {}
+        for pct in ("p50", "p99"):
+            mine, theirs = figures[f"ttft_{pct}_ms"], base_figures.get(f"ttft_{pct}_ms")
+            figures[f"added_ttft_{pct}_ms"] = None if mine is None or theirs is None \
+                else mine - theirs
+        cells.setdefault((w.target, w.scenario), []).append(figures)
+        errors[(w.target, w.scenario)] = errors.get((w.target, w.scenario), 0) + w.errors
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (target, scenario), rows in cells.items():
+        cell: dict[str, Any] = {k: _median([r[k] for r in rows]) for k in rows[0]}
+        cell.update(errors=errors[(target, scenario)], rounds=len(rows))
+        out.setdefault(target, {})[scenario] = cell
+    return out
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def results(bench: Bench) -> dict[str, Any]:
+    """What ``results.json`` holds: the run's facts, every window, and the summary."""
+    facts = overhead_doc.meta(bench.plan, bench.launch, bench.notes, bench.command,
+                              bench.started)
+    return {"meta": facts,
+            "windows": [{**asdict(w), **w.figures()} for w in bench.windows],
+            "summary": summary(bench.windows)}
+
+
+def portable_command(argv: Sequence[str]) -> str:
+    """The command line as the doc shows it: without ``--out``/``--doc`` (and their values)
+    and with the ``--ridge-src`` directory replaced by ``DIR`` (no paths of this machine)."""
+    shown: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        name, eq, _ = arg.partition("=")
+        if name in ("--out", "--doc", "--ridge-src"):
+            if not eq:
+                next(args, None)
+            shown += ["--ridge-src", "DIR"] if name == "--ridge-src" else []
+            continue
+        shown.append(arg)
+    return " ".join(["python -m ridge_bench.overhead", *(shlex.quote(a) for a in shown)])
+
+
+def cores() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, str]:
+    """(gateway cores, client cores, note): the first two usable cores when taskset exists."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(usable) < 2:
+        return None, None, f"not pinned: {len(usable) or 'unknown'} usable core(s)"
+    if shutil.which("taskset") is None:
+        return None, None, "not pinned: taskset is not installed"
+    return (usable[0],), (usable[1],), f"gateway on core {usable[0]}, stand-in and clients " \
+                                       f"on core {usable[1]}"
+
+
+async def execute(plan: Plan, launch: Launch, out: Path, notes: Sequence[str] = (),
+                  command: str = "") -> dict[str, Any]:
+    """The whole run (module doc); returns what ``results.json`` holds."""
+    workdir = out / "logs"
+    workdir.mkdir(parents=True, exist_ok=True)
+    scripts = {"json": workdir / "json.lua", "stream": workdir / "stream.lua"}
+    scripts["json"].write_text(wrk.script(body(MODEL, stream=False)))
+    scripts["stream"].write_text(wrk.script(body(MODEL, stream=True)))
+    upstream, urls = await start_upstream(workdir, plan.endpoints, plan.chunks, 30.0,
+                                          plan.client_cpus)
+    bench = Bench(plan, launch, workdir, upstream, urls, scripts, command, notes=list(notes))
+    try:
+        await run_rounds(bench, out / "results.json")
+    finally:
+        await upstream.stop()
+    return results(bench)
+
+
+def _doc_path(value: str) -> Path | None:
+    """``--doc``: a path, or None for '' (no doc)."""
+    return Path(value) if value else None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ridge_bench.overhead",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--gateways", default=",".join(g.key for g in gateways.GATEWAYS),
+                   help="comma-separated, of " + ", ".join(gateways.BY_KEY))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=4.0, help="each wrk window (default 4)")
+    p.add_argument("--paced-seconds", type=float, default=5.0, help="paced window (default 5)")
+    p.add_argument("--ridge-src", type=Path,
+                   help="run ridge from this source tree (e.g. a git worktree of an older "
+                        "commit) instead of the installed one")
+    p.add_argument("--section", default="current",
+                   help="the doc block to write (default current; e.g. before)")
+    p.add_argument("--title", help="the block's heading (default: from the ridge commit)")
+    p.add_argument("--no-install", action="store_true",
+                   help="skip the SGLang router unless .bench-venv/ already has it")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results and logs")
+    p.add_argument("--doc", type=_doc_path, default=DEFAULT_DOC,
+                   help="'' to leave the doc alone")
+    p.add_argument("--from-results", type=Path, help="only rewrite the doc from this file")
+    return p
+
+
+def plan_from(args: argparse.Namespace, notes: list[str]) -> tuple[Plan, Launch]:
+    """The plan and launch set-up; appends to ``notes`` what was left out and why."""
+    keys = [k for k in args.gateways.split(",") if k]
+    unknown = [k for k in keys if k not in gateways.BY_KEY]
+    if unknown or args.rounds < 1 or args.seconds <= 0 or args.paced_seconds <= 0:
+        raise ValueError(f"unknown gateways {unknown}" if unknown else "bad bounds")
+    sglang = None
+    if any(gateways.BY_KEY[k].kind == "sglang" for k in keys):
+        args.out.mkdir(parents=True, exist_ok=True)
+        sglang, why = gateways.sglang_python(not args.no_install, args.out / "sglang-install.log")
+        if sglang is None:
+            notes.append(f"SGLang router skipped: {why}")
+            keys = [k for k in keys if gateways.BY_KEY[k].kind != "sglang"]
+    gw_cpus, client_cpus, pinning = cores()
+    notes.append(pinning)
+    plan = Plan((DIRECT, *(gateways.BY_KEY[k] for k in keys)), rounds=args.rounds,
+                seconds=args.seconds, paced_seconds=args.paced_seconds,
+                gateway_cpus=gw_cpus, client_cpus=client_cpus)
+    return plan, Launch(args.ridge_src.resolve() if args.ridge_src else None, sglang)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if args.from_results is not None:
+        if args.doc is None:
+            print("ridge bench overhead: --from-results needs a --doc", file=sys.stderr)
+            return 2
+        overhead_doc.write(args.doc, json.loads(args.from_results.read_text()), args.section,
+                           args.title)
+        return 0
+    if not wrk.available():
+        print("ridge bench overhead: wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+    notes: list[str] = []
+    try:
+        plan, launch = plan_from(args, notes)
+    except ValueError as exc:
+        print(f"ridge bench overhead: {exc}", file=sys.stderr)
+        return 2
+    if plan.client_cpus is not None:
+        os.sched_setaffinity(0, set(plan.client_cpus))
+    out = args.out.resolve()
+    data = _run(plan, launch, out, notes, portable_command(argv))
+    if args.doc is not None:
+        overhead_doc.write(args.doc, data, args.section, args.title)
+        kept = args.doc.with_name(f"{args.doc.stem}-{args.section}.json")
+        kept.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {args.doc} (section {args.section}), {kept} and {out / 'results.json'}")
+    return 0 if data["summary"] else 1
+
+
+def _run(plan: Plan, launch: Launch, out: Path, notes: list[str],
+         command: str) -> dict[str, Any]:
+    holder: dict[str, Any] = {}
+
+    async def go() -> None:
+        holder.update(await execute(plan, launch, out, notes, command))
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run_loop(go())
+    if not holder:  # interrupted: what was saved so far
+        saved = out / "results.json"
+        holder.update(json.loads(saved.read_text()) if saved.exists() else {"summary": {}})
+    return holder
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,326 @@
+"""The overload benchmark: one pool pushed to a multiple of its capacity, admission control off
+and on. ``ridge bench overload [--rates 1,1.5,2,2.5] [--factor 4] [--duration 60] ...``.
+
+The fleet (``--fleet``, default ``deploy/bench/overload.yaml``): one pool of two simulated vLLM
+engines (Llama-3-8B on L4s) and the SLO of its ``slos`` entry ``*``. The workload: unique
+prompts of ``--prompt-tokens`` (default 2,300–2,500) asking for ``--max-tokens`` (default
+64–192, uniform) streamed tokens each (``ignore_eos``), Poisson arrivals, open loop
+(:mod:`ridge_bench.harness.driver`). Each run starts a fresh simulator and a fresh ridge on free
+ports
+(:mod:`ridge_bench.compare.benchmark`'s way) and stops both after it; nothing is shared between
+runs.
+
+1. **Capacity**, admission off (``RIDGE_ADMISSION__ENABLED=false``, ridge as it was): the
+   ``--rates`` in increasing order, until a run's TTFT p99 exceeds the SLO's TTFT or a
+   request fails. The capacity is the highest rate before that; its goodput is the *goodput
+   at capacity*.
+2. **Overload**: ``--factor`` × the capacity, once with admission off and once on (ridge's
+   defaults).
+
+Reported per run (:func:`ridge_bench.harness.goodput.summarise` and :func:`row`): requests sent,
+admitted (answered 200) and refused (503) — at once, or after waiting for a slot (ridge's
+``ridge_admission_rejected_total`` by reason, read before ridge stops); TTFT p50/p99 of the
+admitted requests; the time to the refusal, p50/p99 [ms]; goodput [requests/s meeting every
+SLO bound] and its fraction of the goodput at capacity; and what the engines held (their
+``/metrics`` read every ``WATCH_S`` during the arrival window: requests waiting per engine and
+KV cache used, means). Targets: admitted TTFT p99 ≤ the SLO, refusals within milliseconds,
+goodput ≥ 90 % of the goodput at capacity. ``--speed`` compresses the simulator's time; the
+SLO the client holds requests to is then divided by it, as are ridge's (the fleet file's
+``slos`` are rewritten). ``--json FILE`` saves every run. A measurement to run and report, not
+a test (minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from backends.engines.scrape import MetricsParseError, parse_samples
+from config.fleet_file import Fleet, load_fleet
+from ridge_bench.compare.benchmark import START_TIMEOUT_S, CpuMeter, start_sim
+from ridge_bench.harness import engines, fleets
+from ridge_bench.harness.driver import Bounds, Target, run_workload
+from ridge_bench.harness.goodput import RequestResult, Slo, percentile, summarise
+from ridge_bench.harness.procs import ROOT, Child, child_env, free_port, start_ridge
+from ridge_bench.harness.workloads import CHAT, ChatSource, LoadStep, Workload
+
+FLEET = ROOT / "deploy" / "bench" / "overload.yaml"
+MODEL = "llama-3-8b"
+REFUSED = "HTTP 503"
+WATCH_S = 2.0
+WAITED = "wait_expired"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run (module docstring); token ranges are inclusive, times seconds."""
+
+    fleet: Path = FLEET
+    rates: tuple[float, ...] = (1.0, 1.5, 2.0, 2.5)
+    factor: float = 4.0
+    duration_s: float = 60.0
+    drain_s: float = 30.0
+    speed: float = 1.0
+    seed: int = 0
+    prompt_tokens: tuple[int, int] = (2300, 2500)
+    max_tokens: tuple[int, int] = (64, 192)
+    out: Path = Path("bench-results/overload")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's figures (module docstring). Times in seconds but ``refusal_*_ms``."""
+
+    label: str
+    admission: bool
+    rate: float
+    sent: int
+    admitted: int
+    refused: int
+    failed: int
+    ttft_p50: float | None
+    ttft_p99: float | None
+    refusal_p50_ms: float | None
+    refusal_p99_ms: float | None
+    goodput: float
+    window_s: float
+    refused_after_wait: int = 0
+    engine_waiting: float | None = None
+    engine_kv: float | None = None
+    cpu: dict[str, Any] = field(default_factory=dict)
+
+
+def workload(plan: Plan, rate: float) -> Workload:
+    """Unique long prompts at ``rate`` requests/s for the run's duration."""
+    source = ChatSource(plan.seed, plan.prompt_tokens, plan.max_tokens)
+    return Workload("overload", plan.seed, {CHAT: source}, {CHAT: 1.0},
+                    (LoadStep(rate, plan.duration_s),))
+
+
+def fleet_slo(raw: dict[str, Any], speed: float) -> Slo:
+    """The fleet file's ``*`` SLO, in wall-clock seconds at ``speed``."""
+    slo = raw["slos"]["*"]
+    return Slo(slo["ttft_s"] / speed, slo["tpot_s"] / speed, slo["e2e_s"] / speed)
+
+
+def render(plan: Plan, path: Path) -> Slo:
+    """Write the fleet on free ports (its SLOs scaled to wall-clock time) to ``path``."""
+    raw = fleets.with_ports(yaml.safe_load(plan.fleet.read_text()), free_port)
+    slo = fleet_slo(raw, plan.speed)
+    raw["slos"]["*"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return slo
+
+
+def row(label: str, admission: bool, rate: float, results: Sequence[RequestResult], slo: Slo,
+        window_s: float) -> Run:
+    """One run's figures from the client's results."""
+    summary = summarise(results, slo, window_s)
+    refusals = [r.e2e_s * 1e3 for r in results if r.error == REFUSED and r.e2e_s is not None]
+    refused = sum(1 for r in results if r.error == REFUSED)
+    return Run(label, admission, rate, summary.requests, summary.ok, refused,
+               summary.requests - summary.ok - refused, summary.ttft_p50, summary.ttft_p99,
+               percentile(refusals, 50), percentile(refusals, 99), summary.goodput, window_s)
+
+
+@dataclass
+class Watch:
+    """The engines' figures, read every ``WATCH_S`` s: (seconds from the start, readings)."""
+
+    fleet: Fleet
+    readings: list[tuple[float, engines.Scrape]] = field(default_factory=list)
+
+    async def run(self, clock: Any) -> None:
+        start = clock()
+        while True:
+            self.readings.append((clock() - start, await engines.scrape(self.fleet)))
+            await asyncio.sleep(WATCH_S)
+
+    def means(self, window_s: float) -> tuple[float | None, float | None]:
+        """Mean requests waiting per engine and mean KV cache used, within the window."""
+        inside = [m for at, scrape in self.readings if at <= window_s for m in scrape.values()]
+        waiting = [m.waiting for m in inside if m.waiting is not None]
+        kv = [m.kv_cache_usage for m in inside if m.kv_cache_usage is not None]
+        return (sum(waiting) / len(waiting) if waiting else None,
+                sum(kv) / len(kv) if kv else None)
+
+
+async def refusals_by_reason(url: str) -> dict[str, float]:
+    """ridge's ``ridge_admission_rejected_total`` by reason (empty when it cannot be read)."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, \
+                session.get(url + "/metrics") as resp:
+            text = await resp.text()
+        samples = parse_samples(text, {"ridge_admission_rejected_total"})
+    except (aiohttp.ClientError, TimeoutError, MetricsParseError):
+        return {}
+    out: dict[str, float] = {}
+    for sample in samples:
+        reason = sample.labels.get("reason", "")
+        out[reason] = out.get(reason, 0.0) + sample.value
+    return out
+
+
+async def run_once(plan: Plan, label: str, rate: float, admission: bool) -> Run:
+    """One run on a fresh simulator and ridge (module docstring)."""
+    workdir = plan.out / label
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "fleet.yaml"
+    slo = render(plan, config)
+    sim = await start_sim(workdir, config, plan.speed, plan.seed)
+    ridge: Child | None = None
+    watch = Watch(load_fleet(config))
+    try:
+        env = child_env({"RIDGE_LOG_LEVEL": "warning",
+                         "RIDGE_ADMISSION__ENABLED": "true" if admission else "false"})
+        ridge = await start_ridge("ridge", workdir, config, env, START_TIMEOUT_S)
+        meter = CpuMeter({"sim": sim, "ridge": ridge})
+        meter.begin()
+        watcher = asyncio.create_task(watch.run(asyncio.get_running_loop().time))
+        data = await run_workload(workload(plan, rate), Target(ridge.url, MODEL),
+                                  Bounds(10**6, plan.duration_s, plan.drain_s))
+        watcher.cancel()
+        cpu = meter.end()
+        reasons = await refusals_by_reason(ridge.url)
+    finally:
+        if ridge is not None:
+            await ridge.stop()
+        await sim.stop()
+    run = row(label, admission, rate, data.results, slo, data.window_s)
+    waiting, kv = watch.means(data.window_s)
+    return Run(**{**asdict(run), "cpu": cpu, "refused_after_wait": int(reasons.get(WAITED, 0)),
+                  "engine_waiting": waiting, "engine_kv": kv})
+
+
+def within_slo(run: Run, slo: Slo) -> bool:
+    """Every request answered and the TTFT p99 within the SLO."""
+    return run.failed == 0 and run.refused == 0 and run.ttft_p99 is not None \
+        and run.ttft_p99 <= slo.ttft_s
+
+
+async def find_capacity(plan: Plan, slo: Slo) -> tuple[list[Run], Run | None]:
+    """The capacity runs, admission off, and the last one within the SLO (None: none was)."""
+    runs: list[Run] = []
+    best: Run | None = None
+    for rate in sorted(plan.rates):
+        run = await run_once(plan, f"capacity-{rate:g}", rate, admission=False)
+        print(line(run, best), flush=True)
+        runs.append(run)
+        if not within_slo(run, slo):
+            break
+        best = run
+    return runs, best
+
+
+async def overload(plan: Plan, capacity: Run) -> list[Run]:
+    """``factor`` × the capacity, admission off then on."""
+    rate = plan.factor * capacity.rate
+    runs = []
+    for admission in (False, True):
+        label = f"overload-{'on' if admission else 'off'}"
+        run = await run_once(plan, label, rate, admission)
+        print(line(run, capacity), flush=True)
+        runs.append(run)
+    return runs
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+HEADER = ("| run | admission | offered [req/s] | sent | admitted | refused (503): at once "
+          "+ after waiting | failed | admitted TTFT p50 / p99 [s] | refusal p50 / p99 [ms] "
+          "| goodput [req/s] | of goodput at capacity | engine: waiting, KV used (means) |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def line(run: Run, capacity: Run | None) -> str:
+    """``run`` as a row of :data:`HEADER`."""
+    share = f"{100 * run.goodput / capacity.goodput:.0f} %" if capacity and capacity.goodput \
+        else "–"
+    refused = f"{run.refused - run.refused_after_wait} + {run.refused_after_wait}" \
+        if run.refused else "0"
+    kv = "–" if run.engine_kv is None else f"{100 * run.engine_kv:.0f} %"
+    return (f"| {run.label} | {'on' if run.admission else 'off'} | {run.rate:g} | {run.sent} "
+            f"| {run.admitted} | {refused} | {run.failed} "
+            f"| {_f(run.ttft_p50)} / {_f(run.ttft_p99)} "
+            f"| {_f(run.refusal_p50_ms, 1)} / {_f(run.refusal_p99_ms, 1)} "
+            f"| {_f(run.goodput)} | {share} | {_f(run.engine_waiting, 1)}, {kv} |")
+
+
+def table(runs: Sequence[Run], capacity: Run | None) -> str:
+    return "\n".join([HEADER, *(line(r, capacity) for r in runs)])
+
+
+async def execute(plan: Plan) -> tuple[list[Run], Run | None]:
+    """Every run of the plan; the capacity run (None when no rate was within the SLO)."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    slo = fleet_slo(yaml.safe_load(plan.fleet.read_text()), plan.speed)
+    print(HEADER, flush=True)
+    runs, capacity = await find_capacity(plan, slo)
+    if capacity is not None:
+        runs += await overload(plan, capacity)
+    return runs, capacity
+
+
+def _pair(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    return int(low), int(high or low)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ridge bench overload",
+                                description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--fleet", default=str(FLEET), help="one pool and its `*` SLO")
+    p.add_argument("--rates", default="1,1.5,2,2.5", help="capacity search, requests/s")
+    p.add_argument("--factor", type=float, default=4.0, help="overload: × the capacity")
+    p.add_argument("--duration", type=float, default=60.0, help="arrival window per run [s]")
+    p.add_argument("--drain", type=float, default=30.0, help="wait for answers after it [s]")
+    p.add_argument("--speed", type=float, default=1.0, help="simulator time compression")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt-tokens", default="2300-2500", help="LOW-HIGH, per prompt")
+    p.add_argument("--max-tokens", default="64-192", help="LOW-HIGH, per answer")
+    p.add_argument("--out", default="bench-results/overload", help="logs and fleet files")
+    p.add_argument("--json", help="also write every run as JSON to this file")
+    return p
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    rates = tuple(float(r) for r in args.rates.split(",") if r)
+    if not rates or min(rates) <= 0 or args.factor <= 0 or args.duration <= 0 \
+            or args.speed <= 0:
+        raise ValueError("rates, --factor, --duration and --speed must be positive")
+    return Plan(Path(args.fleet), rates, args.factor, args.duration, args.drain, args.speed,
+                args.seed, _pair(args.prompt_tokens), _pair(args.max_tokens), Path(args.out))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        plan = plan_of(args)
+    except ValueError as exc:
+        print(f"ridge bench overload: {exc}", file=sys.stderr)
+        return 2
+    runs, capacity = asyncio.run(execute(plan))
+    print("\n" + table(runs, capacity))
+    if capacity is None:
+        print("no rate was within the SLO: lower --rates", file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"plan": {k: str(v) for k, v in asdict(plan).items()},
+             "capacity": capacity.label if capacity else None,
+             "runs": [asdict(r) for r in runs]}, indent=1) + "\n")
+    return 0 if capacity is not None else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,471 @@
+"""Admission control: a request that would wait past its TTFT SLO is refused at once (503 with
+``Retry-After``) instead of being accepted and missing it; one that can wait does, at the
+gateway, fair across keys, rather than in an engine's queue.
+
+The arithmetic (capacity of an endpoint, full, wait budget, expected wait, the estimators) is
+:mod:`routing.admission.capacity`; the fairness (round-robin over per-key FIFO queues) is
+:mod:`routing.admission.fair_queue`. This module runs them on the request path.
+
+One request (:meth:`Admission.place`, which the dispatcher calls instead of the router state's
+``place``):
+
+1. The endpoints' limits for the registry's snapshot
+(:class:`routing.admission.capacity.CapacityBook`:
+   learned once per new metrics reading). The router state places the request with the full
+   endpoints — those of pools where requests are waiting, so that a newcomer does not
+   overtake them, and those prefill pacing holds (:mod:`routing.admission.prefill_pace`: the
+   endpoint
+   has more prompt outstanding before its first tokens than it clears within
+   ``prefill_target`` of the request's TTFT SLO) — left out of the router's choice
+   (:class:`Gate`). No limit known and nobody waiting: that is the plain routing path,
+   nothing left out. Placed: done. Except: when a full or paced endpoint holds at least
+   ``cache_affinity`` of the prompt (the prefix index's match; with KV events, the larger of
+   the engine's match and the blocks sent there, :func:`cache_affine`) and the router, with nothing
+   left out but the endpoints of pools where requests wait, would send it there, it goes there
+   and waits in that engine's queue: recomputing the prefix on an endpoint with room would
+   cost more prefill than the queue, and write a second copy of it into another cache,
+   evicting what that cache held (on a fleet short of KV this halved the hit rate,
+   ``docs/benchmarks/capacity.md``).
+2. Only full endpoints could have taken it (without them the router would have chosen pool P):
+   it joins P's queue, unless the queue holds ``max_queue`` requests (``queue_full``), or its
+   expected wait (for a slot, or for prefill room when that is longer) exceeds its budget,
+   its budget is 0, or no slot has been released in P yet (the wait cannot be known)
+   (``would_miss_slo``): then it is refused at once.
+3. Waiting, only the head of P's queue tries again: as soon as a reservation is released in
+   this gateway or a stream sent from it has its first token, and every ``recheck_s`` (for
+   releases by other gateways sharing the router state). It may take P's endpoints (not those
+   of other pools with requests waiting). Placed: it leaves the queue, its key's turn ends,
+   and the next head tries at once. Its budget runs out first: refused (``wait_expired``).
+   Its client goes away: it leaves the queue.
+
+Refusal: HTTP 503, OpenAI-shaped, type ``service_unavailable``, code ``overloaded``, and
+``Retry-After`` [whole seconds ≥ 1]: how much longer than its budget it would have waited
+(:func:`routing.admission.capacity.retry_after_s`). 429 stays for a key's own rate limit.
+
+Measured per pool as requests go: the slot-release rate (every reservation released here), the
+TTFT floor (each streamed request's TTFT minus its wait here) and the prefill rate (the
+prompt tokens outstanding on its endpoint when it was sent ÷ that engine-side TTFT); per
+endpoint, the prompt tokens of the streams sent here still before their first token. Metrics
+(:mod:`gateway.telemetry.prometheus`): ``ridge_admission_rejected_total{pool,reason}``,
+``ridge_admission_queue_depth{pool}``, ``ridge_admission_wait_seconds{pool}`` (requests
+admitted after waiting).
+
+Parameters (:class:`AdmissionConfig`; settings ``RIDGE_ADMISSION__*``): ``max_wait_s``,
+``max_queue``, ``recheck_s``, ``prefill_target``, ``wait_deviations``, ``cache_affinity``, and
+the capacity's ``allowance`` and ``ceiling_ttl_s``. One instance per gateway process: queues,
+learned capacities, outstanding prefill and estimates are this process's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.server.errors import GatewayError
+from gateway.telemetry.prometheus import Telemetry
+from gateway.telemetry.slos import SloPolicy
+from routing.admission.capacity import (
+    NOTHING,
+    CapacityBook,
+    CapacityConfig,
+    Limits,
+    ReleaseRate,
+    TtftFloor,
+    expected_wait_s,
+    full_endpoints,
+    likely_wait_s,
+    retry_after_s,
+    wait_budget_s,
+)
+from routing.admission.fair_queue import FairQueue
+from routing.admission.prefill_pace import PrefillRate, paced_endpoints, prefill_cap, prefill_wait_s
+from routing.features import RequestFeatures
+from routing.router import RoutePlan, Router
+from routing.snapshots import PoolSnapshot
+from routing.state.protocol import Ask, Placed, RouterState, StateView
+
+QUEUE_FULL = "queue_full"
+WOULD_MISS_SLO = "would_miss_slo"
+WAIT_EXPIRED = "wait_expired"
+REASONS = (QUEUE_FULL, WOULD_MISS_SLO, WAIT_EXPIRED)
+"""Why a request was refused (the ``reason`` label of ``ridge_admission_rejected_total``)."""
+
+Snapshot = Callable[[], tuple[PoolSnapshot, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """``max_wait_s`` [s]: the wait budget of a model without a TTFT SLO, and the most any
+    request waits; ``max_queue`` [requests]: per pool, past it refused at once; ``recheck_s``
+    [s]: how often the head of a queue looks for room released by other gateways;
+    ``capacity``: how endpoint capacity is learned
+    (:class:`routing.admission.capacity.CapacityConfig`);
+    ``prefill_target`` [fraction of the TTFT SLO]: prefill pacing's
+    (:mod:`routing.admission.prefill_pace`;
+    0: off); ``wait_deviations``: a request joins a queue when the expected wait plus this many
+    standard deviations is within its budget (:func:`routing.admission.capacity.likely_wait_s`);
+    ``cache_affinity`` [fraction of the prompt's tokens]: a request the prefix index says a
+    full or paced endpoint holds this much of goes there anyway, to wait in its engine's queue
+    (:func:`cache_affine`; 0: never)."""
+
+    max_wait_s: float = 10.0
+    max_queue: int = 256
+    recheck_s: float = 0.025
+    capacity: CapacityConfig = CapacityConfig()
+    prefill_target: float = 0.5
+    wait_deviations: float = 2.0
+    cache_affinity: float = 0.5
+
+
+@dataclass(slots=True)
+class Route:
+    """What the router needs for one placement: the request's features, the pools, the
+    endpoints it may not go to (already tried); and who sent it (``key``: fairness) and its
+    SLO class (``slo_class``: its TTFT SLO). Not frozen: one is made per request, and a
+    frozen dataclass costs several times as much to make."""
+
+    router: Router
+    features: RequestFeatures
+    pools: tuple[PoolSnapshot, ...]
+    exclude: frozenset[str]
+    key: str | None = None
+    slo_class: str | None = None
+
+
+class Gate:
+    """One placement's ``choose``: the router's, with the full endpoints, the ``paced`` ones and
+    the ``blocked`` ones left out — except that a request holding at least ``affinity`` of its
+    prompt in the cache of a full or paced endpoint (the prefix index's match) goes where the
+    router would send it with nothing left out, when that is such an endpoint
+    (:func:`cache_affine`). ``held``: after a call that chose nothing, the pool the router would
+    have chosen without them (None: it would have chosen nothing anyway)."""
+
+    __slots__ = ("_route", "_pools", "_limits", "_check", "_blocked", "_paced", "_affinity",
+                 "held")
+
+    def __init__(self, route: Route, pools: tuple[PoolSnapshot, ...], limits: Limits,
+                 blocked: frozenset[str], paced: frozenset[str] = NOTHING,
+                 affinity: float = 0.0) -> None:
+        self._route, self._pools, self._limits = route, pools, limits
+        self._check = bool(limits)
+        self._blocked, self._paced, self._affinity = blocked, paced, affinity
+        self.held: str | None = None
+
+    def __call__(self, view: StateView) -> RoutePlan | None:
+        route = self._route
+        self.held = None
+        load = view.load
+        full = full_endpoints(load, self._limits) if self._check and load else NOTHING
+        if self._paced:
+            full = full | self._paced
+        choose = route.router.choose
+        if not full and not self._blocked:
+            return choose(route.features, self._pools, view, route.exclude)
+        plan = choose(route.features, self._pools, view, route.exclude | full | self._blocked)
+        if plan is None:
+            intended = choose(route.features, self._pools, view, route.exclude)
+            self.held = intended.decision.pool if intended is not None else None
+        elif full and self._affinity and cache_affine(route.features, view, full, plan,
+                                                      self._affinity):
+            intended = choose(route.features, self._pools, view, route.exclude | self._blocked)
+            if intended is not None and intended.first.url in full:
+                return intended  # its cache is there: wait in that engine's queue
+        return plan
+
+
+def cache_affine(features: RequestFeatures, view: StateView, full: frozenset[str],
+                 plan: RoutePlan, affinity: float) -> bool:
+    """Whether a full or paced endpoint holds at least ``affinity`` of the prompt's tokens
+    (the prefix index's match), more than ``plan``'s endpoint does. Recomputing that prefix
+    elsewhere costs more prefill than the queue it would join, and writes a second copy into
+    another cache, evicting what that cache held.
+
+    Where the match is the engines' own (KV events), an endpoint counts with the larger of
+    its exact match and the blocks sent there (``view.sent_blocks``): the session's home keeps
+    it even when part of its history was evicted, since moving writes the whole history into
+    a second cache (with the exact match alone, agent follow-ups moved three times as often
+    and the hit rate fell, ``docs/benchmarks/router.md``)."""
+    need = affinity * features.prompt_tokens
+    best = max((_held(view, url) for url in full), default=0)
+    return best * features.block_tokens >= need and best > _held(view, plan.first.url)
+
+
+def _held(view: StateView, url: str) -> int:
+    """The blocks ``url`` counts as holding for :func:`cache_affine`."""
+    matched, sent = view.matched_blocks.get(url, 0), view.sent_blocks
+    return matched if sent is None else max(matched, sent.get(url, 0))
+
+
+class Ticket:
+    """A request waiting in a pool's queue; woken to try again."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Until woken, or ``seconds`` passed."""
+        if not self._event.is_set() and seconds > 0:
+            try:
+                async with asyncio.timeout(seconds):
+                    await self._event.wait()
+            except TimeoutError:
+                pass
+        self._event.clear()
+
+
+Placement = tuple[Placed[RoutePlan] | None, float]
+"""The state's placement (None: nothing could take the request) and the time it waited [s]."""
+
+
+class Admission:
+    """Admission control for one gateway process (module docstring). ``snapshot``: the
+    registry's pools now; ``clock``: monotonic seconds."""
+
+    def __init__(self, config: AdmissionConfig, slos: SloPolicy, snapshot: Snapshot,
+                 telemetry: Telemetry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._config, self._slos, self._snapshot = config, slos, snapshot
+        self._telemetry, self._clock = telemetry, clock
+        self._book = CapacityBook(config.capacity, clock)
+        self._queues: dict[str, FairQueue[Ticket]] = {}
+        self._rates: dict[str, ReleaseRate] = {}
+        self._floors: dict[str, TtftFloor] = {}
+        self._prefill: dict[str, int] = {}
+        self._prefill_rates: dict[str, PrefillRate] = {}
+        self._waiting = 0
+
+    def waiting(self, pool: str) -> int:
+        """Requests waiting for ``pool``."""
+        queue = self._queues.get(pool)
+        return len(queue) if queue is not None else 0
+
+    async def place(self, state: RouterState, ask: Ask, route: Route) -> Placement:
+        """Place the request through ``state`` if an endpoint has room, else wait for one or
+        raise the 503 (module docstring)."""
+        gate = self._gate(route, route.pools, None)
+        placed = await state.place(ask, gate)
+        if placed is not None or gate.held is None:
+            return placed, 0.0
+        return await self._wait(gate.held, state, ask, route)
+
+    def released(self, url: str) -> None:
+        """A reservation on ``url`` was released: count it, and wake the heads of the queues."""
+        pool = self._book.pool_of(url)
+        if pool is None:
+            return
+        self._rate(pool).release(self._clock())
+        self._wake_heads()
+
+    def _wake_heads(self) -> None:
+        if self._waiting:
+            for queue in self._queues.values():
+                if (head := queue.head()) is not None:
+                    head.wake()
+
+    def prefill_started(self, url: str, tokens: int) -> int:
+        """A streamed request of ``tokens`` prompt tokens was sent to ``url``: its prefill is
+        outstanding until :meth:`prefill_done`. Returns the outstanding prefill on ``url`` with
+        it [tokens] (0: not counted, pacing off)."""
+        if not self._config.prefill_target or tokens <= 0:
+            return 0
+        ahead = self._prefill.get(url, 0) + tokens
+        self._prefill[url] = ahead
+        return ahead
+
+    def prefill_done(self, url: str, tokens: int, ahead: int,
+                     engine_ttft_s: float | None) -> None:
+        """The request :meth:`prefill_started` counted (``ahead`` its return) had its first
+        token ``engine_ttft_s`` after it was sent, or ended without one (None)."""
+        if not ahead:
+            return
+        left = self._prefill.get(url, 0) - tokens
+        if left > 0:
+            self._prefill[url] = left
+        else:
+            self._prefill.pop(url, None)
+        pool = self._book.pool_of(url)
+        if engine_ttft_s is not None and pool is not None:
+            rate = self._prefill_rates.get(pool)
+            if rate is None:
+                rate = self._prefill_rates[pool] = PrefillRate()
+            rate.observe(ahead, engine_ttft_s)
+        self._wake_heads()
+
+    def _rate(self, pool: str) -> ReleaseRate:
+        rate = self._rates.get(pool)
+        if rate is None:
+            rate = self._rates[pool] = ReleaseRate()
+        return rate
+
+    def observed_ttft(self, pool: str, engine_ttft_s: float) -> None:
+        """A request of ``pool`` got its first token ``engine_ttft_s`` after it was admitted."""
+        floor = self._floors.get(pool)
+        if floor is None:
+            floor = self._floors[pool] = TtftFloor()
+        floor.observe(max(0.0, engine_ttft_s))
+
+    def budget_s(self, pool: str, features: RequestFeatures, slo_class: str | None) -> float:
+        """How long this request may wait for a slot in ``pool`` [s]."""
+        _, bounds = self._slos.bounds_for(features.model, features.max_tokens, slo_class)
+        floor = self._floors.get(pool)
+        return wait_budget_s(bounds.ttft_s, floor.floor_s() if floor else 0.0,
+                             self._config.max_wait_s)
+
+    def _gate(self, route: Route, pools: tuple[PoolSnapshot, ...], own: str | None) -> Gate:
+        limits = self._book.limits(pools)
+        blocked = self._blocked(pools, own) if self._waiting else NOTHING
+        paced = self._paced(route) if self._prefill else NOTHING
+        return Gate(route, pools, limits, blocked, paced, self._config.cache_affinity)
+
+    def _paced(self, route: Route) -> frozenset[str]:
+        """The endpoints prefill pacing keeps this request from
+        (:mod:`routing.admission.prefill_pace`)."""
+        features = route.features
+        _, bounds = self._slos.bounds_for(features.model, features.max_tokens, route.slo_class)
+        ttft = bounds.ttft_s
+        if ttft is None:
+            return NOTHING
+        target, rates = self._config.prefill_target, self._prefill_rates
+        pool_of = self._book.pool_of
+
+        def cap_of(url: str) -> float | None:
+            rate = rates.get(pool_of(url) or "")
+            per_s = rate.tokens_per_s if rate is not None else None
+            return prefill_cap(per_s, ttft, target) if per_s is not None else None
+
+        return paced_endpoints(self._prefill, features.prompt_tokens, cap_of)
+
+    def _blocked(self, pools: tuple[PoolSnapshot, ...], own: str | None) -> frozenset[str]:
+        """The endpoints of the pools where requests wait, but ``own``'s."""
+        return frozenset(ep.url for p in pools if p.name != own and self.waiting(p.name)
+                         for ep in p.endpoints)
+
+    async def _wait(self, pool: str, state: RouterState, ask: Ask, route: Route) -> Placement:
+        queue = self._queues.get(pool)
+        if queue is None:
+            queue = self._queues[pool] = FairQueue()
+        joined = self._clock()
+        budget = self.budget_s(pool, route.features, route.slo_class)
+        self._check_join(pool, queue, route, budget, joined)
+        ticket = Ticket()
+        queue.join(route.key, ticket)
+        self._depth(pool, queue, +1)
+        served = False
+        try:
+            placed = await self._turns(pool, queue, ticket, state, ask, route, joined, budget)
+            served = placed is not None
+            if served:
+                queue.served(route.key, ticket)
+        finally:
+            was_head = not served and queue.head() is ticket
+            if not served:
+                queue.remove(route.key, ticket)
+            self._depth(pool, queue, -1, wake=served or was_head)
+        waited = self._clock() - joined
+        if served and self._telemetry is not None:
+            self._telemetry.admission_waited(pool, waited)
+        return placed, waited
+
+    async def _turns(self, pool: str, queue: FairQueue[Ticket], ticket: Ticket,
+                     state: RouterState, ask: Ask, route: Route, joined: float,
+                     budget: float) -> Placed[RoutePlan] | None:
+        """Wait for the ticket's turns and try at each; raises the 503 once ``budget`` seconds
+        have passed since ``joined``."""
+        deadline = joined + budget
+        while True:
+            left = deadline - self._clock()
+            if left <= 0:
+                raise self._refusal(pool, WAIT_EXPIRED, self._expected(pool, len(queue) - 1),
+                                    budget)
+            head = queue.head() is ticket
+            await ticket.sleep(min(left, self._config.recheck_s) if head else left)
+            if queue.head() is not ticket:
+                continue
+            pools = self._snapshot()
+            gate = self._gate(route, pools, pool)
+            placed = await state.place(ask, gate)
+            if placed is not None or gate.held is None:
+                return placed
+
+    def _check_join(self, pool: str, queue: FairQueue[Ticket], route: Route,
+                    budget: float, now: float) -> None:
+        """Raise the 503 when the request may not join ``pool``'s queue: a wait it will seldom
+        exceed (:func:`routing.admission.capacity.likely_wait_s`), or for prefill room
+        (:func:`routing.admission.prefill_pace.prefill_wait_s`) when that is longer, is past its
+        budget."""
+        ahead = max(0, queue.served_before(route.key))
+        rate = self._rates.get(pool)
+        per_s = rate.per_s(now) if rate else None
+        expected = None
+        if per_s:
+            expected = likely_wait_s(ahead, per_s, self._config.wait_deviations)
+            if self._prefill:
+                expected = max(expected, self._prefill_expected(pool, route, ahead))
+        if len(queue) >= self._config.max_queue:
+            raise self._refusal(pool, QUEUE_FULL, expected, budget)
+        if budget <= 0 or expected is None or expected > budget:
+            raise self._refusal(pool, WOULD_MISS_SLO, expected, budget)
+
+    def _prefill_expected(self, pool: str, route: Route, ahead: int) -> float:
+        """[s] until ``pool`` has prefill room for the request with ``ahead`` before it; 0
+        while its prefill rate or the request's TTFT SLO is unknown."""
+        rate = self._prefill_rates.get(pool)
+        features = route.features
+        _, bounds = self._slos.bounds_for(features.model, features.max_tokens, route.slo_class)
+        if rate is None or rate.tokens_per_s is None or bounds.ttft_s is None:
+            return 0.0
+        urls = [ep.url for p in route.pools if p.name == pool for ep in p.endpoints]
+        cap = prefill_cap(rate.tokens_per_s, bounds.ttft_s, self._config.prefill_target)
+        outstanding = sum(self._prefill.get(url, 0) for url in urls)
+        return prefill_wait_s(outstanding, features.prompt_tokens, max(0, ahead),
+                              max(1, len(urls)), cap, rate.tokens_per_s)
+
+    def _expected(self, pool: str, ahead: int, now: float | None = None) -> float | None:
+        rate = self._rates.get(pool)
+        per_s = rate.per_s(self._clock() if now is None else now) if rate else None
+        return expected_wait_s(max(0, ahead), per_s) if per_s else None
+
+    def _depth(self, pool: str, queue: FairQueue[Ticket], change: int,
+               wake: bool = False) -> None:
+        """The queue changed by ``change``: count, export; ``wake``: its (new) head tries."""
+        self._waiting += change
+        if self._telemetry is not None:
+            self._telemetry.admission_queue(pool, len(queue))
+        if wake and (head := queue.head()) is not None:
+            head.wake()
+
+    def _refusal(self, pool: str, reason: str, expected: float | None,
+                 budget: float) -> GatewayError:
+        if self._telemetry is not None:
+            self._telemetry.admission_refused(pool, reason)
+        after = retry_after_s(expected, 0.0 if reason == WAIT_EXPIRED else budget)
+        return GatewayError(503, refusal_message(pool, reason, expected, budget, after),
+                            code="overloaded", pool=pool,
+                            headers=((b"retry-after", str(after).encode()),))
+
+
+def refusal_message(pool: str, reason: str, expected: float | None, budget: float,
+                    retry_after: int) -> str:
+    """What a refused client reads: the pool is at capacity, and why waiting would not do (the
+    budget is what the request's TTFT SLO leaves, or the gateway's longest wait)."""
+    head = f"The pool '{pool}' is at capacity"
+    if reason == QUEUE_FULL:
+        why = " and its queue is full"
+    elif reason == WAIT_EXPIRED:
+        why = f": no slot freed within the {budget:.2f} s the request could wait"
+    elif budget <= 0:
+        why = (" and the request cannot wait for a slot and still meet its time-to-first-token "
+               "objective")
+    elif expected is None:
+        why = ": no slot has been freed in it yet, so there is no telling when one will"
+    else:
+        why = (f": the request would wait about {expected:.2f} s for a slot, more than the "
+               f"{budget:.2f} s it may wait, and miss its time-to-first-token objective")
+    return f"{head}{why}. Retry after {retry_after} s."

@@ -1,0 +1,482 @@
+"""From a parsed request to an engine's response headers: measure, route and reserve, send.
+
+Order of events: extract the request's features once (the router state's learned output
+length included); let the router state place the request (:meth:`RouterState.place`: it reads
+its view, runs the router — lever policy, then the pool's scheduler plugins — on it, and
+reserves the chosen endpoint(s), atomically); send — to one endpoint, or through the pool
+engine's P/D hand-off protocol.
+
+An endpoint that refuses or resets before the first byte, or answers no valid HTTP status, is
+marked failed, its reservation released, and the request placed again without it (``retries``
+times, then 502); one that answers 503 (overloaded) is passed over the same way while retries
+remain, without being marked failed, and its 503 reaches the client on the last attempt. Error
+messages name no engine address; what went wrong is in ``GatewayError.detail``, for the log.
+No pool serves the model: 404; none can take it: 503; no response headers in time: 504.
+
+With admission control (:mod:`gateway.access.admission`), placing goes through it: a request no
+endpoint has room for waits at the gateway for a slot, fair across keys (``key``: the API
+key's name, else the request's ``user``), or is refused with a 503 and ``Retry-After``.
+Every release is reported to it, and so is each streamed request's first token
+(:meth:`Dispatcher.first_token`: its TTFT and the end of its prefill).
+
+The APIs that generate nothing (embeddings, score, rerank, tokenize, detokenize:
+:data:`~gateway.request.body.GENERATION` lists those that do) are routed by load alone: no
+lever policy (:func:`load_router`: the pools' own schedulers behind a policy without rules,
+which gives a model's only pool, else the least-loaded unsaturated one), every pool serving the
+model a candidate as a whole pool (a prefill or decode pool's engines answer them directly, no
+P/D hand-off), and features of the request's size alone (no block hashes, no session, no
+output). Those that run no model (:data:`~gateway.request.body.NO_INFERENCE`) teach the
+router state nothing when they finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from backends.upstream.client import (
+    BackendClient,
+    UpstreamConnectError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
+from backends.upstream.pd import PD_PROTOCOLS, Handoff
+from config.fleet_file import Engine, Fleet, FleetConfigError
+from gateway.access.admission import Admission, Route
+from gateway.request.body import NO_INFERENCE, Endpoint, ParsedRequest
+from gateway.server.errors import GatewayError
+from routing.features import FeatureConfig, RequestFeatures, RequestInfo
+from routing.load import request_tokens
+from routing.policy import LeverPolicy, PolicyConfig
+from routing.router import RoutePlan, Router
+from routing.snapshots import MIXED, PoolSnapshot
+from routing.state.protocol import Ask, Outcome, Placed, Reservation, RouterState, StateView
+
+FORWARD_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"content-type": "application/json", "accept": "*/*"}
+)
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+SESSION_HEADER = "x-session-id"
+FEATURE_KINDS: Mapping[Endpoint, str] = MappingProxyType({
+    Endpoint.CHAT: "chat", Endpoint.COMPLETIONS: "completions", Endpoint.RESPONSES: "responses"})
+"""The request kind :mod:`routing.features` reads each generation API's prompt as; an API
+missing here is routed by load alone (module docstring)."""
+EngineHeaders = Mapping[str, Mapping[str, str]]
+"""The headers sent to each pool's engines, by pool name (missing: :data:`FORWARD_HEADERS`)."""
+
+
+ModelNames = Mapping[str, Mapping[str, str]]
+"""Per pool, a served name → the ``model`` its engines take for it (missing: as sent)."""
+
+
+def engine_model_names(fleet: Fleet) -> ModelNames:
+    """Per SGLang pool with LoRA adapters: adapter → ``BASE:ADAPTER``, the ``model`` SGLang
+    applies an adapter for (it does not look adapters up by their own names; vLLM does)."""
+    return MappingProxyType({
+        pool.name: MappingProxyType({a: f"{pool.models[0]}:{a}" for a in pool.adapter_names()})
+        for pool in fleet.pools if pool.engine is Engine.SGLANG and pool.adapters})
+
+
+def engine_headers(fleet: Fleet, environ: Mapping[str, str]) -> EngineHeaders:
+    """Per pool with an ``api_key_env``: :data:`FORWARD_HEADERS` and ``Authorization: Bearer``
+    with the key read from that environment variable. Raises FleetConfigError when the
+    variable is unset or empty (the error names the variable, never a key)."""
+    headers = {}
+    for pool in fleet.pools:
+        if pool.api_key_env is None:
+            continue
+        key = environ.get(pool.api_key_env, "")
+        if not key:
+            raise FleetConfigError(f"pool {pool.name!r}: api_key_env {pool.api_key_env} is "
+                                   "not set in the environment")
+        headers[pool.name] = MappingProxyType({**FORWARD_HEADERS,
+                                               "authorization": f"Bearer {key}"})
+    return MappingProxyType(headers)
+
+
+class ProbeAuth:
+    """Per endpoint URL, its pool's engine API key as the ``Authorization`` header of the
+    registry's probes (:class:`backends.engines.probe.HttpProbe`: an engine started with an API key
+    may
+    guard its metrics and server-info pages). ``fleet_of``: the fleet in use now (its keys are
+    read from ``environ`` again only when it changes, at a reload); ``pool_of``: an endpoint's
+    pool (None: not in the fleet)."""
+
+    def __init__(self, fleet_of: Callable[[], Fleet], pool_of: Callable[[str], str | None],
+                 environ: Mapping[str, str]) -> None:
+        self._fleet_of, self._pool_of, self._environ = fleet_of, pool_of, environ
+        self._fleet: Fleet | None = None
+        self._by_pool: Mapping[str, Mapping[str, str]] = {}
+
+    def __call__(self, url: str) -> Mapping[str, str]:
+        fleet = self._fleet_of()
+        if fleet is not self._fleet:
+            self._fleet = fleet
+            self._by_pool = {pool: MappingProxyType({"authorization": h["authorization"]})
+                             for pool, h in engine_headers(fleet, self._environ).items()}
+        pool = self._pool_of(url) if self._by_pool else None
+        return self._by_pool.get(pool, NO_HEADERS) if pool is not None else NO_HEADERS
+
+
+class EndpointBook(Protocol):
+    """What dispatch needs of the endpoint registry."""
+
+    def snapshot(self) -> tuple[PoolSnapshot, ...]: ...
+
+    def mark_failed(self, url: str, reason: str) -> None: ...
+
+    def mark_succeeded(self, url: str) -> None: ...
+
+
+class FeatureSource(Protocol):
+    """What dispatch needs of the feature extractor (:class:`routing.features.FeatureExtractor`,
+    compiled with the routing modules where they are)."""
+
+    @property
+    def config(self) -> FeatureConfig: ...
+
+    def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures: ...
+
+
+@dataclass
+class Dispatched:
+    """A request sent: where it went, its reservations and the response (headers in)."""
+
+    features: RequestFeatures
+    view: StateView
+    plan: RoutePlan
+    response: UpstreamResponse
+    reservations: list[Reservation] = field(default_factory=list)
+    handoff: Handoff | None = None
+    endpoint_index: int = 0
+    waited_s: float = 0.0
+    prefill_ahead: int = 0
+    """Admission control's outstanding prefill on the endpoint when sent, this request's
+    included [tokens]; 0: not counted, or its first token has come."""
+
+    @property
+    def matched_tokens(self) -> int:
+        """Prompt tokens that matched on some endpoint before this request (tokens)."""
+        best = max(self.view.matched_blocks.values(), default=0)
+        return self.features.matched_tokens(best)
+
+    @property
+    def predicted_tokens(self) -> int | None:
+        """Prompt tokens the prefix index said the chosen endpoint held when the request was
+        placed (tokens): the reuse the router counted on there. None for a prefill/decode
+        pair (the engine's cached count is not one endpoint's)."""
+        if self.plan.prefill is not None:
+            return None
+        blocks = self.view.matched_blocks.get(self.plan.endpoint.url, 0)
+        return self.features.matched_tokens(blocks)
+
+
+@dataclass
+class Attempts:
+    """What the retries of one request have seen."""
+
+    tried: set[str] = field(default_factory=set)
+    last_error: str | None = None
+    failures: int = 0
+    plan: RoutePlan | None = None
+    """The last route placed (None: the request was never placed): its pool is the one a
+    request that failed before any engine's headers is counted under."""
+
+
+class Dispatcher:
+    """Routes and sends requests; one per app."""
+
+    def __init__(
+        self,
+        book: EndpointBook,
+        client: BackendClient,
+        router: Router,
+        state: RouterState,
+        extractor: FeatureSource,
+        retries: int,
+        headers: EngineHeaders = MappingProxyType({}),
+        admission: Admission | None = None,
+        model_names: ModelNames = MappingProxyType({}),
+    ) -> None:
+        self._book, self._client, self._router = book, client, router
+        self._state, self._extractor, self._retries = state, extractor, retries
+        self._headers = headers
+        self._admission = admission
+        self._model_names = model_names
+        self._by_load = load_router(router)
+
+    async def dispatch(
+        self, parsed: ParsedRequest, session_hint: str | None, attempts: Attempts, *,
+        key: str | None = None, slo_class: str | None = None,
+    ) -> Dispatched:
+        """Route, reserve and send ``parsed``. ``key``: whom admission control's queues are fair
+        between (None: the request's ``user``); ``slo_class``: the class the client named."""
+        pools = self._book.snapshot()
+        urls = [e.url for p in pools if p.serves(parsed.model) for e in p.endpoints]
+        if not urls:
+            raise GatewayError(
+                404,
+                f"The model '{parsed.model}' does not exist",
+                param="model",
+                code="model_not_found",
+            )
+        kind = FEATURE_KINDS.get(parsed.endpoint)
+        if kind is None:
+            router, pools, features = self._by_load, as_whole_pools(pools), self._sized(parsed)
+        else:
+            router, features = self._router, self._features(kind, parsed, session_hint)
+        ask = Ask(parsed.model, features.block_hashes, features.session, urls,
+                  request_tokens(features.prompt_tokens, features.expected_output_tokens))
+        who = key if key is not None else parsed.user
+        for _ in range(1 + self._retries):
+            placed, waited_s = await self._place(router, ask, features, pools,
+                                                 frozenset(attempts.tried), who, slo_class)
+            if placed is None:
+                break
+            attempts.plan = placed.choice
+            sent = await self._try(parsed, features, placed, attempts)
+            if sent is not None:
+                sent.endpoint_index = _index_of(placed.choice.endpoint.url, pools)
+                sent.waited_s = waited_s
+                if self._admission is not None and parsed.stream:
+                    sent.prefill_ahead = self._admission.prefill_started(
+                        sent.plan.first.url, features.prompt_tokens)
+                return sent
+            pools = self._book.snapshot() if kind is not None else \
+                as_whole_pools(self._book.snapshot())
+        if not attempts.tried:
+            raise GatewayError(
+                503,
+                f"no healthy endpoint serves the model '{parsed.model}'",
+                code="no_healthy_endpoint",
+            )
+        raise GatewayError(
+            502,
+            f"no engine could take the request after {len(attempts.tried)} attempt(s)",
+            code="upstream_unreachable",
+            detail=attempts.last_error,
+        )
+
+    def _features(self, kind: str, parsed: ParsedRequest,
+                  session_hint: str | None) -> RequestFeatures:
+        info = RequestInfo(kind, parsed.model, parsed.max_tokens, parsed.stream, session_hint,
+                           self._state.learned_output(parsed.model))
+        return self._extractor.extract(parsed.payload, info)
+
+    def _sized(self, parsed: ParsedRequest) -> RequestFeatures:
+        """An API that generates nothing, as the router sees it: its size alone — prompt
+        tokens estimated from the body's length (as a key's charge is), no output."""
+        config = self._extractor.config
+        return RequestFeatures(
+            model=parsed.model, block_hashes=(), block_tokens=config.block_tokens,
+            prompt_tokens=max(1, int(len(parsed.body) / config.chars_per_token)),
+            expected_output_tokens=0, max_tokens=None, session=None, stream=False)
+
+    async def _place(self, router: Router, ask: Ask, features: RequestFeatures,
+                     pools: tuple[PoolSnapshot, ...], exclude: frozenset[str], key: str | None,
+                     slo_class: str | None) -> tuple[Placed[RoutePlan] | None, float]:
+        """``router``'s plan for the request, reserved by the state (through admission control
+        when it is on), and how long it waited for room [s]."""
+        if self._admission is not None:
+            route = Route(router, features, pools, exclude, key, slo_class)
+            return await self._admission.place(self._state, ask, route)
+        choose = router.choose
+        placed = await self._state.place(ask, lambda view: choose(features, pools, view, exclude))
+        return placed, 0.0
+
+    async def _try(
+        self, parsed: ParsedRequest, features: RequestFeatures, placed: Placed[RoutePlan],
+        attempts: Attempts,
+    ) -> Dispatched | None:
+        """One attempt; None when it may go elsewhere: an endpoint refused or reset before the
+        first byte, answered no valid HTTP status (both marked failed), or said it is
+        overloaded (503) while retries remain."""
+        plan, held = placed.choice, list(placed.reservations)
+        try:
+            response, handoff = await self._send(parsed, plan)
+        except UpstreamConnectError as exc:
+            await self._release(held, features, parsed, succeeded=False)
+            self._refused(plan, attempts, str(exc), failed=True)
+            return None
+        except UpstreamTimeout as exc:
+            await self._release(held, features, parsed, succeeded=False)
+            raise GatewayError(504, "the engine did not answer in time",
+                               code="upstream_timeout", detail=str(exc)) from exc
+        except BaseException:
+            await self._release(held, features, parsed, succeeded=False)
+            raise
+        status = response.status
+        invalid = not 100 <= status <= 599
+        if invalid or (status == 503 and attempts.failures < self._retries):
+            await (handoff.close() if handoff is not None else response.close())
+            await self._release(held, features, parsed, succeeded=False)
+            why = f"answered the invalid HTTP status {status}" if invalid else "overloaded (503)"
+            self._refused(plan, attempts, why, failed=invalid)
+            return None
+        attempts.tried.update(plan.urls)
+        return Dispatched(features, placed.view, plan, response, held, handoff)
+
+    def _refused(self, plan: RoutePlan, attempts: Attempts, why: str, failed: bool) -> None:
+        """Count a refused attempt; ``failed``: mark its endpoints failed in the registry."""
+        for url in plan.urls:
+            attempts.tried.add(url)
+            if failed:
+                self._book.mark_failed(url, why)
+        attempts.last_error = why
+        attempts.failures += 1
+
+    def engine_failed(self, sent: Dispatched, why: str) -> None:
+        """The engine's answer broke off or broke a limit: count its endpoint as failing."""
+        for url in sent.plan.urls:
+            self._book.mark_failed(url, why)
+
+    async def _send(
+        self, parsed: ParsedRequest, plan: RoutePlan
+    ) -> tuple[UpstreamResponse, Handoff | None]:
+        path = parsed.endpoint.value
+        headers = self._headers.get(plan.endpoint.pool, FORWARD_HEADERS)
+        if self._model_names:
+            parsed = _engine_model(parsed, self._model_names.get(plan.endpoint.pool))
+        if plan.prefill is None:
+            return await self._client.send(plan.endpoint.url + path, parsed.body, headers), None
+        engine = _engine_of(plan.prefill.pool, self._book.snapshot())
+        handoff = await PD_PROTOCOLS[engine].run(
+            self._client,
+            plan.prefill.url,
+            plan.endpoint.url,
+            path,
+            dict(parsed.payload),
+            headers,
+        )
+        return handoff.response, handoff
+
+    async def _release(
+        self,
+        held: list[Reservation],
+        features: RequestFeatures,
+        parsed: ParsedRequest,
+        *,
+        succeeded: bool,
+        output_tokens: int | None = None,
+        matched_tokens: int = 0,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        outcome = Outcome(
+            model=parsed.model,
+            block_hashes=features.block_hashes,
+            prompt_tokens=prompt_tokens or features.prompt_tokens,
+            matched_tokens=min(matched_tokens, prompt_tokens or features.prompt_tokens),
+            output_tokens=output_tokens,
+            session=features.session,
+            succeeded=succeeded,
+        )
+        for reservation in held:
+            await self._state.finish(reservation, outcome)
+            if self._admission is not None:
+                self._admission.released(reservation.endpoint)
+
+    async def finish(
+        self,
+        sent: Dispatched,
+        parsed: ParsedRequest,
+        *,
+        succeeded: bool,
+        output_tokens: int | None,
+        prompt_tokens: int | None,
+    ) -> None:
+        """Release the request's reservations and teach the state what it learned (nothing, for
+        an API that runs no model). A request that ``succeeded`` (the engine's whole answer
+        relayed) is a success for its endpoints' circuit breakers: counted at the end, not at
+        the response headers, so an engine that answers 200 and then breaks its streams keeps
+        counting as failing. A stream that ended before its first token ends its outstanding
+        prefill (admission control).
+
+        Runs to its end even if the calling task is cancelled meanwhile (a client that leaves
+        as its response ends): in a task of its own (:func:`asyncio.shield`), unless the
+        response closes and the state finishes without suspending — then nothing can
+        interrupt it, and a task would cost a turn of the event loop per request."""
+        at_once = self._state.finishes_at_once and sent.handoff is None and \
+            sent.response.closes_at_once
+        work = self._finish(sent, parsed, succeeded, output_tokens, prompt_tokens)
+        await (work if at_once else asyncio.shield(work))
+
+    async def _finish(self, sent: Dispatched, parsed: ParsedRequest, succeeded: bool,
+                      output_tokens: int | None, prompt_tokens: int | None) -> None:
+        if sent.handoff is not None:
+            await sent.handoff.close()
+        else:
+            await sent.response.close()
+        await self._release(
+            sent.reservations,
+            sent.features,
+            parsed,
+            succeeded=succeeded and parsed.endpoint not in NO_INFERENCE,
+            output_tokens=output_tokens,
+            matched_tokens=sent.matched_tokens,
+            prompt_tokens=prompt_tokens,
+        )
+        if succeeded:
+            for url in sent.plan.urls:
+                self._book.mark_succeeded(url)
+        if sent.prefill_ahead:
+            self._prefill_done(sent, None)
+
+    def first_token(self, sent: Dispatched, ttft_s: float) -> None:
+        """A streamed request's first token came ``ttft_s`` after the request arrived: its
+        part after the wait for a slot (the engine's) teaches admission control the pool's TTFT
+        floor and prefill rate, and ends its outstanding prefill."""
+        if self._admission is None:
+            return
+        engine_ttft_s = ttft_s - sent.waited_s
+        self._admission.observed_ttft(sent.plan.decision.pool, engine_ttft_s)
+        if sent.prefill_ahead:
+            self._prefill_done(sent, engine_ttft_s)
+
+    def _prefill_done(self, sent: Dispatched, engine_ttft_s: float | None) -> None:
+        assert self._admission is not None
+        self._admission.prefill_done(sent.plan.first.url, sent.features.prompt_tokens,
+                                     sent.prefill_ahead, engine_ttft_s)
+        sent.prefill_ahead = 0
+
+
+def _engine_model(parsed: ParsedRequest, names: Mapping[str, str] | None) -> ParsedRequest:
+    """``parsed`` with the ``model`` its engine takes for the name the client sent
+    (:func:`engine_model_names`), or as it is."""
+    name = names.get(parsed.model) if names else None
+    if name is None:
+        return parsed
+    return parsed.with_payload({**parsed.payload, "model": name})
+
+
+def _index_of(url: str, pools: tuple[PoolSnapshot, ...]) -> int:
+    """The endpoint's position in its pool's configured endpoint list."""
+    for pool in pools:
+        for i, ep in enumerate(pool.endpoints):
+            if ep.url == url:
+                return i
+    return -1
+
+
+def _engine_of(pool: str, pools: tuple[PoolSnapshot, ...]) -> str:
+    for p in pools:
+        if p.name == pool:
+            return p.engine
+    raise KeyError(pool)
+
+
+def load_router(router: Router) -> Router:
+    """``router``'s replica schedulers behind a lever policy without rules: a model's only
+    pool, else the least-loaded unsaturated pool serving it (:class:`routing.policy.LeverPolicy`
+    with no rule falls through to its last resort), then that pool's scheduler."""
+    return Router(LeverPolicy(PolicyConfig(rules=())), router.schedulers)
+
+
+def as_whole_pools(pools: tuple[PoolSnapshot, ...]) -> tuple[PoolSnapshot, ...]:
+    """``pools`` with every prefill and decode pool seen as a mixed one (its engines answer
+    what generates nothing directly, without the P/D hand-off)."""
+    if all(p.role == MIXED for p in pools):
+        return pools
+    return tuple(p if p.role == MIXED else replace(p, role=MIXED, pair=None) for p in pools)

@@ -1,0 +1,529 @@
+"""Serve one request for an engine on a lean ASGI path: read, parse, dispatch, relay, record.
+
+``POST /v1/chat/completions`` and ``/v1/completions`` are the hot path, so they skip FastAPI's
+routing, dependency injection and middleware: :class:`gateway.app.RidgeApp` hands them to
+:class:`Proxy`, an ASGI handler — and with them every other API an engine serves
+(:data:`PROXIED_PATHS`: Responses, embeddings, score, rerank, tokenize, detokenize), which go
+the same way with the same keys, limits, errors, metrics and request ids. It reads the body
+(413 past the limit), parses the few fields ridge needs (:mod:`gateway.request.body`),
+dispatches (:mod:`gateway.request.dispatch`: features, routing, reservation, the upstream request)
+and
+relays the engine's answer: a whole body as the engine wrote it, or a stream passed through as
+it arrives (:class:`gateway.request.sse.StreamScanner`; a stream that breaks off ends with an
+OpenAI-shaped error event). Under ridge's HTTP protocol with ridge's own upstream client, a
+stream is relayed from the engine connection's callback: each piece is scanned and written to
+the client as it is parsed (:meth:`Proxy._relay`, :func:`gateway.server.protocol.body_writer`),
+with no task wake-up per piece; the handler's task waits only for the end, or for a slow
+client's buffer to drain. Otherwise each piece goes through ASGI ``send``. ridge always asks
+a streaming chat or completions engine for its usage chunk, to count tokens, and cuts that
+chunk from the relay when the client did not ask for it. A Responses API stream
+(:mod:`gateway.request.responses_sse`) is relayed untouched: its deltas time the first token and its
+closing event carries the usage. Errors ridge answers itself are OpenAI-shaped JSON.
+
+A request that runs no model on the engine (tokenize, detokenize:
+:data:`~gateway.request.body.NO_INFERENCE`) is counted in ``ridge_requests_total`` and
+nothing else (no latency, token or SLO figures of the model), and uses no tokens of its key's
+limits.
+
+Limits (:class:`BodyLimits`): a request body past its cap is a 413, read no further; an
+engine's whole answer past its cap, or one event of its stream, is a 502 (an error event once
+a stream has started) and the endpoint is counted as failing. Every response carries
+``x-request-id`` (the client's, when it sent a usable one); a client error never carries an
+engine address or a library's exception text — the log has them, under that id.
+
+Client gone: the request's :class:`~gateway.server.protocol.DisconnectWatch` (ridge's HTTP
+protocol) cancels the handler the moment the connection is lost — no extra task per request;
+under another ASGI server a watcher task awaiting ``http.disconnect`` does the same. Either way
+the upstream request is closed so the engine stops generating, and the request is recorded with
+status 499. Every request, however it ends, releases its reservations and is recorded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from backends.upstream.client import Relaying, UpstreamStreamError, relaying
+from gateway.access.control import Access
+from gateway.access.keys import ANONYMOUS, Caller
+from gateway.access.limits import Grant
+from gateway.request.body import NO_INFERENCE, Endpoint, ParsedRequest, parse_request
+from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
+from gateway.request.responses_sse import ResponsesScanner, chat_usage
+from gateway.request.sse import MAX_EVENT_BYTES, StreamScanner, error_event
+from gateway.server.errors import GatewayError
+from gateway.server.protocol import WATCH, BodyWriter, DisconnectWatch, body_writer
+from gateway.telemetry.prometheus import NO_POOL, RequestRecord, Telemetry
+from gateway.telemetry.trace import TraceRecorder
+from routing.router import RoutePlan
+
+log = logging.getLogger("ridge")
+
+CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
+PROXIED_PATHS: Mapping[str, Endpoint] = MappingProxyType(
+    {endpoint.value: endpoint for endpoint in Endpoint})
+"""Every path the proxy serves (``POST`` only), by the API it is."""
+_RESPONSES = Endpoint.RESPONSES
+SESSION_HEADER = b"x-session-id"
+SLO_CLASS_HEADER = b"x-ridge-slo-class"
+REQUEST_ID_HEADER = b"x-request-id"
+AUTHORIZATION = b"authorization"
+_READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER,
+                   AUTHORIZATION))
+_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
+
+_JSON = b"application/json"
+
+
+class ClientGone(Exception):
+    """The client went away before its request was answered."""
+
+
+@dataclass(slots=True)
+class Call:
+    """One request on its way: what was sent where, and what was measured."""
+
+    started: float
+    parsed: ParsedRequest | None = None
+    session_hint: str | None = None
+    slo_class: str | None = None
+    sent: Dispatched | None = None
+    plan: RoutePlan | None = None
+    status: int = 0
+    response_started: bool = False
+    completed: bool = False
+    ttft_s: float | None = None
+    ttfb_s: float | None = None
+    usage: dict[str, Any] | None = None
+    completion_tokens: int | None = None
+    itl_s: tuple[float, ...] = ()
+    client_gone: bool = False
+    request_id: bytes = b""
+    caller: Caller = ANONYMOUS
+    grant: Grant | None = None
+    refused_by: str | None = None
+
+    @property
+    def pool(self) -> str:
+        """The pool the request was routed to (the last one tried, when it failed before any
+        engine's headers), else the pool whose admission control refused it; ``none`` when
+        neither."""
+        if self.plan is not None:
+            return self.plan.decision.pool
+        return self.refused_by if self.refused_by is not None else NO_POOL
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """Sizes [bytes]: a client's request body (413 past it); an engine's whole answer and one
+    event of its stream (502 past them, and its endpoint counted as failing)."""
+
+    request: int = 4 * 1024 * 1024
+    response: int = 64 * 1024 * 1024
+    event: int = MAX_EVENT_BYTES
+
+
+class Proxy:
+    """The ASGI handler of the generation routes; one per app."""
+
+    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, access: Access,
+                 limits: BodyLimits = BodyLimits(),
+                 clock: Callable[[], float] = time.perf_counter,
+                 trace: TraceRecorder | None = None) -> None:
+        self._trace = trace  # traffic recording (gateway.telemetry.trace); None: off
+        self._dispatcher = dispatcher
+        self._telemetry = telemetry
+        self._access = access
+        self._limits = limits
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send,
+                       endpoint: Endpoint) -> None:
+        call = Call(self._clock())
+        headers = _read_headers(scope, call)
+        call.request_id = _client_request_id(headers.get(REQUEST_ID_HEADER)) or \
+            f"req-{self._id_prefix}{next(self._ids):x}".encode()
+        stop_watching: Callable[[], None] = _nothing
+        try:
+            call.caller = self._access.authenticate(headers.get(AUTHORIZATION))
+            body = await read_body(receive, self._limits.request,
+                                   headers.get(b"content-length"))
+            call.parsed = _ask_for_usage(parse_request(endpoint, body))
+            if call.caller.record is not None:  # anonymous callers have nothing to admit
+                call.grant = await self._access.admit(call.caller, call.parsed)
+            stop_watching = watch_disconnect(scope, receive, call)
+            await self._serve_within(call, send, self._access.deadline_s(call.caller))
+        except GatewayError as exc:
+            call.status, call.refused_by = exc.status, exc.pool
+            if exc.detail is not None:
+                log.warning("request %s: %s (%s)", call.request_id.decode(), exc.message,
+                            exc.detail)
+            await self._send_error(call, send, exc)
+        except ClientGone:
+            call.status, call.client_gone = CLIENT_CLOSED, True
+        except asyncio.CancelledError:
+            call.status = CLIENT_CLOSED
+            if not call.client_gone:
+                raise  # not the client's doing (the server is stopping): pass it on
+            _uncancel()  # the client's leaving is handled here, not a cancellation to pass on
+        except Exception:
+            log.exception("request %s failed", call.request_id.decode())
+            call.status = 500
+            await self._send_error(call, send, GatewayError(500, "internal error",
+                                                            code="internal_error"))
+        finally:
+            stop_watching()
+            await self._finish(call)
+
+    async def _serve_within(self, call: Call, send: Send, deadline_s: float | None) -> None:
+        """Serve the request, within its deadline when it has one: past it, a 504 — or, once
+        a stream has started, an error event that ends it."""
+        if deadline_s is None:
+            await self._serve(call, send)
+            return
+        try:
+            async with asyncio.timeout(deadline_s):
+                await self._serve(call, send)
+        except TimeoutError:
+            if not call.response_started:
+                raise GatewayError(504, f"the request took longer than its deadline of "
+                                   f"{deadline_s:g} s", code="request_timeout") from None
+            call.status = 504
+            await send({"type": "http.response.body", "more_body": False, "body": error_event(
+                "the request took longer than its deadline", "timeout", "request_timeout")})
+
+    async def _serve(self, call: Call, send: Send) -> None:
+        assert call.parsed is not None
+        attempts = Attempts()
+        try:
+            call.sent = await self._dispatcher.dispatch(
+                call.parsed, call.session_hint, attempts, key=call.caller.name,
+                slo_class=call.slo_class)
+        finally:
+            call.plan = call.sent.plan if call.sent is not None else attempts.plan
+            if call.plan is not None:
+                self._telemetry.route(call.plan)
+            if attempts.failures:
+                self._telemetry.retries_of(call.pool).inc(attempts.failures)
+        call.status = call.sent.response.status
+        if call.status != 200:
+            await self._whole(call, send)
+        elif call.parsed.stream:
+            await self._stream(call, send)
+        else:  # the engine's headers are in: its first byte (its whole answer follows)
+            call.ttfb_s = self._clock() - call.started
+            await self._whole(call, send)
+
+    async def _whole(self, call: Call, send: Send) -> None:
+        assert call.sent is not None
+        try:
+            body = await call.sent.response.read(self._limits.response)
+        except UpstreamStreamError as exc:
+            self._dispatcher.engine_failed(call.sent, str(exc))
+            raise GatewayError(502, "the engine's answer broke off or was too large",
+                               code="upstream_broken", detail=str(exc)) from exc
+        if call.status == 200:
+            call.usage = _usage_dict(body)
+        media = call.sent.response.headers.get("content-type", "application/json").encode()
+        call.response_started = True
+        await send({"type": "http.response.start", "status": call.status,
+                    "headers": [(b"content-type", media),
+                                (b"content-length", str(len(body)).encode()),
+                                (REQUEST_ID_HEADER, call.request_id),
+                                *_route_headers(call.sent), *_limit_headers(call)]})
+        await send({"type": "http.response.body", "body": body})
+        call.completed = True
+
+    async def _stream(self, call: Call, send: Send) -> None:
+        assert call.sent is not None and call.parsed is not None
+        kind = ResponsesScanner if call.parsed.endpoint is _RESPONSES else StreamScanner
+        scanner = kind(not call.parsed.include_usage, self._clock, self._limits.event)
+        call.response_started = True
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"),
+                                (b"cache-control", b"no-cache"),
+                                (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
+                                *_limit_headers(call)]})
+        response, writer = call.sent.response, body_writer(send)
+        relayed = relaying(response)
+        try:
+            if writer is not None and relayed is not None:
+                await self._relay(call, scanner, writer, relayed)
+            else:
+                told = False
+                async for chunk in response.chunks():
+                    if out := scanner.feed(chunk):
+                        await send({"type": "http.response.body", "body": out,
+                                    "more_body": True})
+                        told = told or self._first_token(call, scanner)
+            end, call.completed = scanner.rest(), True
+        except UpstreamStreamError as exc:
+            call.status = 502
+            self._dispatcher.engine_failed(call.sent, str(exc))
+            log.warning("request %s: the engine's stream broke off (%s)",
+                        call.request_id.decode(), exc)
+            end = error_event("the engine's stream broke off", "bad_gateway", "upstream_broken")
+        finally:
+            _take_measures(call, scanner)
+        await send({"type": "http.response.body", "body": end, "more_body": False})
+
+    async def _relay(self, call: Call, scanner: StreamScanner, writer: BodyWriter,
+                     response: Relaying) -> None:
+        """The stream relayed from the engine connection's callback: each piece scanned and
+        written to the client there, with no task wake-up per piece (module docstring); this
+        task wakes only when the client's buffer is full, to await its drain."""
+        told = False
+
+        def consume(piece: bytes) -> bool:
+            nonlocal told
+            out = scanner.feed(piece)
+            if not out:
+                return True
+            more = writer.write(out)
+            told = told or self._first_token(call, scanner)
+            return more
+
+        try:
+            while not await response.relay(consume):
+                if writer.gone:
+                    raise ClientGone
+                await writer.drain()
+        finally:
+            response.stop_relay()
+
+    def _first_token(self, call: Call, scanner: StreamScanner) -> bool:
+        """Tell the dispatcher of the stream's first token if it came; whether it did."""
+        if scanner.first_token_at is None:
+            return False
+        assert call.sent is not None
+        self._dispatcher.first_token(call.sent, scanner.first_token_at - call.started)
+        return True
+
+    async def _send_error(self, call: Call, send: Send, exc: GatewayError) -> None:
+        """The error as OpenAI-shaped JSON, unless the response has started or the client
+        is gone (then there is no one to tell)."""
+        if call.response_started or call.client_gone:
+            return
+        call.response_started = True
+        await send_error(send, exc, call.request_id)
+
+    async def _finish(self, call: Call) -> None:
+        """Close the upstream, release the reservations and record the request, once."""
+        usage = call.usage or {}
+        prompt_tokens = _int(usage.get("prompt_tokens"))
+        completion = _int(usage.get("completion_tokens")) or call.completion_tokens
+        if call.sent is not None and call.parsed is not None:
+            await self._dispatcher.finish(  # seen through even if this task is cancelled
+                call.sent, call.parsed, succeeded=call.status == 200 and call.completed,
+                output_tokens=completion, prompt_tokens=prompt_tokens)
+        if call.grant is not None:
+            await self._access.settle(call.grant, _used(call, prompt_tokens, completion))
+        if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE:
+            self._telemetry.count(self._record(call, prompt_tokens, completion))
+        else:
+            self._telemetry.record(self._record(call, prompt_tokens, completion))
+            if self._trace is not None and call.sent is not None:
+                self._trace.offer(call.parsed, call.sent.features, call.started, completion)
+
+    def _record(self, call: Call, prompt_tokens: int | None,
+                completion: int | None) -> RequestRecord:
+        sent, parsed, plan = call.sent, call.parsed, call.plan
+        details = (call.usage or {}).get("prompt_tokens_details") or {}
+        return RequestRecord(
+            model=parsed.model if parsed else "",
+            pool=call.pool,
+            status=call.status or CLIENT_CLOSED,
+            e2e_s=self._clock() - call.started,
+            ttft_s=call.ttft_s,
+            completion_tokens=completion,
+            lever=plan.decision.lever if plan is not None else None,
+            endpoint=sent.plan.first.url if sent else None,
+            decode_endpoint=sent.plan.endpoint.url if sent and sent.plan.prefill else None,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
+            itl_s=call.itl_s,
+            max_tokens=parsed.max_tokens if parsed else None,
+            slo_class=call.slo_class,
+            ttfb_s=call.ttfb_s,
+            predicted_cached_tokens=sent.predicted_tokens if sent else None,
+        )
+
+
+async def send_error(send: Send, exc: GatewayError, request_id: bytes | None = None) -> None:
+    """``exc`` as an OpenAI-shaped JSON response (a 405 says which method is allowed)."""
+    body = json.dumps(exc.body()).encode()
+    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()),
+               *exc.headers]
+    if request_id is not None:
+        headers.append((REQUEST_ID_HEADER, request_id))
+    if exc.status == 405:
+        headers.append((b"allow", b"POST"))
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _client_request_id(value: bytes | None) -> bytes | None:
+    """The client's own ``x-request-id``, when it is 1–128 visible ASCII characters."""
+    return value if value is not None and _REQUEST_ID.fullmatch(value) else None
+
+
+def _nothing() -> None:
+    return None
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+def _read_headers(scope: Scope, call: Call) -> dict[bytes, bytes]:
+    """The request headers ridge reads (lower-case names; uvicorn gives them lower-case), and
+    the session and SLO-class hints set on ``call``."""
+    found = {}
+    for name, value in scope["headers"]:
+        if name in _READ:
+            found[name] = value
+    if (session := found.get(SESSION_HEADER)) is not None:
+        call.session_hint = session.decode("latin-1")
+    if (slo := found.get(SLO_CLASS_HEADER)) is not None:
+        call.slo_class = slo.decode("latin-1")
+    return found
+
+
+async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
+    """The request body, refusing more than ``limit`` bytes with a 413 (checked as it arrives,
+    so an oversized body is never held in memory whole)."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+    )
+
+
+def watch_disconnect(scope: Scope, receive: Receive, call: Call) -> Callable[[], None]:
+    """Cancel the running task when the client goes away (marking ``call.client_gone``);
+    returns the function that stops watching. With ridge's protocol: its
+    :class:`DisconnectWatch`; else a task awaiting ``http.disconnect`` (the body is read)."""
+    task = asyncio.current_task()
+    assert task is not None
+
+    def gone() -> None:
+        call.client_gone = True
+        task.cancel()
+
+    watch = scope.get("extensions", {}).get(WATCH)
+    if isinstance(watch, DisconnectWatch):
+        watch.on_disconnect(gone)
+        return watch.clear
+    watcher = asyncio.ensure_future(_until_disconnect(receive, gone))
+
+    def stop() -> None:
+        watcher.cancel()
+    return stop
+
+
+async def _until_disconnect(receive: Receive, gone: Callable[[], None]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone()
+
+
+def _take_measures(call: Call, scanner: StreamScanner) -> None:
+    if scanner.first_token_at is not None:
+        call.ttft_s = scanner.first_token_at - call.started
+    call.usage = scanner.usage
+    call.completion_tokens = scanner.completion_tokens
+    call.itl_s = tuple(scanner.gaps)
+
+
+_USAGE_MEMBER = b'"stream_options": {"include_usage": true}'
+"""The member :func:`_ask_for_usage` adds to a stream's body, encoded once."""
+
+
+def _ask_for_usage(parsed: ParsedRequest) -> ParsedRequest:
+    """A streaming request that does not ask for usage is sent asking for it (ridge counts
+    tokens from it); every other request goes as the client sent it, byte for byte."""
+    if not parsed.stream or parsed.include_usage:
+        return parsed
+    if "stream_options" not in parsed.payload:  # the common case: one member added
+        return parsed.with_member("stream_options", {"include_usage": True}, _USAGE_MEMBER)
+    options = dict(parsed.payload.get("stream_options") or {})
+    options["include_usage"] = True
+    return parsed.with_payload({**parsed.payload, "stream_options": options})
+
+
+def _used(call: Call, prompt_tokens: int | None, completion: int | None) -> int | None:
+    """Tokens a request used for its key's limits: none if it never reached an engine or runs
+    no model there; the engine's usage; None (the charge stands) when the engine's usage is
+    unknown."""
+    if call.sent is None:
+        return 0
+    if prompt_tokens is None and completion is None:
+        return 0 if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE else None
+    return (prompt_tokens or 0) + (completion or 0)
+
+
+def _limit_headers(call: Call) -> tuple[tuple[bytes, bytes], ...]:
+    """The key's ``x-ratelimit-*`` headers (none for an unlimited caller)."""
+    return call.grant.headers if call.grant is not None else ()
+
+
+def _route_headers(sent: Dispatched) -> list[tuple[bytes, bytes]]:
+    """The route decision, and which endpoint of its pool answered (its index in the pool's
+    configured list: an engine's address is not the client's business)."""
+    return [(b"x-ridge-route", sent.plan.decision.header_value().encode()),
+            (b"x-ridge-endpoint", str(sent.endpoint_index).encode())]
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _usage_dict(body: bytes) -> dict[str, Any] | None:
+    """The ``usage`` object of a whole JSON answer, parsed alone: the value after the last
+    ``"usage":`` key (engines write the top-level one after the choices; generated text
+    cannot hold those bytes, a JSON string escapes its quotes). A Responses API usage
+    (``input_tokens``, ``output_tokens``) is given in the chat API's names."""
+    at = body.rfind(b'"usage":')
+    if at < 0:
+        return None
+    try:
+        usage, _ = _DECODER.raw_decode(body[at + 8:].decode("utf-8").lstrip())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(usage, dict):
+        return None
+    return usage if "prompt_tokens" in usage else chat_usage(usage)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,291 @@
+"""ridge's HTTP/1.1 server protocol: uvicorn's httptools protocol, plus a disconnect watch and
+the limits a gateway exposed to anyone must enforce.
+
+Disconnect watch. A handler that awaits the engine must learn at once when its client goes
+away, so that it closes the upstream request and the engine stops generating. With plain ASGI
+the only way is to keep a ``receive()`` pending in a second task for every request. Instead,
+this protocol puts a :class:`DisconnectWatch` into every request's scope
+(``scope["extensions"]["ridge.disconnect"]``) and fires it when the connection is lost before
+the response is complete; the handler hands the watch a callback (cancelling its own task) —
+no extra task per request. Handlers must also work without the watch (another ASGI server):
+see :func:`gateway.request.proxy.watch_disconnect`.
+
+Direct body writes. A relay that runs in the upstream connection's callback cannot await the
+ASGI ``send`` for each piece of a stream. :func:`body_writer` gives it, for a response whose
+head went out through uvicorn's ``send`` with a chunked body, a :class:`BodyWriter` that
+frames a piece as uvicorn does and writes it to the client's transport at once, says when the
+client cannot take more (the transport paused writing) or went away, and awaits the drain.
+The response's last piece and its end still go through ``send``, which completes it. Anything
+else (another ASGI server, a wrapped ``send``) gets None, and the handler awaits ``send``.
+
+Limits (:class:`HttpLimits`), each answered with an OpenAI-shaped JSON error and the
+connection closed:
+
+- a request's head (request line and headers) larger than ``max_header_bytes`` [bytes], or
+  with more than ``max_header_count`` headers: 431. Counted as the bytes arrive, so a client
+  never makes the gateway hold more than about ``max_header_bytes`` plus one socket read of an
+  unfinished head;
+- a head not complete ``header_timeout_s`` [s] after the connection opened or the request's
+  first byte arrived (slowloris; also a connection that never sends a byte, which is closed
+  without an answer): 408;
+- a declared body with no byte arriving for ``body_timeout_s`` [s]: 408;
+- a request line or head httptools cannot parse: 400.
+
+After such an answer the connection closes lingering: our side is shut for writing at once,
+what the client still sends is read and dropped for at most :data:`LINGER_S`, then the socket
+closes (closing while unread bytes wait would reset the connection and could destroy the
+answer before the client reads it).
+
+The timeouts cost one timer per connection, not one per request: each phase only moves a
+deadline (a float), and the timer, when it fires, either acts or sets itself for the current
+deadline. Once a request's body is in, the handler's own deadlines apply; between requests,
+uvicorn's keep-alive timeout does. Selected with ``uvicorn.Config(http=with_limits(limits))``
+(:func:`gateway.cli.main.uvicorn_config`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import ClassVar
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from gateway.server.errors import error_body
+
+WATCH = "ridge.disconnect"
+log = logging.getLogger("ridge.http")
+
+_IDLE, _HEAD, _BODY, _APP = range(4)  # what the connection is waiting for
+LINGER_S = 2.0  # [s] how long a refused connection drains what the client still sends
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one client connection may send (module docstring). Sizes in bytes, times in s."""
+
+    max_header_bytes: int = 64 * 1024
+    max_header_count: int = 100
+    header_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if min(self.max_header_bytes, self.max_header_count) < 1 or \
+                min(self.header_timeout_s, self.body_timeout_s) <= 0:
+            raise ValueError("HTTP limits must be positive")
+
+
+class DisconnectWatch:
+    """Calls its callback once, when the request's connection is lost before the response is
+    complete. A callback set after that is called at once."""
+
+    __slots__ = ("_callback", "fired")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[], object] | None = None
+        self.fired = False
+
+    def on_disconnect(self, callback: Callable[[], object]) -> None:
+        self._callback = callback
+        if self.fired:
+            callback()
+
+    def clear(self) -> None:
+        self._callback = None
+
+    def fire(self) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        if self._callback is not None:
+            self._callback()
+
+
+class BodyWriter:
+    """Writes the pieces of one response's chunked body straight to its client (module
+    docstring, Direct body writes)."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def write(self, data: bytes) -> bool:
+        """Write ``data`` (not empty) as one chunk of the body; False when the client cannot
+        take more now (await :meth:`drain`) or is gone (then nothing is written)."""
+        cycle = self._cycle
+        if cycle.disconnected:
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return not cycle.flow.write_paused
+
+    @property
+    def gone(self) -> bool:
+        """Whether the client went away."""
+        return self._cycle.disconnected
+
+    async def drain(self) -> None:
+        """Until the client's transport takes writes again (at once when it is gone)."""
+        await self._cycle.flow.drain()
+
+
+def body_writer(send: Callable[..., object]) -> BodyWriter | None:
+    """A :class:`BodyWriter` for the response ``send`` sends, when ``send`` is uvicorn's own
+    and the response's head went out with a chunked body still open; else None."""
+    cycle = getattr(send, "__self__", None)
+    if not isinstance(cycle, RequestResponseCycle) or not cycle.response_started or \
+            not cycle.chunked_encoding or cycle.response_complete:
+        return None
+    return BodyWriter(cycle)
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request that broke a limit."""
+
+
+class RidgeHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a :class:`DisconnectWatch` per request and the
+    limits of :attr:`limits` (module docstring)."""
+
+    limits: ClassVar[HttpLimits] = HttpLimits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._phase = _IDLE
+        self._deadline = self.loop.time() + self.limits.header_timeout_s
+        self._timer: asyncio.TimerHandle | None = self.loop.call_at(self._deadline,
+                                                                    self._on_timer)
+        self._head_bytes = self._head_count = 0
+        self._refusal: tuple[int, str, str] | None = None
+        self._lingering: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:
+            return  # refused: what the client still sends is read and dropped
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            log.debug("refused a request: %s", self._refusal or exc)
+            self._refuse(*(self._refusal or (400, "invalid HTTP/1.1 request",
+                                             "invalid_http_request")))
+            return
+        if self._phase == _HEAD:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._refuse(*self._too_large())
+
+    # -- httptools callbacks -------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope["extensions"] = {WATCH: DisconnectWatch()}  # type: ignore[dict-item]
+        self._head_bytes = self._head_count = 0
+        self._expect(_HEAD, self.limits.header_timeout_s)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_count += 1
+        if self._head_count > self.limits.max_header_count:
+            self._refusal = self._too_large()
+            raise _Refused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._expect(_BODY, self.limits.body_timeout_s)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._deadline = self.loop.time() + self.limits.body_timeout_s
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._phase = _APP
+        super().on_message_complete()
+
+    # -- limits --------------------------------------------------------------------------
+
+    def _expect(self, phase: int, timeout_s: float) -> None:
+        """Wait for ``phase`` at most ``timeout_s`` from now (the timer is set only when none
+        is pending: a pending one re-arms itself for the new deadline when it fires)."""
+        self._phase = phase
+        self._deadline = self.loop.time() + timeout_s
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._phase == _APP or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._on_timer)
+        elif self._phase == _IDLE:
+            self.transport.close()  # a connection that never sent a byte: nothing to answer
+        elif self._phase == _HEAD:
+            self._refuse(408, f"request headers not received within "
+                              f"{self.limits.header_timeout_s:g} s", "request_timeout")
+        else:
+            self._refuse(408, f"request body stalled for {self.limits.body_timeout_s:g} s",
+                         "request_timeout")
+
+    def _too_large(self) -> tuple[int, str, str]:
+        return (431, f"request headers exceed the limit of {self.limits.max_header_count} "
+                     f"headers or {self.limits.max_header_bytes} bytes",
+                "request_header_fields_too_large")
+
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        """Answer ``status`` (unless a response is already under way) and close: at once if
+        nothing was answered, else after a lingering close (our side shut for writing, what
+        the client still sends dropped, for at most :data:`LINGER_S`), so that the answer is
+        not destroyed by a reset while the client is still sending."""
+        self._phase = _APP
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            self.transport.close()
+            return
+        if cycle is not None:  # this is the answer: the handler's own is not wanted
+            cycle.response_started = cycle.response_complete = True
+        body = json.dumps(error_body(status, message, code=code)).encode()
+        head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+                "connection: close\r\n\r\n").encode("ascii")
+        self.transport.write(head + body)
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self.flow.resume_reading()
+        self._lingering = self.loop.call_later(LINGER_S, self.transport.close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for handle in (self._timer, self._lingering):
+            if handle is not None:
+                handle.cancel()
+        self._timer = None
+        cycles = [self.cycle, *(cycle for cycle, _ in self.pipeline)] if self.cycle else []
+        super().connection_lost(exc)
+        for cycle in cycles:
+            if cycle is not None and not cycle.response_complete:
+                watch = cycle.scope.get("extensions", {}).get(WATCH)
+                if isinstance(watch, DisconnectWatch):
+                    watch.fire()
+
+
+def with_limits(limits: HttpLimits) -> type[RidgeHttpProtocol]:
+    """:class:`RidgeHttpProtocol` enforcing ``limits`` (uvicorn builds one per connection)."""
+
+    class Limited(RidgeHttpProtocol):
+        pass
+
+    Limited.limits = limits
+    return Limited

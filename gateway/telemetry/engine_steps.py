@@ -1,0 +1,204 @@
+"""Engine steps counted from finished streams, for ridge's MFU/MBU accounting.
+
+Weights are read once per engine step, shared by every sequence in the step's batch
+(:mod:`routing.formulas`), so pricing an endpoint's bytes needs its number of steps, which
+ridge does not see. It sees each stream's decode interval [first token, last token] and its
+G − 1 decode steps. Streams decoding at the same time share steps (one batch). So each endpoint
+keeps the union of the decode intervals it has seen (:class:`IntervalUnion`), and a newly
+finished request adds only its steps in time NOT yet covered (:class:`StepCounter`).
+
+With the stream's token times (first token + inter-token gaps) each later token marks one
+engine step, and the steps at instants outside the union are new: since every decoding stream
+gets a token in every step, each engine step is counted once, by the first finished stream that
+saw it (a speculative pass that emits several tokens at once is one step, one gap). Without
+token times (non-streamed answers) the G − 1 steps are taken as evenly spread: new steps =
+(G − 1) × (uncovered length ÷ interval length), which miscounts when step times vary (long
+prefill steps among short decode steps) and when speculation emits several tokens per step.
+
+A prefill adds one more step unless its first token came with another stream's first token (one
+prefill step served both: prefills are batched) or, on an engine that mixes prefill into decode
+steps (vLLM), fell inside a decode interval; engines that run prefill-only steps (SGLang) add
+one per batch of prefills. "Came with" and "inside" allow ``tolerance_s`` of jitter between
+streams.
+
+Parameters (:class:`StepCounter`): ``prefill_shares_decode_steps`` (per engine),
+``tolerance_s`` (default 2 ms), ``horizon_s`` (how long intervals and first-token instants are
+remembered, default 600 s), ``max_intervals`` (memory bound, default 10 000). Times are seconds
+on the caller's clock; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from routing.formulas import RequestTokens
+from routing.values import value
+
+
+class IntervalUnion:
+    """A sorted set of disjoint [start, end] intervals (seconds), for :class:`StepCounter`.
+    ``max_intervals`` bounds memory: the oldest intervals are forgotten first."""
+
+    __slots__ = ("_starts", "_ends", "_max")
+
+    def __init__(self, max_intervals: int = 10_000) -> None:
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+        self._max = max_intervals
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def covers(self, t: float, tolerance: float = 0.0) -> bool:
+        """Whether instant ``t`` lies inside an interval widened by ``tolerance`` [s] each side."""
+        i = bisect.bisect_right(self._starts, t + tolerance) - 1
+        return i >= 0 and self._ends[i] >= t - tolerance
+
+    def covered(self, times: Sequence[float], tolerance: float = 0.0) -> list[bool]:
+        """:meth:`covers` of each of ``times`` (seconds, ascending as a stream's token times
+        are): one binary search, then a walk forward over the intervals."""
+        starts, ends = self._starts, self._ends
+        last, out = len(starts) - 1, []
+        i, before = -1, -math.inf
+        for t in times:
+            reach = t + tolerance
+            if t < before:  # out of order: search again
+                i = -1
+            if i < 0 or (i < last and starts[i + 1] <= reach):
+                i = bisect.bisect_right(starts, reach) - 1
+            out.append(i >= 0 and ends[i] >= t - tolerance)
+            before = t
+        return out
+
+    def add(self, start: float, end: float) -> list[tuple[float, float]]:
+        """Insert [start, end]; returns the parts of it that were not covered before."""
+        lo = bisect.bisect_left(self._ends, start)
+        hi = bisect.bisect_right(self._starts, end)
+        holes, cursor = [], start
+        for i in range(lo, hi):
+            if self._starts[i] > cursor:
+                holes.append((cursor, self._starts[i]))
+            cursor = max(cursor, self._ends[i])
+        if cursor < end:
+            holes.append((cursor, end))
+        if lo < hi:
+            start, end = min(start, self._starts[lo]), max(end, self._ends[hi - 1])
+        self._starts[lo:hi] = [start]
+        self._ends[lo:hi] = [end]
+        self._trim()
+        return holes
+
+    def forget_before(self, t: float) -> None:
+        """Drop intervals that ended before ``t``."""
+        cut = bisect.bisect_left(self._ends, t)
+        del self._starts[:cut], self._ends[:cut]
+
+    def _trim(self) -> None:
+        extra = len(self._starts) - self._max
+        if extra > 0:
+            del self._starts[:extra], self._ends[:extra]
+
+
+@value
+class StepSpan:
+    """``steps`` engine steps done evenly over [start, end] (seconds; an instant if equal)."""
+
+    start: float
+    end: float
+    steps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """Engine steps a request added to its endpoint's count: its prefill's (0 or 1, at the
+    first token), and its decodes', where in time they happened."""
+
+    prefill: float
+    decode: tuple[StepSpan, ...] = ()
+
+    @property
+    def decode_total(self) -> float:
+        return sum(span.steps for span in self.decode)
+
+
+class StepCounter:
+    """Counts one endpoint's engine steps from its finished streams (see the module docstring).
+
+    Parameters: ``prefill_shares_decode_steps`` (the engine runs a prefill inside the running
+    decodes' step, as vLLM does; SGLang runs prefill-only steps); ``tolerance_s``, how close
+    two first tokens must be to come from one prefill step (a batch of prefills); ``horizon_s``,
+    how long intervals and first-token instants are remembered; ``max_intervals`` bounds both.
+    """
+
+    def __init__(self, prefill_shares_decode_steps: bool, *, tolerance_s: float = 0.002,
+                 horizon_s: float = 600.0, max_intervals: int = 10_000) -> None:
+        self._shares = prefill_shares_decode_steps
+        self._tolerance = tolerance_s
+        self._horizon = horizon_s
+        self._max = max_intervals
+        self.decoding = IntervalUnion(max_intervals)
+        self._firsts: list[float] = []
+
+    def add(self, first_token_at: float, finished_at: float, tokens: RequestTokens,
+            gaps: Sequence[float] = ()) -> Steps:
+        """The steps one finished request adds; records its decode interval [first token,
+        end] (seconds). ``gaps``: its stream's inter-token gaps [s], when measured."""
+        prefill = self.prefill_steps(first_token_at, tokens)
+        return Steps(prefill, self.decode_steps(first_token_at, finished_at, tokens, gaps))
+
+    def prefill_steps(self, at: float, tokens: RequestTokens) -> float:
+        """1 when the prefill that produced a first token at ``at`` ran a step of its own,
+        else 0 (batched with another prefill, or inside running decodes' steps)."""
+        if tokens.prompt <= 0 and tokens.completion <= 0:
+            return 0.0
+        batched = self._near_first(at)
+        bisect.insort(self._firsts, at)
+        if batched or (self._shares and self.decoding.covers(at, self._tolerance)):
+            return 0.0
+        return 1.0
+
+    def _near_first(self, at: float) -> bool:
+        i = bisect.bisect_left(self._firsts, at - self._tolerance)
+        return i < len(self._firsts) and self._firsts[i] <= at + self._tolerance
+
+    def decode_steps(self, first: float, end: float, tokens: RequestTokens,
+                     gaps: Sequence[float] = ()) -> tuple[StepSpan, ...]:
+        """New decode steps of a stream that decoded over [first, end], as spans of time;
+        records the interval. Call after :meth:`prefill_steps` for the same request."""
+        self._forget(end - self._horizon)
+        if gaps:
+            times = list(accumulate(gaps, initial=first))[1:]
+            fresh = [not held for held in self.decoding.covered(times, self._tolerance)]
+            self.decoding.add(first, max(first, end))
+            return _runs(times, fresh)
+        if tokens.decode_steps == 0:
+            return ()
+        if end <= first:
+            return (StepSpan(first, first, float(tokens.decode_steps)),)
+        rate = tokens.decode_steps / (end - first)  # steps per second, taken as even
+        return tuple(StepSpan(a, b, (b - a) * rate) for a, b in self.decoding.add(first, end)
+                     if b > a)
+
+    def _forget(self, before: float) -> None:
+        self.decoding.forget_before(before)
+        cut = max(bisect.bisect_left(self._firsts, before), len(self._firsts) - self._max)
+        del self._firsts[:max(0, cut)]
+
+
+def _runs(times: list[float], fresh: list[bool]) -> tuple[StepSpan, ...]:
+    """Spans of consecutive step instants ``times`` whose ``fresh`` flag is set."""
+    spans: list[StepSpan] = []
+    run: list[float] = []
+    for t, new in zip(times, fresh, strict=True):
+        if new:
+            run.append(t)
+        elif run:
+            spans.append(StepSpan(run[0], run[-1], float(len(run))))
+            run = []
+    if run:
+        spans.append(StepSpan(run[0], run[-1], float(len(run))))
+    return tuple(spans)

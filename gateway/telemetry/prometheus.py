@@ -1,0 +1,479 @@
+"""ridge's own Prometheus metrics, on a registry the app is given (never the global one).
+
+Names follow Prometheus conventions: ``ridge_`` prefix, base units (seconds), ``_total`` only on
+counters, histograms rather than averaged gauges. Label values are bounded: ``model`` is one of
+the fleet's configured model names (anything else is reported as ``other``), ``pool`` one of
+its pools (``none`` when no pool was chosen: a request refused before routing, or by admission
+control), ``status`` an HTTP status code, ``lever`` a lever
+name of the route decision (``none`` when the request carried none), ``reason`` a route
+reason of the policy's rule table, ``slo_class`` a class of the fleet's SLOs (or ``default``),
+``slo`` one of ``ttft``, ``tpot``, ``e2e``, ``error``. The counters and histograms are
+:mod:`gateway.telemetry.lean_metrics`' (prometheus_client's, without a lock per value: every update
+and
+every scrape runs on the event loop's thread).
+
+Per finished request (:meth:`Telemetry.record`; a request that ran no model, such as
+``/tokenize``, only in ``ridge_requests_total``: :meth:`Telemetry.count`):
+
+- ``ridge_requests_total`` {model, pool, status};
+- latency histograms {model, pool, lever}: end to end, time to first token (streams), time to
+  first byte (non-streamed answers: until the engine's response began; a non-streamed engine
+  writes nothing before its whole answer, so it is not a TTFT and is kept apart from it), time
+  per output token after the first, and every inter-token gap (streams);
+- tokens from the engine's usage: ``ridge_prompt_tokens_total``,
+  ``ridge_completion_tokens_total``, ``ridge_cached_prompt_tokens_total`` {model, pool, lever}
+  and the length histograms ``ridge_request_prompt_tokens`` / ``ridge_request_completion_tokens``
+  {model, pool};
+- goodput (:mod:`gateway.telemetry.slos`, :mod:`routing.formulas`):
+``ridge_slo_evaluated_requests_total``,
+  ``ridge_goodput_requests_total`` and ``ridge_slo_violations_total{slo}`` {model, pool, lever,
+  slo_class}; the bounds themselves as ``ridge_slo_objective_seconds`` {model, slo_class, slo};
+  a request naming a class its model does not define is held against the class it would have
+  had unnamed, counted in ``ridge_slo_class_unknown_requests_total`` {model} and logged once
+  per (model, class) (:class:`UnknownClasses`);
+- its work priced for MFU/MBU by the :class:`~gateway.telemetry.efficiency.TokenLedger` (once bound
+to a
+  fleet, see :meth:`Telemetry.bind_fleet`);
+- the reuse the router counted on and the engine threw away, when the engine reports its cached
+  prompt tokens (:func:`routing.binding_wall.lost_tokens`): ``ridge_prefix_predicted_tokens_total``
+  {pool} (prompt tokens the prefix index said the chosen endpoint held when the request was
+  placed, at most P − 1) and ``ridge_prefix_lost_tokens_total`` {pool} (of those, the tokens
+  the engine did not serve from its cache: max(0, predicted − cached)). Two increments of
+  pre-bound children; no series for a pool whose engines do not report cached tokens.
+
+Per route decision (:meth:`Telemetry.route`): ``ridge_route_decisions_total`` {pool, lever,
+reason}, and ``ridge_scheduler_plugin_duration_seconds`` {plugin}: how long each scheduler
+plugin instance that ran took (label: its configured name, a bounded set).
+
+Once bound to a fleet, at scrape time (:mod:`gateway.telemetry.walls`): the pools' KV demand against
+capacity and the wall that binds each (``ridge_pool_binding_wall`` {pool, wall}), from these
+counters over a window, the MFU/MBU accounting and the router state.
+
+Admission control (:mod:`gateway.access.admission`): ``ridge_admission_rejected_total`` {pool,
+reason}
+(``reason`` one of :data:`gateway.access.admission.REASONS`), ``ridge_admission_queue_depth`` {pool}
+(requests waiting at the gateway for a slot) and ``ridge_admission_wait_seconds`` {pool} (how
+long the requests admitted after waiting waited). Nothing is recorded for a request that had
+room at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.metrics import MetricWrapperBase
+
+from config.fleet_file import Fleet
+from gateway.telemetry.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
+from gateway.telemetry.fleet_gauges import FleetGauges, StateReadout
+from gateway.telemetry.lean_metrics import LeanCounter, LeanHistogram
+from gateway.telemetry.slos import SloPolicy, slo_policy
+from gateway.telemetry.walls import PoolCounts, PoolWalls
+from routing.binding_wall import lost_tokens
+from routing.formulas import TPOT, Measured, RequestTokens, evaluate
+from routing.router import RoutePlan
+from routing.values import value
+
+# Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
+# prefills (a minute); TPOT a fast GPU decode step (~5 ms) to a saturated CPU (~1 s).
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30, 60)
+# Time to first byte of a non-streamed answer: the TTFT range, then on to a whole long answer.
+TTFB_BUCKETS = (*TTFT_BUCKETS, 90, 120, 180, 300, 600)
+TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                0.5, 0.75, 1.0, 2.0)
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300,
+               600)
+# Scheduler plugins: a microsecond to 10 ms, seconds.
+PLUGIN_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
+# Waiting at the gateway for a slot: 5 ms to a minute, seconds.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
+# Token counts: powers of two from 1 to 128k tokens.
+TOKEN_BUCKETS = tuple(float(2**i) for i in range(18))
+
+OTHER_MODEL = "other"
+NO_POOL = "none"
+NO_LEVER = "none"
+
+log = logging.getLogger("ridge")
+
+
+class UnknownClasses:
+    """Logs each (model, SLO class) pair a client named that the model does not define, once
+    — at most ``limit`` pairs (both names come from clients), then one line saying that more
+    go unlogged (``ridge_slo_class_unknown_requests_total`` still counts them)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._logged: set[tuple[str, str]] = set()
+        self._limit = limit
+
+    def seen(self, model: str, requested: str, slos: SloPolicy, used: str) -> None:
+        key = (model[:64], requested[:64])
+        if key in self._logged or len(self._logged) > self._limit:
+            return
+        self._logged.add(key)
+        if len(self._logged) > self._limit:
+            log.warning("more unknown x-ridge-slo-class values were named; not logging them")
+            return
+        log.warning("x-ridge-slo-class %r is not an SLO class of model %r (its classes: %s); "
+                    "its requests are held against class %r (logged once)", key[1], key[0],
+                    ", ".join(slos.classes_of(model)) or "none", used)
+
+
+@value
+class RequestRecord:
+    """One finished request, as telemetry records it. Times in seconds; None = not measured.
+
+    ``lever``: the route decision's lever; ``endpoint``: the URL that served it (the prefill
+    side of a prefill/decode pair, ``decode_endpoint`` the decode side); token counts from the
+    engine's usage (``cached_tokens``: ``prompt_tokens_details.cached_tokens`` when the engine
+    reports it); ``itl_s``: the stream's inter-token gaps, one per content event after the
+    first; ``max_tokens`` and ``slo_class`` (the client's ``x-ridge-slo-class`` header) choose
+    the SLO class.
+    """
+
+    model: str
+    pool: str
+    status: int
+    e2e_s: float
+    ttft_s: float | None = None
+    completion_tokens: int | None = None
+    lever: str | None = None
+    endpoint: str | None = None
+    decode_endpoint: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    itl_s: tuple[float, ...] = ()
+    max_tokens: int | None = None
+    slo_class: str | None = None
+    ttfb_s: float | None = None
+    """Non-streamed answers: from arrival until the engine's response headers, seconds."""
+    predicted_cached_tokens: int | None = None
+    """Prompt tokens the router's prefix index said ``endpoint`` held when it placed the
+    request (None: not known, or a prefill/decode pair)."""
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: (e2e − TTFT) / (tokens − 1), seconds."""
+        if self.ttft_s is None or not self.completion_tokens or self.completion_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+
+    @property
+    def tokens(self) -> RequestTokens:
+        return RequestTokens.clamped(self.prompt_tokens, self.cached_tokens,
+                                     self.completion_tokens)
+
+
+class Telemetry:
+    """The gateway's metrics; one instance per app, on an injected registry.
+
+    ``slos``: the SLO policy (default: none, every evaluated request is good). ``clock``:
+    monotonic seconds for the MFU/MBU accounting (injected by tests).
+    """
+
+    def __init__(self, registry: CollectorRegistry, models: frozenset[str], *,
+                 slos: SloPolicy | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry
+        self._models = models
+        self._clock = clock
+        self.slos = SloPolicy()
+        self.ledger: TokenLedger | None = None
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+        self._reuse_children: dict[str, tuple[Any, Any]] = {}
+        self._collectors: tuple[EfficiencyCollector, FleetGauges, PoolWalls] | None = None
+        self._unknown_classes = UnknownClasses()
+        self._request_metrics(registry)
+        self._token_metrics(registry)
+        self._reuse_metrics(registry)
+        self._goodput_metrics(registry)
+        self._admission_metrics(registry)
+        self.use_slos(slos or SloPolicy())
+
+    def _request_metrics(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "pool", "lever")
+        self.requests = LeanCounter(
+            "ridge_requests", "Requests finished, by HTTP status",
+            ("model", "pool", "status"), registry=registry,
+        )
+        self.e2e = LeanHistogram(
+            "ridge_request_duration_seconds", "End-to-end request latency",
+            labels, buckets=E2E_BUCKETS, registry=registry,
+        )
+        self.ttft = LeanHistogram(
+            "ridge_time_to_first_token_seconds", "Time to the first generated token",
+            labels, buckets=TTFT_BUCKETS, registry=registry,
+        )
+        self.ttfb = LeanHistogram(
+            "ridge_time_to_first_byte_seconds", "Time to the first byte of the engine's answer "
+            "(non-streamed answers)", labels, buckets=TTFB_BUCKETS, registry=registry,
+        )
+        self.tpot = LeanHistogram(
+            "ridge_time_per_output_token_seconds", "Mean time per output token after the first",
+            labels, buckets=TPOT_BUCKETS, registry=registry,
+        )
+        self.itl = LeanHistogram(
+            "ridge_inter_token_latency_seconds", "Time between two content events of a stream",
+            labels, buckets=TPOT_BUCKETS, registry=registry,
+        )
+        self.retries = LeanCounter(
+            "ridge_upstream_retries", "Requests retried on another endpoint", ("pool",),
+            registry=registry,
+        )
+        self.route_decisions = LeanCounter(
+            "ridge_route_decisions", "Route decisions, by pool, lever and reason",
+            ("pool", "lever", "reason"), registry=registry,
+        )
+        self.plugin_duration = LeanHistogram(
+            "ridge_scheduler_plugin_duration_seconds", "Time one replica-scheduler plugin "
+            "took to filter, score or pick for one request", ("plugin",),
+            buckets=PLUGIN_BUCKETS, registry=registry,
+        )
+        self.state_backend_up = Gauge(
+            "ridge_state_backend_up", "1 while the shared router state answers (0: routing on "
+            "this gateway's local state)", ("backend",), registry=registry,
+        )
+
+    def _token_metrics(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "pool", "lever")
+        self.prompt_tokens = LeanCounter(
+            "ridge_prompt_tokens", "Prompt tokens of finished requests (engine usage)", labels,
+            registry=registry,
+        )
+        self.completion_tokens = LeanCounter(
+            "ridge_completion_tokens", "Generated tokens of finished requests (engine usage)",
+            labels, registry=registry,
+        )
+        self.cached_tokens = LeanCounter(
+            "ridge_cached_prompt_tokens", "Prompt tokens the engine served from its prefix "
+            "cache (when its usage says)", labels, registry=registry,
+        )
+        self.prompt_lengths = LeanHistogram(
+            "ridge_request_prompt_tokens", "Prompt length of finished requests (tokens)",
+            ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
+        )
+        self.completion_lengths = LeanHistogram(
+            "ridge_request_completion_tokens", "Output length of finished requests (tokens)",
+            ("model", "pool"), buckets=TOKEN_BUCKETS, registry=registry,
+        )
+
+    def _reuse_metrics(self, registry: CollectorRegistry) -> None:
+        self.prefix_predicted = LeanCounter(
+            "ridge_prefix_predicted_tokens", "Prompt tokens the router's prefix index said the "
+            "chosen endpoint held when it placed the request (requests whose engine reports "
+            "its cached tokens)", ("pool",), registry=registry,
+        )
+        self.prefix_lost = LeanCounter(
+            "ridge_prefix_lost_tokens", "Of the predicted prompt tokens, those the engine "
+            "recomputed (not in its cache any more: evicted)", ("pool",), registry=registry,
+        )
+
+    def _goodput_metrics(self, registry: CollectorRegistry) -> None:
+        labels = ("model", "pool", "lever", "slo_class")
+        self.slo_evaluated = LeanCounter(
+            "ridge_slo_evaluated_requests", "Finished requests held against their SLO "
+            "(2xx and 5xx; client errors are not)", labels, registry=registry,
+        )
+        self.goodput = LeanCounter(
+            "ridge_goodput_requests", "Finished requests that met every bound of their SLO",
+            labels, registry=registry,
+        )
+        self.slo_violations = LeanCounter(
+            "ridge_slo_violations", "Finished requests that broke a bound, by bound",
+            (*labels, "slo"), registry=registry,
+        )
+        self.slo_objective = Gauge(
+            "ridge_slo_objective_seconds", "The configured SLO bounds",
+            ("model", "slo_class", "slo"), registry=registry,
+        )
+        self.slo_class_unknown = LeanCounter(
+            "ridge_slo_class_unknown_requests", "Finished requests whose x-ridge-slo-class "
+            "names no class of their model (held against the default choice)", ("model",),
+            registry=registry,
+        )
+
+    def _admission_metrics(self, registry: CollectorRegistry) -> None:
+        self.admission_rejections = LeanCounter(
+            "ridge_admission_rejected", "Requests refused by admission control (503), by "
+            "reason", ("pool", "reason"), registry=registry,
+        )
+        self.admission_queue_depth = Gauge(
+            "ridge_admission_queue_depth", "Requests waiting at the gateway for a slot in a "
+            "pool", ("pool",), registry=registry,
+        )
+        self.admission_wait = LeanHistogram(
+            "ridge_admission_wait_seconds", "How long requests admitted after waiting for a "
+            "slot waited at the gateway", ("pool",), buckets=WAIT_BUCKETS, registry=registry,
+        )
+
+    def admission_pools(self, pools: Iterable[str], reasons: Iterable[str]) -> None:
+        """Start every pool's admission series at 0 (refusals by reason, queue depth), so that
+        a dashboard shows 0 rather than nothing before the first refusal."""
+        reasons = tuple(reasons)
+        for pool in pools:
+            for reason in reasons:
+                self.child(self.admission_rejections, pool, reason)
+            self.child(self.admission_queue_depth, pool).set(0)
+
+    def admission_refused(self, pool: str, reason: str) -> None:
+        self.child(self.admission_rejections, pool, reason).inc()
+
+    def admission_queue(self, pool: str, depth: int) -> None:
+        self.child(self.admission_queue_depth, pool).set(depth)
+
+    def admission_waited(self, pool: str, seconds: float) -> None:
+        self.child(self.admission_wait, pool).observe(seconds)
+
+    def model_label(self, model: str | None) -> str:
+        return model if model in self._models else OTHER_MODEL
+
+    def use_slos(self, slos: SloPolicy) -> None:
+        """Evaluate goodput against ``slos`` from now on, and export their bounds."""
+        self.slos = slos
+        self.slo_objective.clear()
+        for model, slo in slos.models.items():
+            for class_name in (None, *(c.name for c in slo.classes)):
+                name, bounds = slo.resolve(None, class_name)
+                for bound, seconds in bounds.by_name().items():
+                    self.slo_objective.labels(model, name, bound).set(seconds)
+
+    def bind_fleet(self, fleet: Fleet, snapshot: Snapshot,
+                   state: StateReadout | None = None) -> EfficiencyCollector:
+        """Take the fleet's SLOs and register the MFU/MBU and fleet/workload collectors on
+        this registry. ``snapshot``: the endpoint registry's ``snapshot``; ``state``: the
+        router state (None: no in-flight and workload gauges). Binding again is a no-op."""
+        if self._collectors is not None:
+            return self._collectors[0]
+        self.use_slos(slo_policy(fleet))
+        self.ledger = TokenLedger(endpoint_facts(fleet), clock=self._clock)
+        efficiency = EfficiencyCollector(self.ledger, snapshot)
+        gauges = FleetGauges(snapshot, self._models, state)
+        walls = PoolWalls(snapshot, fleet, self.pool_totals, lambda: self.ledger, state,
+                          clock=self._clock)
+        for collector in (efficiency, gauges, walls):
+            self.registry.register(collector)
+        self._collectors = (efficiency, gauges, walls)
+        return efficiency
+
+    def pool_totals(self) -> dict[str, PoolCounts]:
+        """Per pool, the totals the binding-wall rule reads from these counters: predicted and
+        lost prefix tokens, prompt, cached and completion tokens, SLO-evaluated requests and
+        TPOT violations (read from the metrics' samples: a scrape's work)."""
+        sums = [_by_pool(self.prefix_predicted), _by_pool(self.prefix_lost),
+                _by_pool(self.prompt_tokens), _by_pool(self.cached_tokens),
+                _by_pool(self.completion_tokens), _by_pool(self.slo_evaluated),
+                _by_pool(self.slo_violations, slo=TPOT)]
+        pools = set().union(*sums) - {NO_POOL}
+        return {pool: PoolCounts(*(s.get(pool, 0.0) for s in sums)) for pool in pools}
+
+    def child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """``metric.labels(*values)``, bound once and kept (label values are bounded sets):
+        the hot path pays a dictionary look-up, not the client library's label handling."""
+        key = (metric, values)
+        bound = self._children.get(key)
+        if bound is None:
+            bound = self._children[key] = metric.labels(*values)
+        return bound
+
+    def retries_of(self, pool: str) -> Any:
+        """The retry counter of ``pool``."""
+        return self.child(self.retries, pool)
+
+    def route(self, plan: RoutePlan) -> None:
+        """Count one route decision and time its scheduler plugins."""
+        decision = plan.decision
+        self.child(self.route_decisions, decision.pool, decision.lever, decision.reason).inc()
+        for timing in plan.timings:
+            self.child(self.plugin_duration, timing.name).observe(timing.ns * 1e-9)
+
+    def count(self, rec: RequestRecord) -> None:
+        """Count a request that ran no model on the engine (tokenize, detokenize) in
+        ``ridge_requests_total`` only: its model's latencies, tokens and goodput are those of
+        inference."""
+        self.child(self.requests, self.model_label(rec.model), rec.pool, str(rec.status)).inc()
+
+    def record(self, rec: RequestRecord) -> None:
+        model = self.model_label(rec.model)
+        self.child(self.requests, model, rec.pool, str(rec.status)).inc()
+        if rec.pool == NO_POOL:
+            return
+        lever = rec.lever or NO_LEVER
+        self._latencies(rec, model, lever)
+        self._tokens(rec, model, lever)
+        self._goodput(rec, model, lever)
+        if self.ledger is not None and rec.endpoint is not None:
+            self.ledger.observe(rec.endpoint, rec.tokens, rec.e2e_s, rec.ttft_s, gaps=rec.itl_s,
+                                decode_url=rec.decode_endpoint)
+
+    def _latencies(self, rec: RequestRecord, model: str, lever: str) -> None:
+        labels = (model, rec.pool, lever)
+        self.child(self.e2e, *labels).observe(rec.e2e_s)
+        if rec.ttft_s is not None:
+            self.child(self.ttft, *labels).observe(rec.ttft_s)
+        elif rec.ttfb_s is not None:
+            self.child(self.ttfb, *labels).observe(rec.ttfb_s)
+        tpot = rec.tpot_s
+        if tpot is not None:
+            self.child(self.tpot, *labels).observe(tpot)
+        if rec.itl_s:
+            self.child(self.itl, *labels).observe_all(rec.itl_s)
+
+    def _tokens(self, rec: RequestRecord, model: str, lever: str) -> None:
+        labels = (model, rec.pool, lever)
+        if rec.prompt_tokens is not None:
+            self.child(self.prompt_tokens, *labels).inc(rec.prompt_tokens)
+            self.child(self.prompt_lengths, model, rec.pool).observe(rec.prompt_tokens)
+        if rec.completion_tokens is not None:
+            self.child(self.completion_tokens, *labels).inc(rec.completion_tokens)
+            self.child(self.completion_lengths, model, rec.pool).observe(rec.completion_tokens)
+        if rec.cached_tokens is not None:
+            self.child(self.cached_tokens, *labels).inc(rec.cached_tokens)
+            if rec.predicted_cached_tokens is not None:
+                self._reuse(rec.pool, rec.predicted_cached_tokens, rec.cached_tokens,
+                            rec.prompt_tokens)
+
+    def _reuse(self, pool: str, predicted: int, cached: int, prompt: int | None) -> None:
+        """Count one request's predicted and lost prefix tokens (one look-up of the pool's two
+        bound counters)."""
+        bound = self._reuse_children.get(pool)
+        if bound is None:
+            bound = self._reuse_children[pool] = (self.prefix_predicted.labels(pool),
+                                                  self.prefix_lost.labels(pool))
+        predicted, lost = lost_tokens(predicted, cached, prompt)
+        if predicted:  # the series exist from their first look-up, at 0
+            bound[0].inc(predicted)
+            if lost:
+                bound[1].inc(lost)
+
+    def _goodput(self, rec: RequestRecord, model: str, lever: str) -> None:
+        slo_class, bounds = self.slos.bounds_for(rec.model, rec.max_tokens, rec.slo_class)
+        if rec.slo_class and slo_class != rec.slo_class:
+            self.child(self.slo_class_unknown, model).inc()
+            self._unknown_classes.seen(rec.model, rec.slo_class, self.slos, slo_class)
+        verdict = evaluate(bounds, Measured(rec.status, rec.e2e_s, rec.ttft_s, rec.tpot_s))
+        if not verdict.evaluated:
+            return
+        labels = (model, rec.pool, lever, slo_class)
+        self.child(self.slo_evaluated, *labels).inc()
+        if verdict.good:
+            self.child(self.goodput, *labels).inc()
+        for slo in verdict.violated:
+            self.child(self.slo_violations, *labels, slo).inc()
+
+
+def _by_pool(metric: MetricWrapperBase, **only: str) -> dict[str, float]:
+    """A counter's ``_total`` samples summed by their ``pool`` label, over those whose labels
+    match ``only``."""
+    out: dict[str, float] = {}
+    for family in metric.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name.endswith("_total") and all(labels.get(k) == v
+                                                      for k, v in only.items()):
+                pool = labels["pool"]
+                out[pool] = out.get(pool, 0.0) + sample.value
+    return out

@@ -1,0 +1,108 @@
+"""Which SLO applies to a request: the fleet file's ``slos`` as a policy of bounds per request.
+
+The bounds themselves and the verdict on a finished request (which bounds it broke, goodput)
+are arithmetic, in :mod:`routing.formulas`; this module only chooses the bounds
+(:meth:`SloPolicy.bounds_for`):
+
+1. the model's entry, else the ``*`` entry (every other model), else no SLO (nothing to violate);
+2. inside it, the request class named by the client (the ``x-ridge-slo-class`` header,
+   :data:`SLO_CLASS_HEADER`, handed over as ``requested_class``) when the entry defines it;
+   otherwise the class of the highest ``min_max_tokens`` band not above the request's
+   ``max_tokens`` (bands by requested output length: a 4096-token answer may take longer end to
+   end than a 64-token one); otherwise the entry's own bounds (class ``default``);
+3. a class's unset bounds are inherited from its model entry.
+
+A class the model does not define is not an error: the request is served and held against the
+class it would have had unnamed (step 2), and telemetry counts and logs it
+(:class:`gateway.telemetry.prometheus.UnknownClasses`). The header chooses how a request is judged
+(and
+admission control's wait budget), not whether it is served: refusing it would turn a fleet-file
+edit that renames or drops a class, or a class defined for one model and not another, into
+client errors that OpenAI SDK clients cannot act on.
+
+:func:`slo_policy` converts the fleet file's validated settings (:class:`config.fleet_file.Fleet`)
+into the policy. Bounds are seconds. Pure: no I/O and no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from config.fleet_file import ANY_MODEL, DEFAULT_CLASS, Fleet, SloBoundsSettings
+from routing.formulas import Bounds
+
+SLO_CLASS_HEADER = "x-ridge-slo-class"
+"""The request header by which a client names its SLO class."""
+
+
+@dataclass(frozen=True, slots=True)
+class SloClass:
+    """A request class: its name, the lowest ``max_tokens`` it covers (None = only when named
+    by the client), and its bounds (unset ones inherited from the model)."""
+
+    name: str
+    bounds: Bounds
+    min_max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSlo:
+    """One model's SLO: default bounds and optional request classes."""
+
+    bounds: Bounds = Bounds()
+    classes: tuple[SloClass, ...] = ()
+
+    def resolve(self, max_tokens: int | None, requested_class: str | None
+                ) -> tuple[str, Bounds]:
+        """(class name, effective bounds) for one request (rules in the module docstring)."""
+        named = {c.name: c for c in self.classes}
+        chosen = named.get(requested_class) if requested_class else None
+        if chosen is None and max_tokens is not None:
+            bands = [c for c in self.classes
+                     if c.min_max_tokens is not None and c.min_max_tokens <= max_tokens]
+            chosen = max(bands, key=lambda c: c.min_max_tokens or 0, default=None)
+        if chosen is None:
+            return DEFAULT_CLASS, self.bounds
+        return chosen.name, chosen.bounds.over(self.bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class SloPolicy:
+    """Every model's SLO, by model name (``*`` = every model not listed)."""
+
+    models: Mapping[str, ModelSlo] = field(default_factory=lambda: MappingProxyType({}))
+
+    def bounds_for(self, model: str, max_tokens: int | None = None,
+                   requested_class: str | None = None) -> tuple[str, Bounds]:
+        """(class name, bounds) for a request; no SLO → (``default``, no bounds)."""
+        slo = self.models.get(model) or self.models.get(ANY_MODEL)
+        if slo is None:
+            return DEFAULT_CLASS, Bounds()
+        return slo.resolve(max_tokens, requested_class)
+
+    def classes_of(self, model: str) -> tuple[str, ...]:
+        """The classes a client may name for ``model`` (its entry's, else ``*``'s)."""
+        slo = self.models.get(model) or self.models.get(ANY_MODEL)
+        return tuple(c.name for c in slo.classes) if slo is not None else ()
+
+    def class_names(self) -> frozenset[str]:
+        """Every class label value this policy can produce."""
+        return frozenset({DEFAULT_CLASS}) | {
+            c.name for slo in self.models.values() for c in slo.classes
+        }
+
+
+def _bounds(settings: SloBoundsSettings) -> Bounds:
+    return Bounds(settings.ttft_s, settings.tpot_s, settings.e2e_s)
+
+
+def slo_policy(fleet: Fleet) -> SloPolicy:
+    """The fleet file's ``slos`` as a policy (no section: no SLO for any model)."""
+    models = {
+        model: ModelSlo(_bounds(slo), tuple(
+            SloClass(c.name, _bounds(c), c.min_max_tokens) for c in slo.classes))
+        for model, slo in fleet.slos.items()
+    }
+    return SloPolicy(MappingProxyType(models))

@@ -1,0 +1,158 @@
+"""The comparison's gateways (nothing started): the SGLang router's command over the rendered
+fleet, the --extra-router forms, and the memory figures each cell reads."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from gateway.settings import Settings
+from ridge_bench.compare import benchmark as compare
+from ridge_bench.compare import doc as compare_doc
+from ridge_bench.harness import fleets
+from ridge_bench.harness.gateways import Launch, command
+
+METRICS = """# HELP ridge_prefix_index_bytes their memory [B]
+# TYPE ridge_prefix_index_bytes gauge
+ridge_prefix_index_bytes 4096.0
+# HELP ridge_kv_event_index_bytes their memory [B]
+# TYPE ridge_kv_event_index_bytes gauge
+ridge_kv_event_index_bytes{pool="a"} 100.0
+ridge_kv_event_index_bytes{pool="b"} 28.0
+# HELP ridge_prefix_index_entries entries
+# TYPE ridge_prefix_index_entries gauge
+ridge_prefix_index_entries 64.0
+"""
+
+
+@pytest.mark.parametrize(("name", "policy"), [("sglang_ca", "cache_aware"),
+                                              ("sglang_rr", "round_robin")])
+def test_the_sglang_router_fronts_every_endpoint_of_the_rendered_fleet(
+        name: str, policy: str, tmp_path: Path) -> None:
+    router = fleets.ROUTERS[name]
+    fleet = fleets.render(router, tmp_path / "fleet.yaml", itertools.count(41000).__next__)
+    urls = [u for p in fleet.pools for u in p.endpoint_urls()]
+    assert router.sglang_policy == policy and len(urls) == 8
+    python = tmp_path / "python"
+    argv, env, cwd = command(compare.sglang_gateway(policy), Launch(sglang_python=python),
+                             7001, urls, tmp_path)
+    assert argv[:3] == [str(python), "-m", "sglang_router.launch_router"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--port") + 1] == "7001"
+    assert argv[argv.index("--policy") + 1] == policy
+    start = argv.index("--worker-urls") + 1
+    assert argv[start:start + len(urls)] == urls
+    assert argv[start + len(urls)].startswith("--")
+    assert env == {"PYTHONPATH": ""} and cwd == tmp_path
+
+
+def test_extra_routers_join_the_matrix_with_their_gateway() -> None:
+    fleet = fleets.HOMOGENEOUS
+    args = compare.parser().parse_args([
+        "--routers", "round_robin", "--extra-router", f"sg={fleet}@sglang:cache_aware",
+        "--extra-router", f"mine={fleets.LEVERS}"])
+    matrix = compare.matrix_of(args)
+    assert list(matrix.routers) == ["round_robin", "sg", "mine"]
+    assert matrix.routers["sg"].sglang_policy == "cache_aware"
+    assert matrix.routers["sg"].fleet == fleet
+    assert matrix.routers["mine"].gateway == fleets.RIDGE
+    bad = compare.parser().parse_args(["--extra-router", f"x={fleet}@sglang:manual"])
+    with pytest.raises(SystemExit, match="--extra-router"):
+        compare.matrix_of(bad)
+
+
+def test_peak_rss_of_this_process() -> None:
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc")
+    status = Path(f"/proc/{os.getpid()}/status").read_text()
+    (line,) = [x for x in status.splitlines() if x.startswith("VmRSS:")]
+    rss_mb = int(line.split()[1]) / 1024
+    peak = compare.peak_rss_mb(os.getpid())
+    assert peak is not None and peak >= rss_mb > 1.0
+
+
+def test_peak_rss_of_no_process_is_unknown() -> None:
+    assert compare.peak_rss_mb(2**31 - 1) is None
+
+
+def test_ridge_index_gauges_are_summed_over_labels() -> None:
+    gauges = compare_doc.INDEX_GAUGES
+    assert compare.sample_sums(METRICS, gauges) == {"ridge_prefix_index_bytes": 4096.0,
+                                                    "ridge_kv_event_index_bytes": 128.0}
+    assert compare.sample_sums("", gauges) == {}
+
+
+def test_sglang_cells_name_the_fleets_model_and_ridge_cells_ask_ridge(tmp_path: Path) -> None:
+    ports = itertools.count(42000).__next__
+    sglang = fleets.render(fleets.ROUTERS["sglang_rr"], tmp_path / "a.yaml", ports)
+    ridge = fleets.render(fleets.ROUTERS["cache_aware"], tmp_path / "b.yaml", ports)
+    assert compare.cell_model(fleets.ROUTERS["sglang_rr"], sglang) == "llama-3-8b"
+    assert compare.cell_model(fleets.ROUTERS["cache_aware"], ridge) is None
+
+
+def test_ridge_time_settings_follow_the_simulators_speed() -> None:
+    assert compare.ridge_time_env(1.0) == {}
+    env = compare.ridge_time_env(4.0)
+    assert set(env) == set(compare.TIME_SETTINGS)
+    assert float(env["RIDGE_REGISTRY__POLL_INTERVAL_S"]) == 0.25  # 1 s ÷ 4
+    assert float(env["RIDGE_STATE__PREFIX_MAX_AGE_S"]) == 150.0  # 600 s ÷ 4
+    settings = Settings.model_validate({})  # the variables name real settings
+    for var in env:
+        section, name = var.removeprefix("RIDGE_").lower().split("__")
+        assert hasattr(getattr(settings, section), name), var
+
+
+def test_kv_events_without_a_tokenizer_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        compare.parse_args(["--kv-events"])
+    assert exc.value.code == 2
+    assert "--kv-events needs --tokenizer" in capsys.readouterr().err
+
+
+def test_the_tokenizer_folder_must_hold_a_tokenizer(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--tokenizer", str(tmp_path)])
+    assert "no tokenizer.json" in capsys.readouterr().err
+
+
+def test_the_switches_reach_every_cell_fleet_and_the_results_meta(tmp_path: Path) -> None:
+    folder = tmp_path / "smol"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    args = compare.parse_args(["--tokenizer", str(folder), "--kv-events"])
+    matrix = compare.matrix_of(args)
+    assert matrix.extras == fleets.Extras(folder.resolve(), kv_events=True)
+    meta = matrix.meta()
+    assert (meta["tokenizer"], meta["kv_events"]) == ("smol", True)
+    plain = compare.matrix_of(compare.parse_args([])).meta()
+    assert (plain["tokenizer"], plain["kv_events"]) == (None, False)
+
+
+def test_the_kv_events_ridge_applied_are_summed_over_endpoints() -> None:
+    counters = METRICS + """# HELP ridge_kv_events_total events applied
+# TYPE ridge_kv_events_total counter
+ridge_kv_events_total{pool="a",endpoint="0"} 7.0
+ridge_kv_events_total{pool="a",endpoint="1"} 5.0
+"""
+    figures = compare.ridge_figures(counters)
+    assert figures["kv_events_applied"] == 12.0
+    assert figures["ridge_prefix_index_bytes"] == 4096.0
+    assert compare.ridge_figures(METRICS)["kv_events_applied"] is None
+
+
+def test_predicted_and_lost_prefix_tokens_are_summed_over_pools() -> None:
+    counters = METRICS + """# HELP ridge_prefix_predicted_tokens predicted
+# TYPE ridge_prefix_predicted_tokens counter
+ridge_prefix_predicted_tokens_total{pool="a"} 300.0
+ridge_prefix_predicted_tokens_total{pool="b"} 100.0
+# HELP ridge_prefix_lost_tokens lost
+# TYPE ridge_prefix_lost_tokens counter
+ridge_prefix_lost_tokens_total{pool="a"} 40.0
+"""
+    figures = compare.ridge_figures(counters)
+    assert (figures["prefix_predicted_tokens"], figures["prefix_lost_tokens"]) == (400.0, 40.0)
+    assert compare.ridge_figures(METRICS)["prefix_lost_tokens"] is None

@@ -1,0 +1,84 @@
+"""The overhead benchmark's arithmetic: windows, medians over rounds, added TTFT, rotation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ridge_bench.harness.gateways import BY_KEY
+from ridge_bench.overhead.benchmark import (
+    DIRECT,
+    Window,
+    body,
+    parser,
+    percentile,
+    plan_from,
+    portable_command,
+    rotated,
+    summary,
+)
+
+
+def test_bodies() -> None:
+    assert "stream" not in json.loads(body("m", stream=False))
+    streamed = json.loads(body("m", stream=True))
+    assert streamed["stream"] is True and streamed["stream_options"] == {"include_usage": True}
+
+
+def test_cpu_is_per_request_or_per_relayed_event() -> None:
+    plain = Window(0, "ridge", "json32", ok=900, errors=103, error_kinds={"non-200": 100},
+                   wall_s=2.0, gateway_cpu_s=0.5)  # 3 socket errors: not answered
+    assert plain.figures()["cpu_us"] == 500.0 and plain.figures()["rps"] == 450.0
+    assert plain.figures()["gateway_core_pct"] == 25.0
+    streamed = Window(0, "ridge", "paced32", ok=10, events=220, wall_s=1.0, gateway_cpu_s=0.011)
+    assert streamed.figures()["cpu_us"] == pytest.approx(50.0)
+    direct = Window(0, "direct", "json32", ok=5, wall_s=1.0)
+    assert direct.figures()["cpu_us"] is None
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
+    assert percentile(list(map(float, range(1, 101))), 99) == 99.0
+
+
+def test_summary_takes_medians_sums_errors_and_subtracts_direct_ttft_per_round() -> None:
+    windows = []
+    for r, (cpu, ttft, base) in enumerate([(0.3, 30.0, 21.0), (0.1, 25.0, 22.0),
+                                            (0.2, 40.0, 20.0)]):
+        windows.append(Window(r, "ridge", "json32", ok=1000 - r, errors=r,
+                              error_kinds={"non-200": r}, wall_s=1.0, gateway_cpu_s=cpu))
+        windows.append(Window(r, "ridge", "paced32", ok=10, wall_s=1.0, events=100,
+                              ttft_p50_ms=ttft, ttft_p99_ms=ttft + 10))
+        windows.append(Window(r, "direct", "paced32", ok=10, wall_s=1.0, events=100,
+                              ttft_p50_ms=base, ttft_p99_ms=base + 1))
+    s = summary(windows)
+    assert s["ridge"]["json32"]["cpu_us"] == pytest.approx(200.0)
+    assert s["ridge"]["json32"]["errors"] == 3 and s["ridge"]["json32"]["rounds"] == 3
+    assert s["ridge"]["paced32"]["added_ttft_p50_ms"] == pytest.approx(9.0)  # 9, 3, 20
+    assert s["ridge"]["paced32"]["added_ttft_p99_ms"] == pytest.approx(18.0)
+    assert s["direct"]["paced32"]["added_ttft_p50_ms"] == 0.0
+
+
+def test_rounds_rotate_the_order() -> None:
+    targets = (DIRECT, BY_KEY["ridge"], BY_KEY["fastapi"])
+    assert [g.key for g in rotated(targets, 1)] == ["ridge", "fastapi", "direct"]
+    assert rotated(targets, 3) == list(targets)
+
+
+def test_the_shown_command_has_no_paths_of_this_machine() -> None:
+    argv = ["--rounds", "1", "--ridge-src", "/tmp/x", "--out=/o", "--doc", "d.md", "--section",
+            "before"]
+    assert portable_command(argv) == ("python -m ridge_bench.overhead --rounds 1 "
+                                      "--ridge-src DIR --section before")
+
+
+def test_plan_without_the_sglang_router(tmp_path: object) -> None:
+    notes: list[str] = []
+    args = parser().parse_args(["--gateways", "ridge,aiohttp", "--rounds", "2"])
+    plan, launch = plan_from(args, notes)
+    assert [g.key for g in plan.targets] == ["direct", "ridge", "aiohttp"]
+    assert plan.rounds == 2 and launch.sglang_python is None and len(notes) == 1
+    with pytest.raises(ValueError, match="unknown"):
+        plan_from(parser().parse_args(["--gateways", "nginx"]), [])

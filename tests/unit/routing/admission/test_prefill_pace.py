@@ -1,0 +1,46 @@
+"""Prefill pacing's arithmetic, against worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.admission.prefill_pace import (
+    NOTHING,
+    PrefillRate,
+    paced_endpoints,
+    prefill_cap,
+    prefill_wait_s,
+)
+
+
+def test_the_rate_is_the_outstanding_prefill_over_the_engine_ttft_weighted() -> None:
+    rate = PrefillRate(weight=0.1)
+    assert rate.tokens_per_s is None
+    rate.observe(4_800, 0.6)  # the first observation stands alone: 8,000 tokens/s
+    assert rate.tokens_per_s == pytest.approx(8_000)
+    rate.observe(2_000, 0.5)  # 4,000 tokens/s, weight 0.1: 8,000 + 0.1 × (4,000 − 8,000)
+    assert rate.tokens_per_s == pytest.approx(7_600)
+    rate.observe(0, 0.5)
+    rate.observe(1_000, 0.0)  # nothing to learn from either
+    assert rate.tokens_per_s == pytest.approx(7_600)
+
+
+def test_the_cap_is_what_the_rate_clears_within_the_target_share_of_the_slo() -> None:
+    assert prefill_cap(8_000, 1.0, 0.5) == pytest.approx(4_000)
+    assert prefill_cap(8_000, 0.25, 1.0) == pytest.approx(2_000)
+
+
+def test_an_endpoint_is_paced_when_its_outstanding_prefill_and_the_prompt_pass_the_cap() -> None:
+    caps = {"a": 4_000.0, "b": 4_000.0, "c": None}
+    outstanding = {"a": 2_400, "b": 1_000, "c": 90_000}
+    assert paced_endpoints(outstanding, 2_400, caps.get) == frozenset({"a"})  # 4,800 > 4,000
+    assert paced_endpoints(outstanding, 1_600, caps.get) is NOTHING  # 4,000 is not over it
+    assert paced_endpoints({}, 10**9, caps.get) is NOTHING  # nothing outstanding: never paced
+
+
+def test_the_prefill_wait_is_the_excess_over_the_pools_caps_at_the_pools_rate() -> None:
+    # 4,800 outstanding + 2,400 own − 2 × 3,000 = 1,200 tokens at 2 × 6,000 tokens/s
+    assert prefill_wait_s(4_800, 2_400, 0, 2, 3_000, 6_000) == pytest.approx(0.1)
+    # two requests of its size ahead: + 4,800 tokens → 6,000 ÷ 12,000
+    assert prefill_wait_s(4_800, 2_400, 2, 2, 3_000, 6_000) == pytest.approx(0.5)
+    assert prefill_wait_s(0, 2_400, 0, 2, 3_000, 6_000) == 0.0  # fits now
