@@ -1,43 +1,16 @@
 """Built-in facts of common open models and accelerators, so a fleet file may name them.
 
 A pool's ``model:`` and ``hardware:`` may be a name from these tables (``model: llama-3-8b``,
-``hardware: nvidia-h100-sxm``) instead of the full facts; :mod:`config.fleet_file` resolves the
-name at load. Names are case-insensitive. Besides its own name, every model is found by its
-Hugging Face repository id (``meta-llama/Meta-Llama-3-8B-Instruct``) and the few short aliases
-of :data:`MODEL_ALIASES`; accelerators by the aliases of :data:`ACCELERATOR_ALIASES` (the name
-without its vendor, e.g. ``h100-sxm``, ``l4``, ``mi300x``). An unknown name raises
-:class:`UnknownName`, which lists the closest known names (``difflib``).
+``hardware: nvidia-h100-sxm``) instead of the full facts; :mod:`config.facts` resolves the
+name at load. Names are case-insensitive; models are also found by their Hugging Face
+repository id and :data:`MODEL_ALIASES`, accelerators by :data:`ACCELERATOR_ALIASES`. An
+unknown name raises :class:`UnknownName`, which lists the closest known names.
 
-Models (:data:`MODELS`), one :class:`ModelSpec` per entry, with the URL of the ``config.json``
-its numbers come from. Field ↔ ``config.json`` key: ``layers`` = ``num_hidden_layers``,
-``hidden_size`` = ``hidden_size``, ``heads`` = ``num_attention_heads``, ``kv_heads`` =
-``num_key_value_heads``, ``head_dim`` = ``head_dim`` (where absent: ``hidden_size ÷
-num_attention_heads``), ``intermediate_size`` = ``intermediate_size``, ``vocab_size`` =
-``vocab_size``, ``tied_embeddings`` = ``tie_word_embeddings``, ``max_context`` =
-``max_position_embeddings``, ``dtype_bytes`` = bytes of ``torch_dtype`` (bfloat16: 2),
-``experts`` / ``experts_per_token`` = ``num_local_experts`` / ``num_experts_per_tok`` (1 for a
-dense model), ``attention_bias`` = the q/k/v projections carry biases (Qwen2's architecture).
-``params`` is the parameter count the repository page states (its safetensors total); the
-layer arithmetic of :func:`layer_params` reproduces it to within 1 %. The facts are those of
-the instruct checkpoint named; the base checkpoint has the same shape (its
-``max_position_embeddings`` may differ). Sliding-window layers (Gemma-2, Phi-3) are counted as
-full attention, so their KV bytes per token are an upper bound past the window.
-
-Mixture of experts (Mixtral-8x7B): ``params`` counts every expert (46.7e9), because that is
-what sits in memory and what a decode step reads once the batch touches every expert (with 8
-experts and top-2 routing, a batch of a few tokens already does). The FLOPs per token follow
-the active parameters instead (:func:`active_params`, 12.9e9), so with the total count the
-fleet arithmetic overstates an MoE pool's FLOPs, and its MFU, by total ÷ active (≈ 3.6×).
-Write ``model: {name: mixtral-8x7b, params: 12.9e9}`` to price FLOPs by the active count
-(then the weight bytes are understated instead).
-
-Accelerators (:data:`ACCELERATORS`), one :class:`AcceleratorSpec` per entry, with the vendor
-page or datasheet its numbers come from: ``peak_flops`` is the dense 16-bit (BF16/FP16) tensor
-rate WITHOUT structured sparsity [FLOP/s] (datasheets print the sparse figure, twice this, with
-an asterisk); ``mem_bandwidth`` the memory bandwidth [B/s]; ``memory_bytes`` the memory size as
-printed, in decimal bytes (what an engine can use is a few percent less). The A10G is sold only
-inside AWS's G5 instances and has no NVIDIA datasheet; its entry says where its figure comes
-from.
+Every entry cites its source: a model's ``config.json``, an accelerator's datasheet.
+Units: ``peak_flops`` is the dense 16-bit tensor rate without sparsity [FLOP/s],
+``mem_bandwidth`` [B/s], ``memory_bytes`` [B, decimal]. A mixture-of-experts model's
+``params`` counts every expert (what sits in memory); its FLOPs follow the active parameters
+(:func:`active_params`). See docs/fleet-file-schema.md#the-built-in-catalogue.
 """
 
 from __future__ import annotations

@@ -33,13 +33,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from backends.engines.kv_capacity import engine_cache_tokens
 from backends.engines.probe import HeadersFor, HttpProbe, MetricsSource
 from backends.engines.tokenizers import fleet_tokenizers
-from backends.registry.endpoints import BreakerConfig, EndpointRegistry, Poller
+from backends.registry.breaker import BreakerConfig
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.poller import Poller
 from backends.registry.resolver import DnsResolver
 from backends.upstream.aiohttp_transport import AiohttpClient
 from backends.upstream.client import BackendClient, Timeouts
 from backends.upstream.http1 import Http1Client
 from backends.upstream.httpx_transport import HttpxClient
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.access.admission import REASONS, Admission, AdmissionConfig
 from gateway.access.control import Access, Estimate
 from gateway.access.keys import KeyRing, KeysFile, KeySource, RedisKeys
@@ -47,7 +49,7 @@ from gateway.access.limits import LocalLimiter, RateLimiter, RedisLimiter
 from gateway.fleet.kv_events import KvEventGauges, with_engine_events
 from gateway.fleet.reload import Reloader
 from gateway.fleet.reload import router as reload_router
-from gateway.fleet.views import FleetBook
+from gateway.fleet.views import FleetRegistryView
 from gateway.request.dispatch import (
     Dispatcher,
     EngineHeaders,
@@ -121,7 +123,7 @@ def create_app(
     """A ridge app for ``fleet``. The factories are seams for tests; ``worker``: this
     process's place among ``ridge serve --workers N``; ``lifecycle``: set draining by the
     server when it is told to stop (:mod:`gateway.server.shutdown`). Raises
-    :class:`~config.fleet_file.FleetConfigError` when a configured tokenizer cannot be loaded
+    :class:`~config.fleet.FleetConfigError` when a configured tokenizer cannot be loaded
     or a pool's engine API key is not in the environment."""
     parts = _Parts(build_extractor(fleet), metrics_registry or CollectorRegistry(),
                    client_factory, probe_factory, worker, lifecycle or Lifecycle(),
@@ -177,10 +179,10 @@ class RidgeApp:
             await self.api(scope, receive, send)
             return
         path = scope["path"]
-        endpoint = PROXIED_PATHS.get(path)
-        if endpoint is not None and (self.admin_port is None or not self._on_admin_port(scope)):
+        api_path = PROXIED_PATHS.get(path)
+        if api_path is not None and (self.admin_port is None or not self._on_admin_port(scope)):
             if scope["method"] == "POST":
-                await self.api.state.gateway.proxy(scope, receive, send, endpoint)
+                await self.api.state.gateway.proxy(scope, receive, send, api_path)
             else:
                 await send_error(send, GatewayError(
                     405, f"Method Not Allowed ({scope['method']} {path})",
@@ -267,7 +269,7 @@ class _Parts:
     """What :func:`create_app` was given, for the lifespan to build the gateway from."""
 
     extractor: FeatureExtractor
-    metrics: CollectorRegistry
+    metrics_registry: CollectorRegistry
     client_factory: ClientFactory
     probe_factory: ProbeFactory
     worker: WorkerContext | None
@@ -281,16 +283,16 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     registry = EndpointRegistry(fleet, breaker=BreakerConfig(
         settings.registry.breaker_failures, settings.registry.breaker_open_s,
         settings.registry.breaker_max_open_s), drain_timeout_s=settings.registry.drain_timeout_s)
-    telemetry = Telemetry(parts.metrics, frozenset(
+    telemetry = Telemetry(parts.metrics_registry, frozenset(
         m for p in fleet.pools for m in (*p.models, *p.adapter_names())))
     bounds = state_limits(settings.state, fleet)
     state, events = with_engine_events(fleet, parts.extractor.config.block_tokens,
                                        await build_state(settings, telemetry, bounds, parts.worker))
     telemetry.bind_fleet(fleet, registry.snapshot, state)
-    telemetry.registry.register(CircuitGauges(registry))
-    telemetry.registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
+    telemetry.metrics_registry.register(CircuitGauges(registry))
+    telemetry.metrics_registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
     if events is not None:
-        telemetry.registry.register(KvEventGauges(events))
+        telemetry.metrics_registry.register(KvEventGauges(events))
     client = parts.client_factory(settings.upstream)
     probe_session = aiohttp.ClientSession()
     poller = Poller(
@@ -306,14 +308,14 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
                         settings.upstream.max_event_bytes)
     access = build_access(settings, fleet, state, parts.worker)
     trace = build_recorder(settings.trace, parts.extractor.config.block_tokens,
-                           telemetry.registry, parts.worker.index if parts.worker else None)
+                           telemetry.metrics_registry, parts.worker.index if parts.worker else None)
 
     def serving(new: Fleet, headers: EngineHeaders) -> Proxy:
         """The request path for the fleet ``new`` (at start-up, and at each reload)."""
-        book = FleetBook(registry, new)
-        dispatcher = Dispatcher(book, client, build_router(new), state, parts.extractor,
+        fleet_view = FleetRegistryView(registry, new)
+        dispatcher = Dispatcher(fleet_view, client, build_router(new), state, parts.extractor,
                                 settings.upstream.retries, headers,
-                                build_admission(settings.admission, new, book.snapshot,
+                                build_admission(settings.admission, new, fleet_view.snapshot,
                                                 telemetry), engine_model_names(new))
         return Proxy(dispatcher, telemetry, access, limits, trace=trace)
 

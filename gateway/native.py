@@ -2,18 +2,14 @@
 its source.
 
 ridge's routing is pure Python and runs as such wherever it is installed. ``make native``
-(which ``make test`` and ``make demo`` run) compiles the modules of :data:`COMPILED` with
-mypyc (``deploy/compile_routing.py``) into extension modules beside their sources
-(``routing/prefix_index.cpython-311-x86_64-linux-gnu.so``); Python imports an extension module
-before a source of the same name. They are the routing work's data structures and loops, the
-prefix index above all: compiled, ``ridge_bench.overhead.routing_cost`` measures about 16 µs less
-per
-request (``docs/benchmarks/overhead.md``). The sources stay the reference: the same tests run
-against both (``make test`` runs the routing units again with :func:`prefer_sources`).
+compiles the modules of :data:`COMPILED` with mypyc (``deploy/compile_routing.py``) into
+extension modules beside their sources, which Python imports before a source of the same
+name. The sources stay the reference: the same tests run against both
+(:func:`prefer_sources`).
 
 A compiled module older than its source would run the old code: :func:`stale` names those;
 ``ridge serve`` and the test suite refuse to start until ``make native`` compiles them again
-(or ``make clean-native`` removes them).
+(or ``make clean-native`` removes them). See docs/gateway.md#compiled-routing-modules.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from prometheus_client import generate_latest
 
 from backends.registry.endpoints import EndpointRegistry
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.access.control import Access
 from gateway.request.proxy import Proxy
 from gateway.server.shutdown import Lifecycle
@@ -38,7 +38,7 @@ class Gateway:
 
     def own_metrics(self) -> bytes:
         """This process's Prometheus page."""
-        return generate_latest(self.telemetry.registry)
+        return generate_latest(self.telemetry.metrics_registry)
 
     async def metrics_page(self) -> bytes:
         """The gateway's Prometheus page: with workers, every worker's merged."""

@@ -56,7 +56,7 @@ class HttpSettings(BaseModel):
 
 class RegistrySettings(BaseModel):
     """The endpoint poller and the endpoints' circuit breakers
-    (:class:`backends.registry.endpoints.BreakerConfig`). Times in seconds."""
+    (:class:`backends.registry.breaker.BreakerConfig`). Times in seconds."""
 
     poll_interval_s: float = Field(default=1.0, gt=0)
     probe_timeout_s: float = Field(default=2.0, gt=0)

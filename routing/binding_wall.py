@@ -1,62 +1,19 @@
 """Which wall binds a pool: KV capacity, compute, memory bandwidth, prefill/decode contention.
 
-Pure: the gateway measures, this module decides (no I/O, no clock, no framework).
+Pure: the gateway measures, this module decides (no I/O, no clock, no framework). The input is
+one pool's measures over one window (:class:`WallSignals`): KV demand against capacity
+(:func:`kv_demand`, tokens), the reuse the prefix index predicted that the engines recomputed
+(:func:`lost_tokens`, tokens), MFU, MBU and KV usage (fractions in [0, 1]), preemptions, TPOT
+violations and the prefill share of the computed tokens.
 
-**KV demand against capacity** (:func:`kv_demand`), per pool, in tokens:
+The rule (:func:`binding_wall`, thresholds :class:`WallThresholds`), first match wins:
+(1) ``kv_capacity``: reuse lost to eviction, or a full cache that preempts or cannot hold the
+demand; (2) ``compute``: MFU busy and ≥ MBU; (3) ``memory_bandwidth``: MBU busy;
+(4) ``prefill_decode_contention``: TPOT violations while prefill is a real share of the work;
+(5) ``none``. Capacity first: reuse lost to eviction turns into recomputed prefill, so a
+capacity-bound pool also looks compute-heavy.
 
-    demand [tokens]   = in flight + working set
-    in flight         = Σ over the router's reservations of prompt + expected output tokens
-    working set       = distinct prompt blocks the router's prefix index holds for the pool's
-                        endpoints × tokens per block (the reuse seen recently: what the
-                        engines would have to keep to serve every match the index predicts)
-    capacity [tokens] = Σ over the pool's healthy endpoints of the engine's KV blocks × block
-                        size, or, for an engine that does not say, the fleet file's
-                        ``kv_cache_bytes`` ÷ KV bytes per token (:func:`capacity_tokens`)
-    demand ratio      = demand ÷ capacity
-
-KV bytes per token is the seeds' 2 · layers · KV heads · head dim · dtype bytes
-(:attr:`routing.formulas.ModelShape.kv_bytes_per_token`; an 8-bit KV cache halves it). An
-in-flight prompt's blocks are in the working set too, so the demand is an upper estimate by at
-most the in-flight prompts.
-
-**Lost reuse** (:func:`lost_tokens`), per request: the prompt tokens the prefix index said the
-chosen endpoint held when the router placed the request (its prediction, at most P − 1: an
-engine always computes one prompt token) minus the tokens the engine reports it served from
-its cache, when positive: max(0, min(predicted, P − 1) − cached) [tokens]. Summed over the
-window's requests, lost ÷ predicted is the share of predicted reuse the engines recomputed.
-
-**The rule** (:func:`binding_wall`), first match wins, over one window of measures
-(:class:`WallSignals`; thresholds :class:`WallThresholds`, defaults in brackets):
-
-1. ``kv_capacity`` when the engines throw reuse away or run out of KV:
-   a. lost ÷ predicted ≥ ``lost_ratio`` [0.2] over at least ``min_predicted_tokens`` [1,024
-      tokens] predicted in the window, and the demand ratio unknown or ≥
-      ``plausible_demand`` [0.5] (below it the engines had room for the whole working set
-      twice over: the loss is a misprediction — an engine restart, an estimate — not
-      eviction); or
-   b. the KV cache usage ≥ ``kv_full`` [0.9] and at least ``min_preemptions`` [1] preemption
-      in the window; or
-   c. the KV cache usage ≥ ``kv_full`` [0.9] and the demand ratio ≥ 1.
-   A full cache alone is no wall: engines keep their caches full of reusable blocks.
-2. ``compute`` when MFU ≥ ``busy`` [0.5] and MFU ≥ MBU (typically prefill-heavy work).
-3. ``memory_bandwidth`` when MBU ≥ ``busy`` [0.5] (typically decode-heavy work).
-4. ``prefill_decode_contention`` when the share of SLO-evaluated requests that broke their
-   TPOT bound ≥ ``tpot_violations`` [0.1] over at least ``min_evaluated`` [10] requests, and
-   prefill is ≥ ``prefill_mix`` [0.3] of the computed tokens (prompt − cached ÷ that + output):
-   long prompts stall the running decodes without saturating the hardware.
-5. ``none``: no wall shows; the pool has headroom (or too little traffic to tell).
-
-Capacity first: reuse lost to eviction turns into recomputed prefill, so a capacity-bound pool
-also looks compute-heavy; the cause is the capacity. Utilisations are fractions in [0, 1],
-token counts and preemptions are totals over the window, the KV usage is the highest of the
-pool's healthy endpoints.
-
-Worked numbers (the tests check them): 6,000 tokens predicted and 4,500 lost (0.75), a demand
-of 9,000 tokens (1,000 in flight + 500 held blocks of 16 tokens) against 4,096 tokens of
-capacity (ratio 2.2): ``kv_capacity``.
-6,000 predicted, 100 lost, MFU 0.62, MBU 0.30: ``compute``. MFU 0.55 and MBU 0.60:
-``memory_bandwidth``. 3 of 20 requests over their TPOT bound with 3,000 prefill and 1,000
-decode tokens (prefill 0.75), MFU 0.2, MBU 0.3: ``prefill_decode_contention``.
+See docs/routing.md#the-binding-wall.
 """
 
 from __future__ import annotations
@@ -77,8 +34,9 @@ WALLS = (KV_CAPACITY, COMPUTE, MEMORY_BANDWIDTH, CONTENTION, NO_WALL)
 
 @dataclass(frozen=True, slots=True)
 class WallThresholds:
-    """The rule's thresholds (module docstring). Units: fractions in [0, 1] for ratios,
-    utilisations and usage; tokens; preemptions and requests (counts in the window)."""
+    """The rule's thresholds (docs/routing.md#the-binding-wall). Units: fractions in [0, 1]
+    for ratios, utilisations and usage; tokens; preemptions and requests (counts in the
+    window)."""
 
     lost_ratio: float = 0.2
     min_predicted_tokens: float = 1024.0
@@ -131,7 +89,8 @@ class WallSignals:
 
 
 def binding_wall(s: WallSignals, t: WallThresholds = DEFAULT_THRESHOLDS) -> str:
-    """The wall that binds the pool, one of :data:`WALLS` (the rule: module docstring)."""
+    """The wall that binds the pool, one of :data:`WALLS` (the rule in full:
+    docs/routing.md#the-binding-wall)."""
     if _capacity_bound(s, t):
         return KV_CAPACITY
     mfu, mbu = s.mfu or 0.0, s.mbu or 0.0

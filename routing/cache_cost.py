@@ -3,21 +3,17 @@
 Pure functions of the request's features and the router state's view. Units: blocks, tokens,
 requests.
 
-- ``matched_blocks`` [blocks]: the leading prompt blocks the prefix index says the endpoint
-  holds, capped at the prompt's block count; ``best_match``: the longest over some endpoints.
-- ``uncached_tokens`` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
-- ``cache_cost`` [tokens × requests] = max(uncached tokens on the endpoint + reload tokens, 1)
-  × (load ÷ ``load_scale`` + 1), where reload tokens (``StateView.reload_tokens``, from the
-  engines' KV events) price the matched blocks held only in a host tier at a fraction of
-  recomputing them, and load [requests] is :func:`routing.load.endpoint_load`: the prefill
-  work a request adds on an endpoint, scaled by the requests it shares the engine with,
-  ``load_scale`` of them (:data:`LOAD_SCALE`, 2) counting as one queued ahead of it — an
-  engine batches what it runs, so they slow a new request more than they hold it back.
-  It is the ``cache_aware`` scorer's cost
-  (:mod:`routing.scheduler.plugins.cache_aware`) and the lever policy's measure for choosing
-  among prefix-caching pools (at its own scale, ``routing.policy.POOL_LOAD_SCALE``). Uncached
-  tokens are floored at 1 (an engine holding the whole prompt still computes the last prompt
-  token), so the cost is ≥ 1.
+- :func:`matched_blocks` [blocks]: the leading prompt blocks the prefix index says the endpoint
+  holds, capped at the prompt's; :func:`best_match`: the longest over some endpoints.
+- :func:`uncached_tokens` [tokens] = prompt tokens − matched blocks × tokens per block, ≥ 0.
+- :func:`cache_cost` [tokens × requests] = max(uncached tokens + reload tokens, 1) × (load ÷
+  ``load_scale`` + 1): load is :func:`routing.load.endpoint_load`, reload tokens price the
+  host-tier part of the match from the engines' KV events (``StateView.reload_tokens``); the
+  floor of 1 because an engine holding the whole prompt still computes its last token. It is
+  the ``cache_aware`` scorer's cost (at :data:`LOAD_SCALE`) and the lever policy's order of
+  prefix-caching pools (at ``routing.policy.POOL_LOAD_SCALE``).
+
+See docs/routing.md#load-and-cache-cost.
 """
 
 from __future__ import annotations
@@ -30,11 +26,8 @@ from routing.state.protocol import StateView
 
 LOAD_SCALE = 2.0
 """[requests] Requests on an engine that count as one queued ahead of a new one in
-:func:`cache_cost`. Measured on the capacity benchmark's long sessions
-(``docs/benchmarks/capacity.md``): at 1 (every request in flight counted as queued) the load
-term sent follow-ups away from their cached history to an idle replica that recomputed it; at
-2 none left, and requests per replica stayed within 1.08 of the mean; at 4 none left either,
-but the replicas drifted apart (max/mean 1.18)."""
+:func:`cache_cost`: an engine batches what it runs, so they slow a new request more than they
+hold it back (why 2: docs/routing.md#load-and-cache-cost)."""
 
 
 def matched_blocks(url: str, features: RequestFeatures, view: StateView) -> int:

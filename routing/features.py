@@ -1,57 +1,20 @@
 """Request features: what the router measures of one request before choosing where it goes.
 
-Algorithm, per request:
+Once per request (:func:`extract_features`, :class:`FeatureExtractor`): (1) the canonical
+prompt, one deterministic text for the whole request, so that requests sharing a system
+prompt, tools and history share a text prefix (:func:`canonical_prompt`); (2) chained XXH3-64
+hashes of its full blocks, seeded by the model name: hash i stands for blocks 0..i and is the
+same in every gateway process (:func:`block_hashes`; over token ids :func:`token_block_hashes`);
+(3) the block size: 16 tokens (vLLM's default KV block) × 4 characters by default
+(:class:`FeatureConfig`); (4) prompt tokens: the model's exact prompt ids when it has them,
+else its token counter over the canonical text (tokens per block: :func:`tokens_per_block`);
+(5) expected output tokens: ``max_tokens``, else the learned mean, else a default; (6) the
+session key, a digest of the gateway's session hint or the request's ``user``.
 
-1. **Canonical prompt** (:func:`canonical_prompt`): one deterministic text for the WHOLE
-   request, so that two requests sharing a system prompt, tools and history share a text
-   prefix. Chat: the ``tools`` (and legacy ``functions``) definitions FIRST, as chat templates
-   render them into the system turn, then every message in order as
-   ``STX role US content [US extra-fields-json] ETX``. String content is taken as is; in the
-   list-of-parts form a ``text`` part gives its text and any other part (image, audio, file)
-   a stable digest of its JSON. The extra fields (``name``, ``tool_calls``,
-   ``tool_call_id``, ...) are rendered as sorted-key JSON. Completions: a string prompt as is;
-   a list of strings joined by NUL (a character prompts do not carry; a collision would only
-   misguess a cache hit, never change a response); token ids as ``ids:`` plus the ids in
-   decimal. Structured parts always go through ``json.dumps(sort_keys=True)``. Responses API
-   (``/v1/responses``): its ``tools`` first, then ``instructions`` as a ``system`` message,
-   then ``input`` — a string as one ``user`` message, a list item by item: an item with a
-   ``role`` as a chat message (its ``input_text`` / ``output_text`` / ``text`` parts give
-   their text, other parts a digest; its ``type``, ``id`` and ``status`` left out), any other
-   item (``function_call``, ``function_call_output``, ``reasoning``, ...) as
-   ``STX type US sorted-key-json-of-the-rest ETX``. So a Responses request and the chat
-   request with the same system and user turns have the same text, as the engine's chat
-   template gives them the same prompt.
-2. **Block hashes** (:func:`block_hashes`): the text cut into blocks of ``block_chars``
-   characters; only FULL blocks count (engines cache only full KV blocks), chained:
-   ``h_i = XXH3-64(utf8(block_i), seed = h_{i-1})`` with ``h_{-1}`` = XXH3-64 of the model
-   name, so hash i stands for blocks 0..i of that model's prompt. XXH3 (the ``xxhash``
-   package) is fast — one C call per block, about 50 ns for 64 bytes — and the same in every
-   process, unlike Python's ``hash()``, which is salted per process: gateways share these
-   hashes. With the model's exact prompt tokens (step 4), the blocks are the engine's own:
-   ``block_tokens`` token ids each (:func:`token_block_hashes`, 4-byte little-endian ids,
-   same chain and seed), so a router block boundary is an engine block boundary.
-3. **Block size**: 16 tokens × 4 characters per token = 64 characters by default. 16 tokens is
-   vLLM's default KV block (``CacheConfig.DEFAULT_BLOCK_SIZE``); SGLang's radix cache matches
-   at token granularity, so a finer router block only sharpens the estimate there. A router
-   block finer than the engine's overestimates a match by less than one engine block.
-   Configurable through :class:`FeatureConfig`.
-4. **Tokens**: when the model has exact prompt ids (:class:`routing.tokens.counters.PromptIds`:
-   its tokenizer and chat template, named in the fleet file) and they model the request, the
-   prompt tokens are their count, tokenized once for both the count and the blocks, and
-   ``block_tokens`` is the configured one. Else the model's
-   :class:`routing.tokens.counters.TokenCounter` counts the canonical text (the tokenizer
-   without the template, else the character estimate; exact for token-id prompts), and
-   ``block_tokens`` = tokens per block for this request: ``block_chars × prompt_tokens /
-   prompt_chars`` once the prompt holds a full block, else the configured ``block_tokens``.
-5. **Expected output tokens**: ``max_tokens`` (or ``max_completion_tokens``) when given; else
-   the learned per-model mean the caller passes in (the router state's
-   :meth:`~routing.state.protocol.RouterState.learned_output`; the extractor owns no state); else
-   ``default_output_tokens`` (256). Features are built once per request, learned output
-   included.
-6. **Session key**: the session hint the gateway passes (e.g. an ``x-session-id`` header)
-   when given, else the request's ``user`` field, else none — as a 16-hex-digit XXH3-64
-   digest of it, so what the router state keeps per session is small whatever the client
-   sent.
+Units: tokens, characters, blocks. Pure CPU work, synchronous; the extractor owns no router
+state (the learned output mean is passed in).
+
+See docs/routing.md#request-features.
 """
 
 from __future__ import annotations
@@ -215,7 +178,7 @@ def _render_responses_part(part: Any) -> str:
 
 
 def _render_item(item: Any) -> str:
-    """One item of a Responses ``input`` list (see the module docstring)."""
+    """One item of a Responses ``input`` list (docs/routing.md#request-features, step 1)."""
     if not isinstance(item, Mapping):
         return _STX + _dumps(item) + _ETX
     role = item.get("role")
@@ -443,7 +406,9 @@ def session_key(payload: Mapping[str, Any], session_hint: str | None) -> str | N
 
 
 def tokens_per_block(config: FeatureConfig, prompt_chars: int, prompt_tokens: int) -> int:
-    """Tokens in one block of this prompt (see the module docstring, step 4)."""
+    """Tokens in one block of this prompt (step 4 of the module docstring): ``block_chars`` ×
+    prompt tokens ÷ prompt characters, rounded, once the prompt holds a full block, else
+    ``block_tokens``."""
     if prompt_chars < config.block_chars or prompt_tokens <= 0:
         return config.block_tokens
     return max(1, round(config.block_chars * prompt_tokens / prompt_chars))
@@ -488,9 +453,9 @@ def _prompt_blocks(payload: Mapping[str, Any], info: RequestInfo, config: Featur
 def extract_features(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
                      counter: TokenCounter, hasher: Hasher = _hash_whole,
                      exact: PromptIds | None = None) -> RequestFeatures:
-    """The features of one request (sync; see the module docstring). ``hasher``: how the block
-    hashes of the canonical text are computed (a :meth:`LeadCache.hashes` gives the same
-    values sooner); ``exact``: the model's exact prompt ids, if it has them."""
+    """The features of one request (sync; docs/routing.md#request-features). ``hasher``: how
+    the block hashes of the canonical text are computed (a :meth:`LeadCache.hashes` gives the
+    same values sooner); ``exact``: the model's exact prompt ids, if it has them."""
     hashes, block_tokens, prompt_tokens = _prompt_blocks(payload, info, config, counter,
                                                          hasher, exact)
     max_tokens = resolve_max_tokens(payload, info.max_tokens)

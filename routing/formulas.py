@@ -1,92 +1,17 @@
 """Fleet arithmetic: the roofline, FLOPs and bytes per token, MFU/MBU, speculation, goodput.
 
-The field's napkin formulas, once, for the lever policy, the telemetry and the simulator alike.
+The field's napkin formulas, once, for the lever policy, the telemetry and the simulator alike;
+each function's docstring gives its formula with units.
 
-Notation (units): N parameters; L layers; d hidden size; h_kv KV heads; d_h head dim; w bytes
-per weight; b_kv bytes per KV element (= w unless the KV cache has its own dtype); P prompt
-tokens; C of them served from the prefix cache; G generated (completion) tokens.
+Notation: N parameters; L layers; d hidden size; h_kv KV heads; d_h head dim; w bytes per
+weight; b_kv bytes per KV element (= w unless the KV cache has its own dtype); kv KV bytes per
+token; P prompt tokens, C of them served from the prefix cache; G generated tokens; K draft
+tokens per speculative pass, α a draft's acceptance probability. Units: FLOP, bytes [B],
+seconds [s], tokens; utilisations are fractions of peak; SLO bounds are seconds.
 
-Model and hardware (:class:`ModelShape`, :class:`HardwareRates`):
+Pure: no I/O, no clock, no imports of the project but :mod:`routing.values`.
 
-* KV bytes per token kv = 2 · L · h_kv · d_h · b_kv [B/token] (one key and one value vector per
-  layer and KV head);
-* weight bytes = N · w [B], read once per engine step, shared by every sequence in the batch.
-
-FLOPs of q new tokens over c tokens already held in the KV cache:
-
-* linear FLOPs = 2 · N · q [FLOP] (every weight is one multiply-add per computed token);
-* attention FLOPs = 4 · L · d · pairs [FLOP]; per layer a (query, key) pair costs 2·d for Q·Kᵀ
-  and 2·d for P·V. Causally, new token j attends to the c cached tokens and to itself and the
-  j − 1 new tokens before it: pairs = Σ_{j=1..q} (c + j) = q · c + q (q + 1) / 2. Per token at
-  context c the attention term is 4·L·d·c, which rivals the 2·N term once c ≳ N / (2·L·d)
-  (≈ 12·d tokens for Llama-shaped models).
-
-The roofline. A kernel is compute-bound when its arithmetic intensity (FLOP per byte moved)
-exceeds the ridge point, bandwidth-bound below it:
-
-    ridge point [FLOP/B] = peak FLOP/s ÷ memory bandwidth [B/s]
-    decode ridge [tokens] = ridge point × w / 2
-
-(a decode step of B tokens does ≈ 2·N·B FLOPs and reads N·w bytes of weights: intensity
-2·B / w, so decoding stays bandwidth-bound, batching and speculation's verify tokens nearly
-free, below B = ridge × w / 2; KV reads, ignored there, push the crossover further out).
-One engine step (:func:`step_cost`) runs a forward pass over a batch where sequence i brings
-q_i new tokens (a prefill chunk, one decode token, or 1 + K for a speculative verify pass) on
-top of c_i cached ones:
-
-    linear = 2 · N · Σ q_i ;  attention = 4 · L · d · Σ (q_i · c_i + q_i (q_i + 1) / 2)  [FLOP]
-    bytes read = N · w + kv · Σ (c_i + q_i) ;  bytes written = kv · Σ q_i                 [B]
-    compute time = linear / peak + attention / (peak · attention_efficiency)            [s]
-    memory time  = (bytes read + bytes written) / bandwidth                             [s]
-    step time    = max(compute, memory) + step overhead + seq overhead · batch          [s]
-
-``attention_efficiency`` (≤ 1) is the fraction of peak the attention kernels reach; the
-overheads (scheduling, kernel launches per step; sampling, detokenising per sequence) are
-calibration. Activations are ignored.
-
-A request's cost (:func:`request_cost`): one prefill (the P − C uncached prompt tokens over the
-C cached ones, which samples the first output token), then G − 1 decode steps (step j computes
-one token over a context of P + j − 1 tokens):
-
-* FLOPs: prefill = linear(P − C) + attention(pairs(P − C, C)); decode = linear(G − 1) +
-  attention(pairs(G − 1, P)), since Σ_{j=1..G−1} (P + j) = (G − 1) · P + (G − 1) · G / 2;
-* KV bytes read = kv · (P + decode pairs) (a prefill step reads its sequence's keys and values
-  once, cached ones included; each decode step reads the whole context plus the new token). A
-  prefill split into chunks of B tokens reads the growing prefix once per chunk:
-  kv · Σ_k min(C + k·B, P);
-* KV bytes written = kv · (P − C + G − 1). Weights are per step, not per request.
-
-Speculative decoding: a drafter proposes K tokens, the target verifies them in one pass of
-K + 1 tokens per sequence; each draft is accepted with probability α, in order, until the first
-rejection; the pass emits the accepted drafts plus one token of its own. Accepted drafts A
-follow a geometric law truncated at K: P(A = a) = α^a (1 − α) for a < K, P(A = K) = α^K, so
-
-    E[tokens per target pass] = E[A + 1] = (1 − α^(K+1)) / (1 − α)       (K + 1 when α = 1)
-    net speed-up ≈ E / (1 + c · K)     (c: one draft token's cost ÷ a target decode step)
-
-while decode is memory-bound. The verify pass processes (K + 1)× the tokens, so the gain
-collapses as the verify batch nears the decode ridge: the lever policy admits a speculative
-pool only below a decode batch of fraction × ridge tokens ÷ (K + 1) sequences per endpoint.
-
-Utilisations: MFU = achieved FLOP/s ÷ peak FLOP/s; MBU = achieved B/s ÷ memory bandwidth;
-while decoding, bytes/s ≈ (N · w + kv · KV tokens read per step) × steps/s.
-
-Goodput (DistServe's definition): the rate of finished requests that met EVERY bound of their
-SLO [requests/s] = good requests ÷ window seconds. A request meets time to first token ≤
-``ttft_s``, time per output token ≤ ``tpot_s`` and end-to-end latency ≤ ``e2e_s`` [s]; each
-violated bound is named (``ttft``, ``tpot``, ``e2e``). An unset bound, or a figure not measured
-(a non-streamed answer has no TTFT; one output token has no TPOT), cannot be violated. A request
-the gateway failed (status ≥ 500) violates ``error``; client errors (4xx, 499 = the client went
-away) are not the service's doing and are not evaluated.
-
-Worked numbers (the tests check them): an H100 SXM (989e12 FLOP/s dense bf16, 3.35e12 B/s) has
-a ridge point of ≈ 295 FLOP/B, and with 2-byte weights decoding turns compute-bound at ≈ 295
-tokens per step. Llama-3-8B in fp16 holds 2·32·8·128·2 = 131,072 B of KV per token. A 7B fp16
-model (14 GB of weights) decoding one stream at 100 tokens/s reads 1.4 TB/s: 70 % MBU on a
-2 TB/s GPU (two streams sharing those 100 tokens/s: 50 steps/s, 35 %), and its 1.4 TFLOP/s are
-0.45 % MFU on a 312 TFLOP/s A100. α = 0.7, K = 4: E ≈ 2.77 tokens per target pass.
-
-Pure: no I/O, no clock, no imports of the project.
+See docs/routing.md#the-field-formulas.
 """
 
 from __future__ import annotations
@@ -173,9 +98,8 @@ def host_reload_ratio(kv_bytes_per_token: float, host_link_bandwidth: float, par
     """What reloading a prefix token's KV from a host tier costs against recomputing it, in
     (0, 1]: (kv [B/token] ÷ host link [B/s]) ÷ (2 · N [FLOP/token] ÷ peak [FLOP/s]), at most 1
     (an engine would recompute rather than reload slower). Prefill at peak FLOP/s is the
-    fastest recomputation, so this is the ratio's upper bound. Worked: Llama-3-8B fp16 on an
-    H100 over PCIe Gen4 (131,072 B/token ÷ 25e9 B/s = 5.24 µs; 2 · 8.03e9 ÷ 989e12 = 16.2 µs):
-    0.323."""
+    fastest recomputation, so this is the ratio's upper bound (worked example:
+    docs/routing.md#the-roofline-and-one-engine-step)."""
     reload_s = kv_bytes_per_token / host_link_bandwidth
     recompute_s = 2.0 * params / peak_flops
     return min(1.0, reload_s / recompute_s)
@@ -217,7 +141,15 @@ IDLE_STEP = StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 def step_cost(shape: ModelShape, rates: HardwareRates, work: Sequence[SeqWork], *,
               attention_efficiency: float = 1.0, step_overhead_s: float = 0.0,
               seq_overhead_s: float = 0.0) -> StepCost:
-    """The roofline cost of one engine step over ``work`` (module docstring: every term).
+    """The roofline cost of one engine step over ``work``, sequence i computing q_i new tokens
+    over c_i cached ones:
+
+        linear = 2·N·Σ q_i ;  attention = 4·L·d·Σ (q_i·c_i + q_i (q_i + 1) / 2)     [FLOP]
+        read = N·w + kv·Σ (c_i + q_i) ;  written = kv·Σ q_i                         [B]
+        compute = linear / peak + attention / (peak · attention_efficiency)         [s]
+        memory = (read + written) / bandwidth                                       [s]
+        seconds = max(compute, memory) + step overhead + seq overhead × batch       [s]
+
     ``attention_efficiency``: fraction of peak the attention kernels reach (≤ 1); overheads [s]
     per step and per sequence in the batch. No work costs nothing."""
     if not work:
@@ -302,8 +234,12 @@ def prefill_kv_read_tokens(tokens: RequestTokens, chunk: int | None) -> float:
 
 def request_cost(shape: ModelShape, tokens: RequestTokens, chunk: int | None = None
                  ) -> RequestCost:
-    """FLOPs and KV bytes of one request (formulas in the module docstring); ``chunk``: the
-    prefill chunk size [tokens], None = whole prompts."""
+    """FLOPs and KV bytes of one request: a prefill of P − C tokens over C cached (it samples
+    the first output token), then G − 1 decode steps. FLOPs = linear + attention of
+    :func:`prefill_pairs` and :func:`decode_pairs` [FLOP]; KV read = kv ×
+    (:func:`prefill_kv_read_tokens` + decode pairs), KV written = kv × (P − C + G − 1) [B];
+    weights are per step, not counted. ``chunk``: the prefill chunk size [tokens], None =
+    whole prompts (docs/routing.md#a-requests-cost)."""
     kv = shape.kv_bytes_per_token
     computed_prompt = tokens.prompt - tokens.cached
     return RequestCost(
@@ -429,7 +365,9 @@ NOT_EVALUATED = Verdict(evaluated=False)
 
 
 def evaluate(bounds: Bounds, measured: Measured) -> Verdict:
-    """Which of ``bounds`` the request broke (a bound is met when the figure is ≤ it)."""
+    """Which of ``bounds`` the request broke (a bound is met when the figure is ≤ it; an unset
+    bound or a figure not measured is never broken). Status ≥ 500 breaks ``error``; any other
+    status outside 2xx is not evaluated (docs/routing.md#goodput)."""
     if measured.status >= 500:
         return Verdict(True, (ERROR,))
     if not 200 <= measured.status < 300:

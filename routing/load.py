@@ -3,32 +3,18 @@
 The one definition of load, used by the lever policy, the replica scorers and the telemetry
 gauges. Units: requests, tokens.
 
-- A request reserves ``request_tokens`` [tokens] = prompt tokens + expected output tokens on
-  the endpoint(s) it is sent to (prompt to prefill, output to decode). The router state counts
-  every reservation (:class:`LoadCounts` per endpoint, :mod:`routing.state.protocol`): that is the
-  one
-  place in-flight requests are counted, and the gauges read it.
-- ``endpoint_load`` [requests] = max(the router state's in-flight requests on the endpoint,
-  the engine's running + waiting). A request sent through the gateway is in both counts once
-  the engine has it, so the two are not added: the state's count is live and covers what the
-  engine has not reported yet (its figures lag one metrics poll); the engine's covers requests
-  that reached it some other way (a gateway that does not share this state, a direct client).
-  Each request is counted once.
-- ``pool_load`` [requests per endpoint] = mean ``endpoint_load`` over the healthy endpoints
-  (``inf`` when none is healthy).
-- ``pool_saturated``: every healthy endpoint's engine waiting queue [requests] is at least
-  ``max_waiting`` (the engine has no batch room left anywhere in the pool).
-- ``taken_since``: whether a choice made on a view of the in-flight requests is still fair
-  when it is to be reserved, for router states shared by several deciders that choose outside
-  the state's lock. Refused when a chosen endpoint gained more requests since the view than
-  the endpoint of the request's candidates that gained the fewest (and than none, when every
-  one lost some): another decider took it meanwhile. An endpoint that gained no more than the
-  others (the whole fleet got busier evenly) is still a fair choice. The Redis state's script
-  applies the same rule (:mod:`gateway.state.redis_script`).
-- For the gauges, :func:`pool_summary` sums a pool's healthy endpoints: the state's requests
-  and reserved tokens, the engine's running and waiting, the highest KV cache usage (a
-  fraction in [0, 1]) and the load (Σ ``endpoint_load``). An unhealthy endpoint takes no new
-  work; its stale figures would only distort the pool's.
+- :func:`request_tokens` [tokens] = prompt + expected output: what a request reserves on the
+  endpoints it is sent to. The router state counts every reservation (:class:`LoadCounts` per
+  endpoint, :mod:`routing.state.protocol`): the one place in-flight requests are counted.
+- :func:`endpoint_load` [requests] = max(the state's in-flight requests, the engine's running +
+  waiting): each request counted once, the state's count live, the engine's covering requests
+  that reached it some other way.
+- :func:`pool_load` [requests per endpoint]: the mean over the healthy endpoints (``inf`` when
+  none); :func:`pool_saturated`: every healthy endpoint's waiting queue ≥ ``max_waiting``.
+- :func:`taken_since`: whether a choice made outside a shared state's lock is still fair;
+  :func:`pool_summary`: a pool's figures for the gauges, over its healthy endpoints.
+
+See docs/routing.md#load-and-cache-cost.
 """
 
 from __future__ import annotations
@@ -56,9 +42,11 @@ InFlight = Mapping[str, LoadCounts]
 
 
 def taken_since(seen: Mapping[str, int], now: Mapping[str, int], picks: Sequence[str]) -> bool:
-    """Whether the choice of ``picks`` is refused (module docstring). ``seen``: the requests
-    in flight on each candidate endpoint when the choice was made; ``now``: the same
-    endpoints' requests now (missing = 0)."""
+    """Whether the choice of ``picks`` is refused: a chosen endpoint gained more requests since
+    the view than the candidate that gained the fewest (and than none, when every one lost
+    some), so another decider took it meanwhile (docs/routing.md#load-and-cache-cost).
+    ``seen``: the requests in flight on each candidate endpoint when the choice was made;
+    ``now``: the same endpoints' requests now (missing = 0)."""
     least = min((now.get(url, 0) - held for url, held in seen.items()), default=0)
     floor = least if least > 0 else 0
     return any(now.get(url, 0) - seen.get(url, 0) > floor for url in picks)

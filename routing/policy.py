@@ -2,128 +2,19 @@
 
 An ordered table of :class:`Rule` s, tried in order; the first rule that fires *and* has a pool
 able to take the request decides. Each rule names the lever it aims for, a predicate over the
-request and the fleet (:class:`PolicyInput`), the pools that have the lever in preference order,
-and the reason it gives. Thresholds live in :class:`PolicyConfig` (overridable in the fleet
-file under ``routing.policy``, as is the rule order and which rules are on).
+request and the fleet (:class:`PolicyInput`), the pools that have the lever in preference
+order, an optional admission limit, and the reason it gives. :data:`DEFAULT_RULES` holds
+``capacity`` (off unless the fleet file lists it), ``pd``, ``spec``, ``idle_spec``, ``prefix``
+and ``default``; :class:`PolicyConfig` holds the thresholds (units in brackets) and the rule
+order, overridable in the fleet file under ``routing.policy``.
 
-The table (:data:`DEFAULT_RULES`), in order; every rule but ``capacity`` is on by default
-(``capacity`` is on where a fleet file lists it: on the capacity benchmark's mixed fleet it
-served more prompt tokens from cache and met the SLOs for fewer requests, concentrating the
-long sessions on the capacity pool, ``docs/benchmarks/capacity.md``):
+Invariants: a rule only takes a pool that serves the model, has a healthy endpoint (a pair:
+both sides) and is not saturated; "a pool with lever L" means L is in ``PoolSnapshot.offered``.
+A rule that fires but places nothing is named in the decision taken after it
+(``rule>fallback_...``) unless it only offers spare room. A model with one pool gets it
+(``only_pool``); a model no healthy pool serves gets None. Stateless and pure.
 
-``capacity`` — a long context to a pool with more KV room. Fires when prompt tokens ≥
-  ``long_context_tokens`` and a capacity pool serves the model: a mixed prefix-caching pool
-  without speculative decoding that offers a capacity lever (a host-memory KV tier,
-  ``host_kv_cache``, or an 8-bit KV cache, ``fp8_kv_cache``). A long context takes the most KV
-  and its session's next turn reuses all of it, so it is the first to be evicted before it
-  returns where KV is short (``docs/benchmarks/capacity.md``); a capacity pool keeps it.
-  Pools: the capacity pools, cheapest first by the cache cost (below); each admitted only
-  while its cheapest cost is at most ``capacity_cost_ratio`` × the cheapest cost on the other
-  prefix-caching pools serving the model (inf when there are none): a session whose history is
-  cached in a capacity pool stays there (its cost there is lowest), a new long context goes to
-  one unless it is much busier, and a session whose history is cached elsewhere stays there
-  (recomputing the history would cost many times the rest). Lever ``host_kv_cache`` when the
-  pool offers it, else ``fp8_kv_cache``. Tried first: a long context also has a long prefill,
-  which ``pd`` would send to any pool with chunked prefill. It only offers room: when no pool
-  admits the request, no fallback is named and the next rule places it. Reason
-  ``long_context``; detail ``in=12000,cost=0.80`` (prompt tokens; the chosen pool's cheapest
-  cost ÷ the other pools', ``na`` when there are none).
-``pd`` — long uncached prompt under load. Fires when uncached [tokens] = prompt tokens −
-  (longest match on any endpoint serving the model) × block tokens ≥ ``long_prompt_tokens``
-  and the model's mixed pools hold ≥ ``busy_load_per_endpoint`` requests per healthy endpoint
-  (a long prefill stalls the decodes already running there). Pools: each prefill pool with its
-  ``pair`` (decision carries both; lever ``pd_disaggregation``), least loaded first, then each
-  mixed pool with chunked prefill and without speculative decoding (lever
-  ``chunked_prefill``; a long prefill would share its steps with speculation's verify
-  batches). Reason ``long_uncached_under_load``; detail ``uncached=3000,load=5.0``.
-``spec`` — decode-heavy at low load. Fires when expected output tokens ≥
-  ``decode_heavy_ratio`` × prompt tokens. Pools: mixed pools with speculative decoding, least
-  loaded first, each admitted only while its verify batch stays below
-  ``spec_max_ridge_fraction`` × the pool's ``ridge_tokens`` (tokens per step where decoding
-  turns compute-bound, :mod:`routing.formulas`). Speculation verifies K + 1 tokens per
-  sequence per step (K = the pool's ``draft_tokens``), so with a decode batch of B sequences —
-  requests in flight per healthy endpoint (:func:`routing.load.pool_load`) — the verify
-  batch is B × (K + 1) tokens: below the ridge the draft tokens ride along almost free; past it
-  they compete with real work and speculation's gain collapses. The default fraction 0.5 keeps
-  a margin below the roofline's ideal (real kernels turn compute-bound earlier). For an L4
-  (ridge ≈ 403 tokens) and K = 4: B < 0.5 × 403 / 5 ≈ 40 sequences per endpoint. A pool with
-  an unknown ridge (0) is not admitted. Reason ``low_load_decode_heavy``; detail
-  ``out=800,in=100,batch=3.0/40.3`` (sequences per endpoint: now / cap). Tried before
-  ``prefix``: a decode-heavy request's prompt is at most 1 / ``decode_heavy_ratio`` of its
-  work, so a cached prefix saves little of it while speculation speeds up the rest — and the
-  prefix rule also fires on the model-wide prefix share f, which says nothing about a short
-  unique chat prompt arriving among agent traffic.
-``idle_spec`` — ordinary work on a speculative pool's spare batch room. Fires when the request
-  brings no cache evidence for another pool (neither ``long_match`` nor ``session_follow_up``
-  below: at most the workload's f) and no long prefill (uncached tokens <
-  ``long_prompt_tokens``: a long prefill would share its steps with speculation's verify
-  batches, as ``pd`` says). Pools: mixed pools with speculative decoding, least loaded first,
-  each admitted only while (a) its decode batch B (as in ``spec``) is below
-  ``idle_spec_fraction`` × the spec rule's cap, and (b) the least-loaded general pool serving
-  the model that can take the request (healthy, not saturated) holds ≥ ``idle_spec_margin``
-  more requests per endpoint than B (any load, when none can). A model without a general pool
-  gets nothing here (``default`` already uses its speculative pools); an unknown ridge admits
-  nothing. Lever ``none``: the pool is taken for its idle room, not for speculation. Ordinary
-  work stops there as the pool fills, before decode-heavy work does: the default fraction 0.25
-  leaves 3/4 of the spec rule's cap to decode-heavy requests, and below it the verify batch is
-  under 1/8 of the ridge (at the default ``spec_max_ridge_fraction``), where the added
-  sequences ride almost free (and are speculated too). For the L4 and K = 4 above: B < 10.1.
-  The default margin 4 is ``busy_load_per_endpoint``'s "under load": while the general pools
-  are about as idle as the speculative one, ordinary work stays where it seeds their prefix
-  caches, and a gap the next few arrivals would close moves nothing. Tried before ``prefix``,
-  so it may take a request whose only evidence is f: such a request brings nothing cached, and
-  on an idle speculative pool it loses only the seed of a cache, where a busy general pool
-  would queue it. It only offers spare room: when no pool admits the request, no fallback is
-  named and the next rule places it under its own reason. Reason ``idle_spec_capacity``; detail
-  ``load=5.0/1.0,batch=1.0/10.1`` (the general pool's load / the speculative pool's; its batch
-  now / the idle cap).
-``prefix`` — shared prefixes, on the request's own evidence first. Fires on the first of:
-  ``long_match`` — the longest match on an endpoint of a prefix-caching pool is ≥
-  ``long_match_blocks`` or ≥ ``long_match_fraction`` of the prompt's blocks; pools: every mixed
-  pool with prefix caching, cheapest first: the pool whose best endpoint has the lowest cache
-  cost, max(uncached prompt tokens there, 1) × (load + 1) (:func:`routing.cache_cost.cache_cost`,
-  the replica scorer's own measure, at :data:`POOL_LOAD_SCALE`) — the pool holding the longest
-  match, unless its replicas are so busy that recomputing the prompt on an idler pool is
-  cheaper.
-  ``session_follow_up`` — no long match, but the request's session last ran on an endpoint
-  (that caches prefixes) of a prefix-caching pool serving the model: its history is probably
-  still there, even where the prefix index has forgotten it. Pools: that pool, then the
-  general prefix-caching pools (without speculative decoding) cheapest first.
-  ``high_prefix_share`` — neither, but the model's prefix share f ≥ ``high_prefix_share``: the
-  workload shares prefixes, so a request that brings nothing of its own seeds a cache its
-  follow-ups will hit. Pools: the general prefix-caching pools only, cheapest first — f is
-  other requests' evidence, and speculation slows ordinary work at load, so this never sends
-  a request to a speculative pool on f alone (a model whose prefix-caching pools all
-  speculate gets no target here: the next rule places it) — only ``idle_spec``, before it,
-  offers a speculative pool's spare room.
-  Detail ``f=0.82,match=14/16`` (the model's prefix share, the longest match in the chosen
-  pool / the prompt's blocks; ``match=0/N`` says nothing is cached), plus
-  ``,session=POOL`` for a session follow-up.
-``default`` — everything else. Pools: the general pools — mixed pools without speculative
-  decoding (speculation slows ordinary traffic at load, so only ``idle_spec`` offers a
-  speculative pool's spare room; prefix caching and chunked prefill do not hurt it) — least
-  loaded first; if the model has no general pool, every mixed pool serving it, least loaded
-  first. Reason ``default``; detail ``load=1.5``.
-
-Every rule only takes a pool that serves the model, has a healthy endpoint (a pair: both
-sides) and is not saturated (every healthy endpoint's engine waiting queue ≥
-``saturated_queue_per_endpoint`` requests). When a rule fires but none of its pools can take
-the request, the next rule is tried and the decision's reason names the first rule that lost
-the request and why (``prefix>fallback_saturated``, ``spec>fallback_unhealthy``,
-``spec>fallback_near_ridge``; never ``idle_spec``, which only offers spare room). If no
-rule places the request, the least-loaded unsaturated pool serving the model takes it, else the
-least-loaded one. A model served by a single pool gets it with reason ``only_pool``; a model
-no healthy pool serves gets no decision (None).
-Decode pools are reached only through their prefill pool's pair.
-
-Levers verified against the engines: "a pool with lever L" means L is in the pool's
-``offered`` levers — declared in the fleet file and run by at least one of its healthy
-endpoints (:class:`~routing.snapshots.PoolSnapshot`; the registry checks each engine). A pool
-whose every healthy endpoint lacks L is treated as a pool without L by every rule (a
-speculative pool whose engines do not speculate counts as a general pool). Within a pool, the
-prefix rule's cache cost and match length look only at endpoints that run prefix caching; the
-router then leaves the endpoints lacking the decision's lever out of the replica choice
-(:mod:`routing.router`).
+See docs/routing.md#the-lever-policy.
 """
 
 from __future__ import annotations
@@ -171,11 +62,8 @@ from routing.values import value
 
 POOL_LOAD_SCALE = 1.0
 """[requests] The load scale of the cache cost that orders prefix-caching pools: every request
-on an endpoint counts as one queued. Measured on the router benchmark's mixed workload
-(``docs/benchmarks/router.md``, "Requests on a replica count half"): at the replica scorer's
-scale of 2 (:data:`routing.cache_cost.LOAD_SCALE`) more of the heavy step's traffic stayed on
-the pool holding the match instead of spilling to the chunked-prefill pool, and ridge's
-goodput was 11.10 / 12.22 req/s (seeds 0 / 1) against 13.13 / 13.62 at 1."""
+on an endpoint counts as one queued (the replica scorer's is :data:`routing.cache_cost.LOAD_SCALE`;
+why they differ: docs/routing.md#the-rules)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,8 +262,8 @@ def _session_pool(inp: PolicyInput) -> PoolSnapshot | None:
 
 
 def _prefix_evidence(inp: PolicyInput, cfg: PolicyConfig) -> str | None:
-    """The prefix rule's reason: the strongest evidence the request brings (module docstring);
-    computed once per decision."""
+    """The prefix rule's reason: the strongest evidence the request brings, computed once per
+    decision (docs/routing.md#the-rules)."""
     known = inp.memo.get("prefix")
     if known is not None and known[0] is cfg:
         return known[1]
@@ -631,7 +519,8 @@ def _last_resort(places: Sequence[Target], inp: PolicyInput, cfg: PolicyConfig,
 
 
 class LeverPolicy:
-    """Features + pools → :class:`RouteDecision` by the rule table (see the module docstring).
+    """Features + pools → :class:`RouteDecision` by the rule table
+    (docs/routing.md#the-lever-policy).
 
     ``table``: the rules available by name (default :data:`DEFAULT_RULES`); ``config.rules``
     picks which run and in what order. Stateless: safe to share.

@@ -1,91 +1,19 @@
 """Which endpoint recently served which prompt blocks: a bounded, aging prefix index.
 
-Algorithm. Per endpoint, two generations of plain dicts block hash → the time it was last
-recorded there: ``current`` and ``previous``. One entry is one (block hash, endpoint); the
-block hash itself is the key, so a look-up builds no key object.
+:class:`PrefixIndex` maps (block hash, endpoint) → when the block was last recorded there
+[s, the injected monotonic clock], in two generations of plain dicts per endpoint (a
+generational LRU). Keys (:class:`KeyLayout`): a chain's first :data:`DENSE_BLOCKS` blocks one
+by one, then one block in :data:`STRIDE` and the chain's last; :data:`EXACT` keeps every block.
 
-Keys (:class:`KeyLayout`). Not every block of a long chain gets an entry: the first
-``dense`` blocks (:data:`DENSE_BLOCKS`, 16: 256 tokens at 16-token blocks) do, one each; past
-them one block in ``stride`` (:data:`STRIDE`, 4) does — blocks ``dense + stride − 1``,
-``dense + 2·stride − 1``, ... — and so does the chain's last block. Since a hash stands for
-its whole prefix, the key of block i held on an endpoint means blocks 0..i are held there, so
-a match is still a binary search, over the keys; it comes out in blocks rounded down to the
-keys: exact up to ``dense`` blocks and for a chain held whole, else short by less than
-``stride`` blocks (64 tokens). What that buys: a quarter of the entries for a long prompt's
-blocks, so a quarter of the dict insertions (each a cache miss in a dict of 10⁵–10⁶ entries:
-63 new blocks inserted into a 300,000-entry dict took 15–20 µs one by one, 3.4 µs as these
-keys; ``ridge_bench.overhead.routing_cost`` went from 68–74 to 64 µs per request) and of the
-memory. A stride of 8 took another 1.7 µs off, but cost goodput at the knee: the router
-benchmark's mixed cell (ridge, seed 0, no KV events) met the SLOs for 1,162–1,220 of 1,264
-requests in three runs against 1,215–1,240 with 4. The coarse keys are kept in dicts of
-their own (``coarse``, ``coarse_previous``), so that each entry's weight in blocks is known:
-the capacity and ``held_blocks`` count blocks, not entries.
-``layout=EXACT`` keeps every block.
+Invariants: hashes are chained and every record writes a chain from block 0, so the blocks of a
+request's chain an endpoint holds are a prefix and ``match`` is a binary search over the keys
+(exact up to ``dense`` blocks and for a chain held whole, else short by less than ``stride``).
+The entries never exceed ``max_entries``, counted in blocks (a coarse entry counts
+``stride``), and everything recorded in the last half-capacity's worth of records is kept;
+entries older than ``max_age_s`` count as absent. Sizing: :func:`entries_to_remember`,
+:func:`entries_to_remember_sent`; memory: :data:`BYTES_PER_ENTRY` per entry.
 
-- ``record(endpoint, hashes)`` writes the keys of the request's chain into the endpoint's
-  current generation with the record's time (one C-level ``dict.update`` per zone), except
-  the leading ones the current generation already holds from the last ``refresh_s`` seconds
-  (found by binary search whose first probes test what the endpoint held when matched: a
-  shared system prompt is not written again by every request). O(keys).
-- Because the hashes are chained, block i on an endpoint implies blocks 0..i there. Every
-  record writes a whole chain from block 0 and ``forget`` removes only a chain's tail, so in
-  each generation the set of a request's blocks an endpoint holds is a prefix, and so is the
-  union of the two. ``match(hashes)`` finds its length per endpoint: key 0 first (most
-  endpoints hold none of a given prompt), then a binary search: O(endpoints × log keys)
-  look-ups, whose first probes test the length found on the previous endpoint, and on the
-  first one the length the last match ended with (prompts are held up to the same boundaries:
-  often two look-ups settle it; ``ridge_bench.overhead.routing_cost`` went from 64–69 to 63–64 µs;
-  with those two probes written in line rather than in a call per endpoint, and a record's
-  search for its fresh keys starting from what the match found, from 64.3 to 61.7 µs, median
-  of 14 alternating runs).
-  Entries older than ``max_age_s`` count as absent.
-- Capacity (generational LRU): when a record could bring the current generations of all
-  endpoints together past ``max_entries / 2`` blocks (a coarse entry counts ``stride``),
-  every endpoint's previous generation is dropped and its current one becomes the previous
-  one (a chain longer than ``max_entries / 2`` blocks is recorded up to that length). The
-  index so never holds more than ``max_entries`` entries and always keeps everything
-  recorded in the last half-capacity's worth of records;
-  a block recorded again moves to the current generation, so what is in use stays. Dropping a
-  generation costs nothing per entry on the hot path.
-- ``holds(endpoint, hash, since)``: the key is in the current generation, recorded at
-  ``since`` or later. Used to skip refreshing a chain whose deepest block was recorded a moment
-  ago (then the whole chain is in the current generation, recorded as recently).
-- ``forget(endpoint, hashes)`` removes the entries of those blocks on one endpoint (a
-  request that was recorded when its replica was chosen, then failed: pass the blocks past
-  the match the endpoint already had, so the held set stays a prefix). O(blocks).
-- ``forget_endpoint(url)`` drops the endpoint's entries in O(1); if the URL comes back it
-  starts empty (an engine that restarted has an empty cache).
-- ``footprint(endpoint)``: the blocks the endpoint's entries stand for, both generations: how
-  much prompt text was recently sent there, the least-recently-used slice of it dropped with
-  the generations. ``recent_requests(endpoint)``: the requests recorded there in both
-  generations (a chain recorded again as its request finishes is not counted twice), kept in
-  a ``Counter`` as they are recorded; ``recent_requests_of`` is the same count as one lookup
-  done in C, for a view to call once per candidate. O(1).
-- ``held_blocks()``: per endpoint, the distinct blocks it holds that count as cached (recorded
-  within ``max_age_s``; a coarse entry counts ``stride``), for the telemetry's working set.
-  O(entries), at C speed: a scrape's work, never the request path's.
-
-Sizing (:func:`entries_to_remember`): to remember every block the engines can hold, the
-current generation alone must hold them all, so ``max_entries`` = 2 × Σ over endpoints of
-⌈engine KV tokens ÷ tokens per block⌉ for an index of what the engines report holding.
-An index of what was *sent* (:func:`entries_to_remember_sent`) needs twice that: a request's
-blocks are recorded when it is sent, and its engine holds them for its whole run however
-many records come after, so besides what the engines cache (one fleet KV) a generation must
-hold the chains of the requests still running, recorded up to a run ago (up to another fleet
-KV: engines short of KV hold mostly running requests). Measured on the long-session trace
-(8 replicas short of KV, ``docs/benchmarks/capacity.md``): at 2 × Σ the generations turned
-every 15–20 s at the peak; 44 of 1,331 follow-ups arriving within 60 s went to another replica
-and recomputed their history, 30 of them while the parent still ran on its own, and for 40 the
-index held only the system prompt there; at 4 × Σ, replayed on the same requests, it held the
-history of all 44.
-Memory: :data:`BYTES_PER_ENTRY` per entry, at most ``max_entries`` entries (a long prompt's
-blocks take about a quarter of that).
-
-Parameters: ``max_entries`` caps the (block, endpoint) pairs the entries stand for;
-``max_age_s`` is how long a recorded block counts as cached (seconds; engines evict under
-memory pressure, so an old record is a guess gone stale); ``refresh_s`` (seconds, default 0:
-always) how recent a held block must be not to be written again; ``clock`` returns seconds
-(monotonic); ``layout`` which blocks get entries (:class:`KeyLayout`).
+See docs/routing.md#the-prefix-index.
 """
 
 from __future__ import annotations
@@ -101,9 +29,9 @@ DENSE_BLOCKS = 16
 STRIDE = 4
 """[blocks] Past :data:`DENSE_BLOCKS`, one entry per this many blocks (:class:`KeyLayout`)."""
 BYTES_PER_ENTRY = 100
-"""[B] Memory per (block hash, endpoint) entry, rounded up: 78–83 B measured on CPython 3.11
-(a dict slot and the 64-bit int key; the time stamp is one float shared by a record) with
-100,000 to 1,000,000 entries, plus headroom for a dict's growth."""
+"""[B] Memory per (block hash, endpoint) entry, rounded up: a dict slot and the 64-bit int key
+(the time stamp is one float shared by a record), plus headroom for a dict's growth (what was
+measured: docs/routing.md#the-prefix-index)."""
 
 
 def entries_to_remember(engine_tokens: Iterable[int], block_tokens: int) -> int:
@@ -118,8 +46,8 @@ def entries_to_remember(engine_tokens: Iterable[int], block_tokens: int) -> int:
 
 SENT_HEADROOM = 2
 """[×] How much larger than :func:`entries_to_remember` an index of what was sent must be:
-one fleet KV's worth for the requests still running, one for what the engines cache (module
-docstring, Sizing)."""
+one fleet KV's worth for the requests still running, one for what the engines cache
+(docs/routing.md#the-prefix-index, Sizing)."""
 
 
 def entries_to_remember_sent(engine_tokens: Iterable[int], block_tokens: int) -> int:
@@ -132,7 +60,7 @@ def entries_to_remember_sent(engine_tokens: Iterable[int], block_tokens: int) ->
 
 @dataclass(frozen=True, slots=True)
 class KeyLayout:
-    """Which block hashes of a chain the index keeps as entries (module docstring, Keys).
+    """Which block hashes of a chain the index keeps as entries (docs/routing.md#the-prefix-index).
 
     ``dense`` [blocks]: the leading blocks kept one by one; ``stride`` [blocks]: past them, one
     entry per ``stride`` blocks, plus one for the chain's last block. Every chain of a given

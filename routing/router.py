@@ -1,35 +1,19 @@
 """The optimization router: lever policy first, then the chosen pool's replica scheduler.
 
-Algorithm (:meth:`Router.choose`, a pure function of the request's features, every pool's
-snapshot and the router state's view): the :class:`~routing.policy.LeverPolicy` picks a pool
-(or a prefill/decode pair); the pool's own :class:`~routing.scheduler.framework.Scheduler`
-(filters → scorers → picker, the plugins) picks the replica; for a pair, each side's
-scheduler picks its replica on the same view. When a pool's filters leave no candidate (every
-replica already tried, or none passes), that pool is set aside and the policy decides again
-over the rest, so a request goes wherever the policy would send it next.
-
-Levers verified against the engines: when the decision sends the request to a pool for a lever
-(``decision.lever``), the endpoints of that pool whose engine lacks the lever
-(``PoolSnapshot.lacking``, from the registry's lever check) are left out of the replica choice,
-as if already tried. The policy only picks a pool for a lever some healthy endpoint of it runs
-(``PoolSnapshot.offered``), so the pool keeps a candidate unless its filters or the request's
-exclusions remove it; then the pool is set aside as above. A decision without a lever
-(``none``: default traffic, a model's only pool, the last resort) may use every endpoint. The
-cost on the hot path is one test of an empty mapping when every engine runs what its pool
-declares.
-
-LoRA adapters: when the request's model is an adapter of the pool rather than one of its base
-models, the replica choice runs over the adapter's tiers of endpoints
-(:func:`routing.scheduler.plugins.adapter_affinity.adapter_tiers`: those that list it as loaded
-first, then those that could load it), the endpoints outside the tier left out as if already
-tried; the next tier is tried only when a tier leaves no pick, and none left sets the pool
-aside as above. Every request for an adapter gets this, whatever the pool's configured plugins;
-a pool without adapters pays one test of an empty set.
+:meth:`Router.choose` is a pure function of the request's features, every pool's snapshot and
+the router state's view: the :class:`~routing.policy.LeverPolicy` picks a pool (or a
+prefill/decode pair), the pool's :class:`~routing.scheduler.framework.Scheduler` the replica
+(each side of a pair on the same view). A pool whose filters leave no candidate is set aside
+and the policy decides again over the rest. The endpoints of the pool lacking the decision's
+lever (``PoolSnapshot.lacking``) are left out as if already tried; for a LoRA adapter the
+replica choice runs over the adapter's tiers of endpoints, loaded first
+(:func:`routing.scheduler.plugins.adapter_affinity.adapter_tiers`).
 
 The router state runs ``choose`` inside :meth:`routing.state.protocol.RouterState.place`, which
-reserves the chosen endpoints atomically: this is the only routing path, whichever state is
-in use. Parameters: ``policy``; ``schedulers``, one per pool name. Stateless apart from the
-plugins' own documented state (round-robin's position, random_top's generator).
+reserves the chosen endpoints atomically: the only routing path. Parameters: ``policy``;
+``schedulers``, one per pool name. Stateless apart from the plugins' own documented state.
+
+See docs/routing.md#the-router.
 """
 
 from __future__ import annotations
@@ -87,7 +71,7 @@ class Router:
         view: StateView,
         exclude: frozenset[str] = frozenset(),
     ) -> RoutePlan | None:
-        """A plan, or None when no pool can take the request (see the module docstring)."""
+        """A plan, or None when no pool can take the request (docs/routing.md#the-router)."""
         remaining = pools
         for _ in range(len(pools)):
             decision = self._policy.decide(PolicyInput(features, remaining, view))

@@ -1,27 +1,16 @@
 """Sliding windows over the recent requests: prefix share, length distributions, output mean.
 
-Window choice: the last ``size`` requests (a COUNT window), not the last T seconds. A count
-window needs no clock, holds a fixed amount of memory, and never goes empty in a quiet spell
-(a time window would answer "unknown" after every lull, just when the next request needs an
-estimate). ``size`` = 1000 by default (:class:`routing.state.memory.StateLimits`).
+Count windows: the last ``size`` requests, not the last T seconds — no clock, fixed memory, and
+never empty after a lull (``size``: :class:`routing.state.memory.StateLimits`'s
+``window_requests``, 1000 by default). :class:`CountWindow` keeps integer observations and
+their running sum (exact, no drift; quantiles by nearest rank); :class:`PairWindow` the same
+over pairs observed together; :class:`ScopeWindows` one scope's prompt, matched and output
+tokens, its prefix share f = Σ matched ÷ Σ prompt over the same requests and its output mean
+(the running output estimate); :class:`WorkloadWindows` the overall scope plus one per model
+(an LRU of ``max_models``). :class:`WorkloadMeasures`: what telemetry shows of them. Units:
+tokens; f a fraction in [0, 1].
 
-- :class:`CountWindow`: the last ``size`` integer observations and their running sum (exact
-  integer arithmetic, so no drift). Mean = sum ÷ count. Quantiles by nearest rank: the q-th
-  quantile of n sorted values is the value at 1-based rank ``ceil(q·n)`` (p50 of 1..10 is 5,
-  p90 is 9). O(1) to add, O(n log n) to summarise (telemetry only).
-- :class:`PairWindow`: the same over pairs of observations made together, each column with
-  its running sum (one entry per request, where two count windows took two).
-- :class:`ScopeWindows`: one scope's windows: prompt tokens and matched prompt tokens per
-  request, a pair window (the prefix share f = Σ matched ÷ Σ prompt over the same requests),
-  and output tokens of the requests whose output length is known. The running output
-  estimate is the mean of that output window.
-- :class:`WorkloadWindows`: one overall scope plus one per model; the per-model scopes live
-  in an LRU bounded by ``max_models`` (model names come from clients).
-
-What telemetry shows of them (:class:`WorkloadMeasures`): per scope the prefix share f = Σ
-matched prompt tokens ÷ Σ prompt tokens, and the prompt and output length distributions
-(count, mean, p50, p90, in tokens; the output mean is the running output estimate), overall
-and per model; plus the in-flight counts the router routes by (:mod:`routing.load`).
+See docs/routing.md#workload-windows.
 """
 
 from __future__ import annotations

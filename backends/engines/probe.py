@@ -1,24 +1,15 @@
 """Probing engines over HTTP: health and normalised metrics, behind the MetricsSource seam.
 
 :class:`MetricsSource` is what the registry's poller needs; :class:`HttpProbe` implements it
-with one shared ``aiohttp.ClientSession`` (owned by the caller, so connections are pooled and
-closed in one place). Tests inject fakes instead.
+with one shared ``aiohttp.ClientSession`` (owned by the caller). Tests inject fakes. Outcomes,
+the same for every implementation: ``health`` is True on a 2xx answer, False on any other,
+and raises :class:`ProbeError` when the engine cannot be reached; ``metrics`` is the page
+normalised by the engine's dialect, or :class:`ProbeError`; ``facts``
+(:mod:`backends.engines.facts`) never raises, leaving unknown what it cannot read, and fetches
+only the sources the engine's fact table names, when an endpoint becomes healthy.
 
-Outcomes, the same for every implementation:
-- ``health`` returns True when the engine answers its health path with a 2xx status and False
-  when it answers anything else (it is up but says it is not ready); it raises
-  :class:`ProbeError` when it cannot be reached (connect error, timeout).
-- ``metrics`` returns the page normalised by the engine's dialect, or raises
-  :class:`ProbeError` on connect error, timeout, non-2xx status, an oversized or undecodable
-  body, or a page that does not parse.
-- ``facts`` returns what the engine says about its own configuration
-  (:mod:`backends.engines.facts`) and never raises: a source that cannot be fetched or read
-  leaves its facts unknown. It fetches only the sources the engine's fact table names (vLLM:
-  ``/metrics`` and ``/v1/models``; SGLang: its server-info path and ``/v1/models``),
-  concurrently; the registry asks for it when an endpoint becomes healthy, not at every poll.
-
-Parameters: ``timeout_s`` bounds each request end to end (connect, headers and body);
-``max_body_bytes`` bounds the metrics page read into memory.
+Parameters: ``timeout_s`` bounds each request end to end; ``max_body_bytes`` the metrics page.
+See docs/backends.md#probes.
 """
 
 from __future__ import annotations

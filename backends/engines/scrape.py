@@ -2,9 +2,9 @@
 
 Parsing: the Prometheus text exposition format (version 0.0.4, as prometheus_client writes it)
 with a one-regex-per-line parser of our own. It checks every line's full syntax (labels
-included) but builds label dictionaries only for the metrics a dialect reads. Measured on the
-real vLLM page (57 KB, 475 samples): ``prometheus_client.parser`` 10.9 ms, :func:`normalise`
-2.3 ms; both read the same samples (``tests/unit/backends/engines/test_scrape.py`` checks it).
+included) but builds label dictionaries only for the metrics a dialect reads; it reads the same
+samples as ``prometheus_client.parser`` (``tests/unit/backends/engines/test_scrape.py``), and
+what it saves is measured in docs/benchmarks/overhead.md.
 
 Grammar of a sample line: ``name{label="value",...} value [timestamp]``. ``#`` lines (HELP,
 TYPE, comments) and blank lines are skipped. Values may be ``NaN``, ``+Inf`` and ``-Inf``.

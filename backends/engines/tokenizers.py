@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from config.fleet_file import FeatureSettings, Fleet, FleetConfigError, Pool, TokenizerSettings
+from config.fleet import Fleet, FleetConfigError
+from config.pools import Pool
+from config.routing_section import FeatureSettings, TokenizerSettings
 from routing.tokens.counters import tokenizers_available
 from routing.tokens.exact import PromptTokenizer, load_prompt_tokenizer
 

@@ -1,50 +1,18 @@
 """KV-cache events from the engines: one ZMQ subscriber per endpoint, feeding a sink.
 
-An engine launched with ``--kv-events-config`` (a pool's ``kv_events``,
-:meth:`config.fleet_file.Pool.kv_event_sources`) publishes every block its prefix cache
-stores or evicts. This module reads those streams and hands the decoded events
-(:mod:`routing.kv_events.events`) to a :class:`KvEventSink`, endpoint by endpoint, in order, each
-batch
-once. The transport is vLLM's, which SGLang shares (:mod:`backends.kv_events.wire`): a PUB
-socket sends ``(topic, seq, payload)``, ``seq`` counting batches from 0; an optional ROUTER
-socket replays the batches it still buffers from a given ``seq`` on. How an endpoint's payloads
-decode and what its replay answers look like is its engine's
-:data:`backends.kv_events.wire.WIRE_FORMATS` entry (earlier SGLang replays without the topic
-frame).
+An engine launched with ``--kv-events-config`` publishes every block its prefix cache stores or
+evicts (:meth:`config.pools.Pool.kv_event_sources`); this module hands the decoded events
+(:mod:`routing.kv_events.events`) to a :class:`KvEventSink`, endpoint by endpoint, in order,
+each batch once. The transport and the payloads are each engine's
+:data:`backends.kv_events.wire.WIRE_FORMATS` entry: ``(topic, seq, payload)`` on a PUB socket,
+and an optional ROUTER socket that replays buffered batches.
 
-Algorithm (:class:`KvEventSubscriber`, one asyncio task per endpoint). ``last`` is the last
-batch applied (none yet at start):
-
-1. A SUB socket connects to the publish address, subscribed to the topic. With a replay
-   address the subscriber first asks for every buffered batch from 0, so a gateway that
-   starts after its engines still learns what they hold.
-2. A live batch whose ``seq`` is not above the previous live one means the engine restarted
-   (vLLM counts from 0 again): ``sink.reset(endpoint)``, and the batch starts a new stream.
-   A batch at or below ``last`` was already applied from a replay: skipped. The next one
-   (``last + 1``, or any first one) is applied. A later one is a gap: with a replay address the
-   batches from ``last + 1`` are asked for and applied in order, then the live batch if it is
-   still new. A gap that cannot be filled (no replay address, no answer within
-   ``replay_timeout_s``, or a replay that starts after the missing batch) resets the endpoint,
-   and the stream goes on from the batches at hand.
-3. A reset is skipped while nothing was applied since the last one (the sink holds nothing of
-   the endpoint then: a subscriber joining a running engine without replay just starts).
-4. A malformed message (wrong frames, a payload that is not a batch) is counted and skipped;
-   one with a readable ``seq`` counts as received, since asking for it again would give the
-   same bytes. A sink that raises is counted too; neither ends the task. Warnings are logged
-   at most once per ``log_interval_s`` and kind, with the number held back.
-5. Any other failure (a socket error) closes the sockets, resets the endpoint and starts over
-   after ``retry_s``.
-
-Memory: no queue of ours; each batch is decoded and applied as it is read, so what waits is
-what ZMQ holds, at most ``rcvhwm`` batches per endpoint (past that ZMQ drops, which shows as a
-gap). A replay uses a DEALER socket made for that one request and closed after it.
-
-:class:`KvEventSubscribers` keeps one subscriber per wanted endpoint (:meth:`~KvEventSubscribers.
-sync`, for start-up, fleet reloads and DNS changes): it starts the new ones, stops those no
-longer wanted or whose addresses changed (resetting them in the sink: their state would go
-stale), and :meth:`~KvEventSubscribers.aclose` ends every task and socket. Per endpoint it
-counts batches and events applied, resets, decode errors, replays and sink errors
-(:class:`KvEventCounters`). :func:`wanted_sources` gives the wanted set of a fleet's pools.
+:class:`KvEventSubscriber` (one task per endpoint) replays from 0 at start, skips batches
+already applied, fills a gap by replay (else resets the endpoint in the sink), treats a ``seq``
+that goes back as an engine restart, counts and skips malformed messages, and starts over after
+``retry_s`` on a socket error. No queue of its own: at most ``rcvhwm`` batches wait in ZMQ.
+:class:`KvEventSubscribers` keeps one per wanted endpoint (:func:`wanted_sources`) and counts
+per endpoint (:class:`KvEventCounters`). See docs/backends.md#subscribers.
 """
 
 from __future__ import annotations
@@ -61,7 +29,8 @@ import zmq
 import zmq.asyncio
 
 from backends.kv_events.wire import END_SEQ, WIRE_FORMATS, seq_bytes, seq_of
-from config.fleet_file import KvEventSource, Pool
+from config.kv_events import KvEventSource
+from config.pools import Pool
 from routing.kv_events.events import KvEvent
 
 log = logging.getLogger("ridge.kv_events")

@@ -4,46 +4,15 @@ Which format an engine kind speaks is data: :data:`WIRE_FORMATS` (engine name �
 :class:`WireFormat`: a payload codec and how its replay socket answers), read by the gateway's
 subscribers and the simulator's publishers alike.
 
-vLLM (0.32). Transport (``vllm/distributed/kv_events.py``, ``ZmqEventPublisher``): a ZMQ PUB
-socket sends one three-frame message per batch, ``(topic, seq, payload)``: ``topic`` the
-configured topic (``b""`` by default), ``seq`` the batch number as 8 bytes big-endian (from 0,
-+1 per batch; it starts again at 0 when the engine restarts), ``payload`` the batch in msgpack
-(msgspec). An optional ROUTER socket (the ``replay_endpoint``) replays the last
-``buffer_steps`` batches: a DEALER sends ``(b"", start_seq)`` (8 bytes big-endian) and receives
-``(b"", topic, seq, payload)`` for every buffered batch from ``start_seq`` on, then ``(b"",
-b"", END_SEQ, b"")`` with ``END_SEQ`` = −1 as 8 signed bytes.
-
-vLLM schema (msgspec): a batch is an array ``[ts, events, data_parallel_rank]``
-(``array_like``, the rank omitted when None); each event a map tagged ``"type"`` = the class
-name: ``BlockStored`` (``block_hashes``, ``parent_block_hash``, ``token_ids``, ``block_size``,
-``lora_id``, ``medium``, ``lora_name``, optional ``extra_keys`` and cache-spec fields),
-``BlockRemoved`` (``block_hashes``, ``medium``), ``AllBlocksCleared``. Block hashes are
-``bytes`` (the default) or 64-bit ints (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``). Fields this
-module does not name are ignored on decode, so newer engines' additions do not break it.
-
-SGLang (0.5.23, ``sglang/srt/disaggregation/kv_events.py``; the events are recorded by
-``sglang/srt/mem_cache/events.py`` ``KVCacheEventRecorder`` for the radix cache and published
-per scheduler step by ``managers/scheduler_components/kv_events_publisher.py``). The transport
-is vLLM's, socket for socket and frame for frame (its ``ZmqEventPublisher`` replays ``(b"",
-topic, seq, payload)`` and ends with ``(b"", b"", END_SEQ, b"")``). Schema: a batch is the array
-``[ts, events, attn_dp_rank]`` (the rank always sent: the publisher stamps its own); events are
-maps tagged ``"type"`` as vLLM's: ``BlockStored`` (``block_hashes``: signed 64-bit ints, the
-first 8 bytes of a page's chained SHA-256; ``parent_block_hash``: the page before the first,
-None at the prompt's start; ``token_ids``; ``block_size``: tokens per *page*, SGLang's
-``--page-size``, 1 by default on GPUs; ``lora_id``, always None; optional ``medium``: ``GPU``,
-``CPU_PINNED`` for the hierarchical cache's host tier, ``DISK``, ``EXTERNAL``; optional
-``cache_salt``, ``session_id``, ``lora_name``), ``BlockRemoved`` (``block_hashes``, optional
-``medium``), ``AllBlocksCleared`` (also sent when the radix cache starts or is flushed). The
-recorder coalesces consecutive pages of one chain into one ``BlockStored`` (one hash per page,
-their tokens concatenated) and consecutive removals of one medium into one ``BlockRemoved``.
-Pages whose hash covers more than their tokens (a request's ``cache_salt``, a LoRA adapter's
-``lora_name``) and EAGLE's bigram pages (``token_ids`` of ``[id, next id]`` pairs) cannot be
-matched by tokens: they decode with ``plain`` False. Earlier SGLang (the repository's history,
-e.g. commit 612d579090db) encoded each event as a tagged *array* (``array_like``:
-``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium?]``)
-and replayed ``(b"", seq, payload)`` without the topic frame, ending with ``(b"", END_SEQ,
-b"")``: :class:`SglangCodec` decodes both encodings and :attr:`WireFormat.bare_replay` lets the
-subscriber take both replay shapes.
+The transport is vLLM's, which SGLang shares frame for frame: a ZMQ PUB socket sends
+``(topic, seq, payload)`` per batch (``seq`` 8 bytes big-endian, from 0 at every engine start),
+an optional ROUTER socket replays buffered batches from a given ``seq`` and ends with
+``END_SEQ``. Payloads are msgpack: a batch ``[ts, events, rank]`` of ``BlockStored``,
+``BlockRemoved`` and ``AllBlocksCleared`` events, decoded into :mod:`routing.kv_events.events`;
+fields not named here are ignored, so newer engines' additions do not break decoding. SGLang's
+pages that cannot be matched by tokens decode with ``plain`` False; :class:`SglangCodec` and
+:attr:`WireFormat.bare_replay` also take earlier SGLang's array-encoded events and topic-less
+replays. See docs/backends.md#wire-formats for each engine's schema and sources.
 """
 
 from __future__ import annotations
@@ -289,7 +258,7 @@ WIRE_FORMATS: Mapping[str, WireFormat] = MappingProxyType({
     "vllm": WireFormat(Codec),
     "sglang": WireFormat(SglangCodec, bare_replay=True),
 })  # fmt: skip
-"""Engine name (:class:`config.fleet_file.Engine`'s values) → its wire format; the engines
+"""Engine name (:class:`config.engines.Engine`'s values) → its wire format; the engines
 ridge reads KV-cache events from are exactly its keys."""
 
 

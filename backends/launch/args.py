@@ -27,7 +27,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.fleet_file import KvEvents, Pool, Role
+from config.engines import Role
+from config.kv_events import KvEvents
+from config.pools import Pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from backends.launch.vllm import vllm_command, vllm_env
-from config.fleet_file import Engine, Fleet
+from config.engines import Engine
+from config.fleet import Fleet
 
 ENGINES_DIR_VARIABLE = "RIDGE_ENGINES_DIR"  # as deploy/vllm-cpu/setup.sh names it
 

@@ -1,6 +1,6 @@
 """Which launch recipe starts which engine: the table deployments look engines up in.
 
-:data:`LAUNCHERS` maps each :class:`config.fleet_file.Engine` to its
+:data:`LAUNCHERS` maps each :class:`config.engines.Engine` to its
 :class:`backends.launch.args.Launcher` (:mod:`backends.launch.vllm`,
 :mod:`backends.launch.sglang`), so code that renders deployments never branches on an
 engine's name. :func:`checkpoint` is what a pool's engines load.
@@ -14,7 +14,8 @@ from types import MappingProxyType
 from backends.launch import sglang as sglang_launch
 from backends.launch import vllm as vllm_launch
 from backends.launch.args import Launcher
-from config.fleet_file import Engine, Pool
+from config.engines import Engine
+from config.pools import Pool
 
 LAUNCHERS: Mapping[Engine, Launcher] = MappingProxyType({
     Engine.VLLM: vllm_launch.LAUNCHER,

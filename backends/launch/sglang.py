@@ -6,66 +6,12 @@ run on the machines this project is tested on (it needs CUDA), so every flag thi
 emit is looked up in :data:`DOCUMENTED`, the table of SGLang's documented server arguments it
 relies on (a unit test checks every rendered command against it).
 
-Source of :data:`DOCUMENTED` and of every choice list below: SGLang's
-``docs/advanced_features/server_arguments.md`` (sgl-project/sglang, commit 004813e1dd46), and
-for the meaning of the speculative settings ``docs/advanced_features/speculative_decoding.md``
-(commit 067ad4d335bb); for LoRA, ``docs/advanced_features/lora`` (LoRA serving: its server
-arguments); for the capacity levers, ``python/sglang/srt/server_args.py`` (``kv_cache_dtype``
-choices; the "Hierarchical cache" section: ``enable_hierarchical_cache``, ``hicache_ratio``,
-``hicache_size`` "in gigabytes, which will override the hicache_ratio",
-``hicache_write_policy`` default ``write_through``) and
-``docs/advanced_features/hicache_best_practices.md``.
-
-Rules:
-- every lever is rendered both ways, as for vLLM: prefix caching off is
-  ``--disable-radix-cache`` (RadixAttention is on by default); chunked prefill on is
-  ``--chunked-prefill-size TOKEN_BUDGET``, off is ``--chunked-prefill-size -1`` (the documented
-  way to disable it: SGLang chunks by default);
-- speculative decoding: the method is a documented ``--speculative-algorithm``
-  (:data:`ALGORITHMS`: ngram → NGRAM, eagle → EAGLE, eagle3 → EAGLE3, mtp → EAGLE as the docs'
-  MTP example runs it, draft_model → STANDALONE; SGLang has no Medusa). The pool's K drafted
-  tokens per verify step are a chain, as in ridge's arithmetic: for the EAGLE family
-  ``--speculative-num-steps K --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1``
-  (the docs: with top-k 1, draft tokens = steps + 1; all three are set, as the docs ask when
-  tuning); for NGRAM ``--speculative-num-draft-tokens K+1`` and
-  ``--speculative-ngram-max-bfs-breadth 1`` (a chain, not SGLang's default tree of breadth 10).
-  Methods of :data:`NEEDS_DRAFT_MODEL` also get ``--speculative-draft-model-path``; for MTP a
-  draft_model is passed when given (some MTP models need none);
-- P/D disaggregation: a prefill or decode pool gets ``--disaggregation-mode prefill|decode``,
-  ``--disaggregation-transfer-backend`` (:class:`SGLangSettings`, SGLang's default ``mooncake``)
-  and ``--disaggregation-bootstrap-port``: the port ridge names as ``bootstrap_port`` in the
-  hand-off (:data:`backends.upstream.pd.SGLANG_BOOTSTRAP_PORT`), so the two cannot disagree;
-- ``--served-model-name`` takes ONE name in SGLang: the pool's first model. SGLang's OpenAI
-  routes do not check a request's ``model`` (sgl-project/sglang issue 31404), so the pool's other
-  names still reach it; ``--enable-metrics`` is always on (ridge polls ``/metrics``);
-- capacity levers: an 8-bit ``kv_cache_dtype`` is ``--kv-cache-dtype`` as SGLang names it
-  (:data:`KV_CACHE_DTYPES`: SGLang has no plain ``fp8``; vLLM's ``fp8`` is ``fp8_e4m3``;
-  ``auto`` renders no flag); a ``host_kv_cache`` (mechanism ``hicache``) is
-  ``--enable-hierarchical-cache --hicache-size SIZE_GB`` (whole GB of 1e9 B: SGLang sizes the
-  host pool as ``int(size · 1e9 // bytes per token)`` and refuses to start when it is not
-  larger than the device pool). ``--hicache-ratio`` is never rendered (the size overrides it)
-  and, like the other two, is refused in ``engine_args``; the write policy, I/O backend and
-  layout stay SGLang's defaults unless ``engine_args`` set them;
-- LoRA adapters (:data:`LORA_FLAGS`): a pool with ``adapters`` gets ``--enable-lora``,
-  ``--lora-paths NAME=PATH ...`` for each adapter with a ``path`` (the documented
-  ``<NAME>=<PATH>`` form) and ``--max-lora-rank R`` when an adapter declares its rank (R the
-  largest; the documented bound for adapters loaded later), each refused in ``engine_args``
-  only when rendered. SGLang's OpenAI routes apply an adapter named in ``model`` as
-  ``BASE:ADAPTER`` (or through the ``lora_path`` field), not by its name alone;
-- KV-cache events (SGLang 0.5.23 ``sglang/srt/disaggregation/kv_events.py``
-  ``KVEventsConfig``, parsed from the flag's JSON; the flag's help in
-  ``sglang/srt/arg_groups/fields/observability.py``): a pool with ``kv_events`` gets
-  ``--kv-events-config`` with publisher ``zmq`` (SGLang's default is ``null``: nothing sent),
-  ``endpoint`` ``tcp://*:PORT``, ``replay_endpoint`` ``tcp://*:REPLAY_PORT`` when the pool has
-  one, and its ``topic`` (an engine whose address the fleet file lists binds that address's
-  ports instead: :attr:`SGLangSettings.kv_events_ports`). The address is ``*``: SGLang binds an
-  endpoint holding ``*`` (or ``::``, ``0.0.0.0``) and connects to any other. ``format`` is left
-  at SGLang's ``default`` (the ``dynamo`` format namespaces every hash by the request's extra
-  key and salt). The page size stays SGLang's (1 token unless ``--page-size``): ridge's index
-  accumulates pages into its router blocks. An engine with ``--dp-size`` above 1 is refused:
-  each rank publishes on PORT + its rank, one stream per rank behind one endpoint;
-- the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch.args`),
-  and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
+Invariants, as for vLLM: every lever is rendered both ways; K drafted tokens are a chain
+(``--speculative-num-draft-tokens K+1``); the P/D bootstrap port is the one the hand-off names
+(:data:`backends.upstream.pd.SGLANG_BOOTSTRAP_PORT`); ``--enable-metrics`` is always on; the
+API key is a reference; ``engine_args`` come last and may not set a flag of :data:`FLAGS`.
+:class:`SGLangSettings` holds what is not a lever. See docs/backends.md#sglang for every rule
+and the SGLang sources each one follows.
 """
 
 from __future__ import annotations
@@ -85,7 +31,10 @@ from backends.launch.args import (
     kv_events_args,
 )
 from backends.upstream.pd import SGLANG_BOOTSTRAP_PORT
-from config.fleet_file import KvEvents, Pool, Role, Speculative
+from config.engines import Role
+from config.kv_events import KvEvents
+from config.levers import Speculative
+from config.pools import Pool
 
 SERVER_MODULE = "sglang.launch_server"
 DEFAULT_PORT = 30000  # SGLang's own --port default

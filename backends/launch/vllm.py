@@ -2,69 +2,18 @@
 
 A pool in the fleet file says which levers its engines were launched with; this module turns
 that declaration into the flags that launch such an engine, so the fleet file and the engines
-cannot drift apart. Flag names are data (:data:`FLAGS`, :data:`SPECULATIVE_EXTRAS`), checked
-against vLLM 0.32's ``--help`` and docs (engine arguments; ``features/speculative_decoding``).
+cannot drift apart. Flag names are data (:data:`FLAGS`, :data:`SPECULATIVE_EXTRAS`,
+:data:`LORA_FLAGS`), checked against vLLM's ``--help``: a capture in ``tests/data`` (unit tier)
+and the live CPU build (real-engine tier).
 
-Rules:
-- every lever is rendered both ways: a lever the pool does not declare is switched OFF
-  explicitly (``--no-enable-prefix-caching``, ``--no-enable-chunked-prefill``), because recent
-  vLLM turns prefix caching and chunked prefill on by default and the pool would otherwise
-  silently hold levers the router does not know about;
-- chunked prefill's ``token_budget`` (tokens per engine step) is ``--max-num-batched-tokens``;
-- speculative decoding is one ``--speculative-config`` JSON object: ``method``,
-  ``num_speculative_tokens`` (K, the pool's ``num_draft_tokens``), ``model`` for methods that
-  need a draft checkpoint, and per-method extras: for ``ngram`` the prompt look-up window
-  ``prompt_lookup_max`` / ``prompt_lookup_min`` (n-gram lengths, in tokens, matched against the
-  prompt and the output so far);
-- ``--served-model-name`` lists every name of the pool's ``models``; vLLM answers to each and
-  reports the first one in responses and metric labels;
-- capacity levers (vLLM 0.32 ``vllm/config/cache.py`` ``CacheConfig``, ``vllm/config/vllm.py``
-  ``_post_init_kv_transfer_config``): an 8-bit ``kv_cache_dtype`` is ``--kv-cache-dtype`` with
-  the same name (vLLM takes ``fp8`` = ``fp8_e4m3``, and ``fp8_e5m2``; ``auto`` renders no
-  flag); a ``host_kv_cache`` is ``--kv-offloading-size GIB --kv-offloading-backend
-  native|lmcache``. The size is in GiB (vLLM multiplies it by 2**30: ``cpu_bytes_to_use``),
-  so the fleet file's ``size_gb`` [1e9 B] is written as size_gb · 1e9 / 2**30. ``native`` is
-  vLLM's own CPU offloading (the ``OffloadingConnector``, LRU); ``lmcache`` starts the
-  ``LMCacheMPConnector``, whose capacity is the separate LMCache server's own setting (vLLM does
-  not pass the size on), which this module does not launch. Either way vLLM installs the
-  connector as its ``--kv-transfer-config``, replacing a prefill or decode pool's NIXL
-  connector: a P/D pool with a host tier is refused;
-- a prefill or decode pool (P/D disaggregation) gets ``--kv-transfer-config`` with the NIXL
-  connector in role ``kv_both`` (:data:`KV_TRANSFER`): the connector whose
-  ``kv_transfer_params`` hand-off ridge drives (:mod:`backends.upstream.pd`);
-- LoRA adapters (:data:`LORA_FLAGS`; vLLM docs ``features/lora``, engine arguments): a pool
-  with ``adapters`` gets ``--enable-lora``, ``--lora-modules NAME=PATH ...`` for each adapter
-  with a ``path`` (vLLM's JSON form ``{"name": ..., "path": ...}`` when the path holds a comma,
-  which the ``NAME=PATH`` form cannot carry), and ``--max-lora-rank R`` when an adapter declares
-  its rank (R rounded up to a rank vLLM accepts, :data:`config.fleet_file.LORA_RANKS`); vLLM
-  lists each adapter in ``/v1/models`` with the pool's first model as its ``parent``. These
-  flags are refused in ``engine_args`` only when rendered, so a pool that loads adapters at
-  runtime may pass ``--enable-lora`` itself (with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``);
-- KV-cache events (vLLM 0.32 ``vllm/config/kv_events.py`` ``KVEventsConfig``,
-  ``vllm/distributed/kv_events.py`` ``ZmqEventPublisher``): a pool with ``kv_events`` gets
-  ``--kv-events-config`` with ``enable_kv_cache_events`` true, publisher ``zmq``, ``endpoint``
-  ``tcp://*:PORT``, ``replay_endpoint`` ``tcp://*:REPLAY_PORT`` when the pool has one, and its
-  ``topic`` (an engine whose address the fleet file lists binds that address's ports instead:
-  :attr:`LaunchSettings.kv_events_ports`, :func:`engine_event_ports`). The address is always
-  ``*``: vLLM binds an endpoint holding ``*`` (or ``::``) and *connects* to any other, so
-  ``tcp://127.0.0.1:PORT`` would not listen. An engine with
-  ``--data-parallel-size`` above 1 is refused: each rank publishes on PORT + its rank, one
-  stream per rank behind one endpoint;
-- the pool's ``api_key_env`` becomes ``--api-key`` by reference (:mod:`backends.launch.args`),
-  and its ``engine_args`` are appended last, verbatim, unless they set a flag of :data:`FLAGS`.
+Invariants: every lever is rendered both ways (a lever the pool does not declare is switched
+off explicitly, since vLLM turns some on by default); the API key is a reference
+(:mod:`backends.launch.args`); ``engine_args`` come last, verbatim, and may not set a flag of
+:data:`FLAGS`; a P/D pool with a host tier, or ``kv_events`` with data parallelism, is refused.
+:class:`LaunchSettings` holds what is not a lever, :func:`vllm_env` the environment.
 
-Launch settings that are not levers (:class:`LaunchSettings`): ``dtype`` (``float32``: on CPU
-bf16 was slower and gave worse text), ``enforce_eager`` (no graph capture: start-up in under a
-minute), ``max_model_len`` (tokens of prompt + output); None leaves a setting to vLLM, as a
-GPU deployment does (:data:`DEPLOY_SETTINGS`, :data:`LAUNCHER`). The environment
-(:func:`vllm_env`) sets ``HF_HUB_OFFLINE=1`` (no model hub), ``VLLM_CPU_KVCACHE_SPACE`` (GiB
-of KV cache on a CPU build) and optionally ``VLLM_CPU_OMP_THREADS_BIND`` (which CPU cores the
-engine's compute threads are pinned to; without it every engine on the machine pins to the
-same core).
-
-Run ``python -m backends.launch.vllm FLEET.yaml POOL --port P --model-dir DIR`` to print the
-command for one pool. The flags this module can emit are checked against the real ``--help=all``
-of the CPU build: a capture in ``tests/data`` (unit tier) and the live one (real-engine tier).
+``python -m backends.launch.vllm FLEET.yaml POOL --port P --model-dir DIR`` prints one pool's
+command. See docs/backends.md#vllm for every rule, and docs/deploy.md for the table.
 """
 
 from __future__ import annotations
@@ -89,15 +38,11 @@ from backends.launch.args import (
     resolve,
     shell_join,
 )
-from config.fleet_file import (
-    HostKvCache,
-    KvEvents,
-    Pool,
-    Role,
-    Speculative,
-    address_port,
-    load_fleet,
-)
+from config.engines import Role
+from config.fleet import load_fleet
+from config.kv_events import KvEvents, address_port
+from config.levers import HostKvCache, Speculative
+from config.pools import Pool
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 GIB = float(1 << 30)  # bytes per GiB, the unit of --kv-offloading-size

@@ -32,7 +32,7 @@ from backends.engines.facts import (
     Fact,
     Facts,
 )
-from config.fleet_file import Pool
+from config.pools import Pool
 from routing.snapshots import (
     CHUNKED_PREFILL,
     FP8_KV_CACHE,

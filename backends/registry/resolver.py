@@ -30,7 +30,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from config.fleet_file import Pool
+from config.pools import Pool
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from backends.sim.fleet import start_fleet
-from config.fleet_file import FleetConfigError, load_fleet
+from config.fleet import FleetConfigError, load_fleet
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

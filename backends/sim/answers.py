@@ -2,34 +2,17 @@
 to repeat it.
 
 Speculative decoding by prompt look-up (:mod:`backends.sim.ngram`) gains only where the answer
-repeats text the sequence already holds, so the simulated answer must be able to copy:
+repeats text the sequence already holds, so the simulated answer must be able to copy. A copy
+request (a :data:`COPY_DIRECTIVE` word before the passage of the prompt's last turn,
+:func:`copy_span`) is answered with the passage's tokens, each replaced by a fresh word with
+probability ``slip``; anything else is free text, fresh words from
+:data:`backends.sim.tokens.VOCAB` except for runs that repeat earlier positions of the sequence
+(a share ``repeat_share`` of the text from token ``repeat_after`` on, runs of mean length
+``repeat_run``). Drawn as needed, deterministic for the request's generator.
 
-* **Copy requests.** The prompt's last turn asks for a copy: a directive word
-  (:data:`COPY_DIRECTIVE`: repeat, copy, echo, reproduce, rewrite, transcribe, ...) before the
-  first ``:`` or line break of the turn, and a passage after it, to the end of the turn (the
-  chat template's end-of-turn marker, :data:`END_OF_TURN`, else the prompt's end). The answer
-  is the passage's prompt tokens, in order; each one is replaced by a fresh word with
-  probability ``slip`` (a small model does not copy perfectly: the pool's
-  ``simulator.copy_slip``). Past the passage it goes on with fresh words. Without
-  ``ignore_eos`` the natural length of a copy is the passage (:meth:`Answer.natural_length`).
-* **Anything else** (and a copy past its passage): free text. Each token is a fresh
-  pseudo-word (:data:`backends.sim.tokens.VOCAB`) from the request's generator, unless the
-  model repeats itself: models, small ones above all, go back over phrases of their prompt and
-  of what they already wrote, more and more as an answer grows. From answer token
-  ``repeat_after`` on, a share ``repeat_share`` of free-text tokens are such repeats, in runs of
-  mean length ``repeat_run`` tokens (geometric): at a fresh token a run starts with
-  probability p = share ÷ (run · (1 − share)) (so runs of mean length ``run`` separated by
-  1 / p fresh tokens on average make up ``share`` of the text), at a position drawn uniformly
-  from the sequence so far (prompt and answer); each further token of a run copies the next
-  position, and the run ends with probability 1 / ``run`` per token. Drawn as needed.
-
-Workloads declare how much of their answers repeat the prompt by how many copy requests they
-send — the same requests a real engine answers by copying.
-
-Parameters: ``slip`` [probability per copied token, 0..1); ``repeat_share`` [fraction of
-free-text tokens, 0..1); ``repeat_run`` [tokens, ≥ 1]; ``repeat_after`` [tokens, ≥ 0] (the
-pool's ``simulator.copy_slip``, ``simulator.repeat_share``, ``simulator.repeat_run_tokens``,
-``simulator.repeat_after_tokens``).
+Parameters (:class:`Style`, the pool's ``simulator.copy_slip``, ``repeat_share``,
+``repeat_run_tokens``, ``repeat_after_tokens``): probabilities in [0, 1), lengths in tokens.
+See docs/simulator.md#answers for the run arithmetic.
 """
 
 from __future__ import annotations

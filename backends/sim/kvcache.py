@@ -1,45 +1,17 @@
 """The KV cache: a pool of fixed-size blocks with optional prefix caching.
 
-Algorithm (vLLM's block manager; SGLang's radix cache is the same with one-token pages):
+:class:`BlockPool` follows vLLM's block manager (SGLang's radix cache is the same with one-token
+pages): ``num_blocks`` blocks of ``block_size`` tokens, shared between requests by reference
+count; a *full* block is named by a chained hash (:func:`chain_hashes`), so a request reuses
+the leading blocks whose names the cache holds (never its last token); freed blocks keep their
+name on an LRU free queue and are evicted only when reused. Usage counts held blocks only.
 
-* The cache holds ``num_blocks`` blocks of ``block_size`` tokens. A request holds a list of blocks
-  (its block table) covering its computed tokens; a block may be shared by several requests
-  (``ref`` counts holders).
-* Prefix caching: a *full* block is named by a chained hash, h_j = hash(h_{j-1}, text of block j),
-  so a block's name depends on every token before it. A request's leading blocks whose names are
-  in the cache map are reused instead of recomputed (at most all but its last token: one token is
-  always computed so the step can sample).
-* Freed blocks keep their contents and name and join the tail of a free queue (a request's blocks
-  are freed last-block-first, so its tail is evicted before its head). Allocation takes blocks
-  never used yet first, then pops from the head: the least recently freed block is evicted (its
-  name dropped) only when reused (LRU).
-* Usage = blocks held by requests / all blocks (a free block that still caches a prefix counts as
-  free, as in vLLM's ``kv_cache_usage_perc`` and SGLang's ``token_usage``).
-
-Host tier (vLLM's CPU KV offloading, SGLang's hierarchical cache), when ``host_blocks`` > 0:
-
-* Write-through, as both engines do by default (vLLM's ``OffloadingConnector`` stores each
-  newly computed full block; SGLang's ``--hicache-write-policy`` defaults to ``write_through``):
-  a block named in the device cache is also stored in the host tier, which keeps the
-  ``host_blocks`` most recently stored or hit prefix blocks (LRU; a hit refreshes a block). A
-  block evicted from the device is thus still in the host tier if it was used recently enough.
-  Storing costs no step time (both engines copy to the host asynchronously).
-* A prefix match continues past the device-cached blocks into blocks the host tier holds: each
-  is *reloaded*, given a fresh device block (evicting as any allocation does) and its name
-  back, and counts as cached. The caller charges the copy (:func:`reload_seconds` of
-  :meth:`BlockPool.take_reloaded_tokens`) instead of recomputing the prefill of those tokens.
-  Reloaded blocks are tracked until a request claims them (:meth:`BlockPool.claim_reloaded`:
-  its host hits, which the engines' metrics count apart from device hits) or they are forgotten.
-
-Changes (for KV-cache events, :mod:`backends.sim.kv_events`), once :meth:`BlockPool.record_changes`
-is called: every name the device cache gains (:class:`Named`, with the request whose tokens the
-block holds and its index in that request's chain) or drops (:class:`Dropped`, an eviction), and
-every name the host tier gains (:class:`HostStored`) or drops (:class:`HostDropped`), in order,
-until :meth:`BlockPool.take_changes`. A refresh (a hit, a repeated store) is no change.
-
-Parameters: ``num_blocks`` (blocks), ``block_size`` (tokens per block: 16 for vLLM on GPUs, 128
-on its CPU backend, 1 for SGLang's default page size), ``caching`` (prefix caching on or off),
-``host_blocks`` (blocks of the same size the host tier holds; 0 = no host tier).
+With ``host_blocks`` > 0 a write-through host tier (:class:`HostTier`, LRU) keeps copies of
+named blocks; a prefix match continues into it, and those blocks are reloaded (the caller
+charges :func:`reload_seconds`) instead of recomputed. Once :meth:`BlockPool.record_changes` is
+called, every name gained or dropped on either tier is recorded (:class:`Named`,
+:class:`Dropped`, :class:`HostStored`, :class:`HostDropped`) for the KV-cache events.
+See docs/simulator.md#the-kv-cache.
 """
 
 from __future__ import annotations

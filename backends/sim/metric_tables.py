@@ -1,29 +1,15 @@
 """Each engine's metrics as data: names, HELP texts, label sets, histogram buckets.
 
-vLLM's table follows a real ``/metrics`` page captured from vLLM 0.32.0 (names, HELP texts, label
-sets in alphabetical order, histogram buckets, ``_created`` series, ``cache_config_info``), plus
-the ``vllm:spec_decode_*`` counters vLLM exports when speculating (``vllm/v1/spec_decode/
-metrics.py``). The engine behaves as if run with ``--enable-mfu-metrics``:
-``vllm:estimated_flops_per_gpu_total`` and the read/write byte counters carry the roofline's
-FLOPs and bytes. SGLang's table follows its production-metrics documentation and
-``sglang/srt/metrics/collector.py`` (scheduler gauges labelled ``model_name``, ``engine_type``,
-``tp_rank``, ``pp_rank``, ``moe_ep_rank``; tokenizer counters and latency histograms labelled
-``model_name``).
-
-Hits per KV tier, as each engine names them. vLLM (``vllm/v1/metrics/loggers.py``,
-``cache_hit_source.py``, the offloading connector's ``offloading/metrics.py``): device hits are
-``vllm:prefix_cache_hits``; a host tier is a KV connector, whose hits are
-``vllm:external_prefix_cache_hits`` over ``vllm:external_prefix_cache_queries`` (the prompt
-tokens the device cache did not hold), ``source="host"`` of
-``vllm:prompt_tokens_cached_by_source`` and ``external_kv_transfer`` of
-``vllm:prompt_tokens_by_source``; the copies are ``vllm:kv_offload_load_bytes`` and
-``vllm:kv_offload_load_time`` [s]. SGLang (``metrics/collector.py`` of current releases):
-``sglang:cached_tokens_total{cache_source="device"|"host"}``, and with the hierarchical cache
-the gauges ``sglang:hicache_host_used_tokens`` / ``sglang:hicache_host_total_tokens``.
+:data:`METRIC_TABLES` holds one :class:`MetricTable` per engine. vLLM's
+(:data:`VLLM_TABLE`) follows a real ``/metrics`` page of vLLM, plus the speculative-decoding
+counters and the ``--enable-mfu-metrics`` estimates (the roofline's FLOPs and bytes); SGLang's
+(:data:`SGLANG_TABLE`) follows its production-metrics documentation and its collector's source.
+Hits per KV tier are named as each engine names them (vLLM counts a host tier as a KV
+connector's external hits; SGLang by ``cache_source``).
 
 Each :class:`MetricSpec` reads one *source* from the engine snapshot (see
 :meth:`backends.sim.endpoint.SimEndpoint.snapshot`) or, for histograms, one stat name of
-:mod:`backends.sim.stats`.
+:mod:`backends.sim.stats`. See docs/simulator.md#metric-tables for the sources.
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from config.fleet_file import Engine
+from config.engines import Engine
 
 Kind = Literal["counter", "gauge", "histogram", "info"]
 

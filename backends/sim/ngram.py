@@ -1,22 +1,15 @@
 """n-gram speculative decoding as vLLM's ``NgramProposer`` drafts: prompt look-up over the text.
 
-Algorithm (vLLM 0.32, ``vllm/v1/spec_decode/ngram_proposer.py``,
-``_find_longest_matched_ngram_and_propose_tokens``): after each sampled token, take the
-sequence so far (prompt + output). Find the longest n, ``min_n`` ≤ n ≤ ``max_n``, whose last
-n tokens also occur earlier in the sequence; among the earlier occurrences of that n-gram take
-the earliest; propose the (at most K) tokens that followed it, never past the sequence's end.
-No such n-gram (or a sequence shorter than ``min_n``): no drafts, and the sequence decodes
-one token in that step. With greedy sampling the target model accepts draft i exactly when
-it equals the token the model samples there, so acceptance follows from the text: high when
-the answer repeats its prompt (a copy task), near zero on free text.
+After each sampled token, find the longest n (``min_n`` ≤ n ≤ ``max_n``) whose last n tokens
+also occur earlier in the sequence (prompt + output), take that n-gram's earliest occurrence
+and propose the at most K tokens that followed it; none found, no drafts. With greedy sampling
+a draft is accepted exactly when it equals the answer's token (:func:`accepted_drafts`), so
+acceptance follows from the text.
 
-Index (:class:`NgramIndex`): per n, a dict n-gram → the end position of its earliest
-occurrence, extended as tokens are appended (O(max_n − min_n + 1) per token), so each
-proposal costs O(max_n − min_n + 1) dictionary look-ups instead of vLLM's O(sequence) scan —
-the same answer: the earliest occurrence whose end lies before the sequence's end.
-
-Parameters: ``min_n``, ``max_n`` (n-gram lengths [tokens], vLLM's ``prompt_lookup_min`` /
-``prompt_lookup_max``); ``k`` (draft tokens per step, the pool's ``num_draft_tokens``).
+:class:`NgramIndex` keeps, per n, each n-gram's earliest end position, extended as tokens are
+appended, so a proposal costs O(max_n − min_n + 1) look-ups instead of vLLM's scan, with the
+same answer. Parameters: ``min_n``, ``max_n`` [tokens], ``k`` (draft tokens per step).
+See docs/simulator.md#n-gram-drafting.
 """
 
 from __future__ import annotations

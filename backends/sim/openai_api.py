@@ -1,28 +1,16 @@
 """Reading OpenAI requests the way the engines do: fields honoured, defaults, validation errors.
 
-Responses API (``/v1/responses``, :func:`parse_responses`): ``instructions`` becomes a system
-message and ``input`` (a string: one user message; a list: its items, a text part of type
-``input_text`` / ``output_text`` / ``text`` giving its text, an item without a role rendered as
-a ``tool`` message of its JSON) the rest, through the same chat template; ``max_output_tokens``
-(default: the rest of the context) and ``stream`` are honoured, as chat's fields are.
+:func:`parse_chat`, :func:`parse_completion` and :func:`parse_responses` honour ``model``
+(vLLM: a served name, else 404; SGLang: not checked), the prompt or messages, the output
+length (default: the rest of the context; 16 for completions), ``stream`` and its options,
+``n`` (1 only), ``ignore_eos``, ``min_tokens`` and ``seed``; everything else is accepted
+without effect. The Responses API's ``instructions`` and ``input`` become chat messages
+(:func:`responses_messages`).
 
-Honoured fields: ``model`` (vLLM: must be a served name, else 404 ``NotFoundError``; SGLang: not
-checked), ``messages`` (chat) or ``prompt`` (completions: a string, a one-element list of
-strings, or a list of token ids), ``max_tokens`` / ``max_completion_tokens`` (default: the rest of
-the context for chat, 16 for completions), ``stream``, ``stream_options.include_usage`` and
-``.continuous_usage_stats``, ``n`` (1 only), ``ignore_eos``, ``min_tokens``, ``seed``. Everything
-else (sampling parameters, ``stop``, ``logprobs``, tools beyond their text) is accepted and has no
-effect.
-
-Refusals, in vLLM 0.32's order, with the engine's own texts (:class:`~backends.sim.behaviour.
-ErrorTexts`, captured from the real server): the body as JSON, then its fields as the engine's
-pydantic models check them (lax: ``"3"`` is 3, ``"yes"`` is true; :mod:`backends.sim.validation`),
-after ``stream_options`` without ``stream`` (and, for completions, an empty ``prompt``), which
-its models check first; the model's name (404); a requested output longer than the whole
-context; no messages or no prompt; then the context: a prompt longer than the context is
-refused; vLLM cuts ``max_tokens`` to the context left (a prompt that fills the context leaves 0:
-"max_tokens must be at least 1, got 0"), SGLang refuses a prompt and output that do not fit;
-last ``max_tokens`` < 1 and ``min_tokens`` out of range.
+Refusals come in vLLM's order with the engine's own texts
+(:class:`~backends.sim.behaviour.ErrorTexts`): the body (:mod:`backends.sim.validation`), the
+model, the requested output against the context, then ``max_tokens`` and ``min_tokens``
+(:func:`context_max_tokens`). See docs/simulator.md#reading-requests.
 """
 
 from __future__ import annotations

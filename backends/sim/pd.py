@@ -1,29 +1,16 @@
 """Prefill/decode disaggregation: the engine side of vLLM's and SGLang's P/D protocols.
 
-vLLM (NixlConnector, as driven by vLLM's disaggregated-prefill proxy): the proxy sends the request
-to a prefill server with ``max_tokens = 1`` and ``kv_transfer_params = {"do_remote_decode": true,
-...}``; the prefill engine computes the prompt, keeps the KV blocks, and answers with
-``kv_transfer_params = {"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids",
-"remote_engine_id", "remote_request_id", "remote_host", "remote_port", "tp_size"}``. The proxy sends
-the original request plus those params to a decode server, which pulls the KV (all prompt tokens
-but the last, which it recomputes) and generates. Honoured here: ``do_remote_decode`` (prefill
-side), ``do_remote_prefill``, ``remote_engine_id`` and ``remote_request_id`` (decode side: they
-name the KV to fetch); ``remote_block_ids``, ``remote_host``, ``remote_port``, ``tp_size`` are
-returned for fidelity and ignored on input. Unknown or expired params: the decode engine computes
-the prompt itself (vLLM's recompute-on-load-failure policy). The prefill engine frees the KV when
-it has been read, or after 480 s (``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``'s default).
+vLLM (NixlConnector): the prefill engine answers a ``do_remote_decode`` request with
+``kv_transfer_params`` naming its held KV, which the decode engine fetches by
+``remote_engine_id`` and ``remote_request_id`` (unknown or expired: it recomputes the prompt);
+held KV is freed when read or after :data:`PREFILL_HOLD_TIMEOUT_S`. SGLang (bootstrap
+rendezvous): the same request reaches a prefill and a decode server at once, matched by
+``bootstrap_room`` (required by either role, else 400); a decode request whose prefill never
+comes is aborted after :data:`DECODE_BOOTSTRAP_TIMEOUT_S`. :data:`PARSERS` reads each protocol.
 
-SGLang (its mini load balancer / router): the same request, with ``bootstrap_host``,
-``bootstrap_port`` and a random 63-bit ``bootstrap_room``, goes to a prefill server and a decode
-server at once. The prefill server computes the prompt and one token; the decode server reserves
-KV, waits for the room's KV and decodes. Honoured: ``bootstrap_room`` (the rendezvous key);
-``bootstrap_host``/``bootstrap_port`` are accepted and not checked. A prefill- or decode-role
-server refuses a request without ``bootstrap_room`` (400). A decode request whose prefill never
-comes is aborted after 300 s.
-
-Both: transfer time [s] = (prompt tokens − 1 − tokens the decode engine already caches) · KV bytes
-per token ÷ link bandwidth, the link being the slower of the two pools' ``kv_link_bandwidth``
-[B/s]. Pools of role ``mixed`` have no KV connector and ignore all of these fields.
+Transfer time [s] = (prompt tokens − 1 − tokens the decode engine caches) · KV bytes per token ÷
+the slower pool's ``kv_link_bandwidth`` [B/s] (:class:`KVTransferHub`, :class:`Link`). Pools
+of role ``mixed`` ignore these fields. See docs/simulator.md#pd-hand-off-engine-side.
 """
 
 from __future__ import annotations
@@ -37,14 +24,14 @@ from typing import Any, Literal
 from backends.sim.clock import Clock
 from backends.sim.request import Phase, RemoteKV, SimRequest
 from backends.sim.runner import EngineRunner, RequestHandle
-from config.fleet_file import Role
+from config.engines import Role
 
 PREFILL_HOLD_TIMEOUT_S = 480.0
 DECODE_BOOTSTRAP_TIMEOUT_S = 300.0
 
 
 @dataclass(slots=True)
-class Handoff:
+class KVHandoff:
     """A prefill engine's finished KV, ready to be read."""
 
     published_at: float
@@ -56,24 +43,24 @@ class KVTransferHub:
     """Rendezvous of prefill and decode engines in one fleet (owned by the fleet, not global)."""
 
     def __init__(self) -> None:
-        self._by_request: dict[tuple[str, str], Handoff] = {}
-        self._rooms: dict[int, Handoff] = {}
-        self._waiters: dict[int, Callable[[Handoff], None]] = {}
+        self._by_request: dict[tuple[str, str], KVHandoff] = {}
+        self._rooms: dict[int, KVHandoff] = {}
+        self._waiters: dict[int, Callable[[KVHandoff], None]] = {}
 
-    def publish_request(self, key: tuple[str, str], handoff: Handoff) -> None:
+    def publish_request(self, key: tuple[str, str], handoff: KVHandoff) -> None:
         self._by_request[key] = handoff
 
-    def take_request(self, key: tuple[str, str]) -> Handoff | None:
+    def take_request(self, key: tuple[str, str]) -> KVHandoff | None:
         return self._by_request.pop(key, None)
 
-    def publish_room(self, room: int, handoff: Handoff) -> None:
+    def publish_room(self, room: int, handoff: KVHandoff) -> None:
         waiter = self._waiters.pop(room, None)
         if waiter is not None:
             waiter(handoff)
         else:
             self._rooms[room] = handoff
 
-    def await_room(self, room: int, callback: Callable[[Handoff], None]) -> None:
+    def await_room(self, room: int, callback: Callable[[KVHandoff], None]) -> None:
         handoff = self._rooms.pop(room, None)
         if handoff is not None:
             callback(handoff)
@@ -168,7 +155,7 @@ class PDAgent:
             self.clock.real_seconds(DECODE_BOOTSTRAP_TIMEOUT_S), self._give_up, handle, room
         )
 
-        def landed(h: Handoff) -> None:
+        def landed(h: KVHandoff) -> None:
             timer.cancel()
             self._landed(handle.request, h)
 
@@ -194,7 +181,7 @@ class PDAgent:
             intent.key if intent.key is not None else (self.link.engine_id, req.rid)
         )
         release = self._releaser(req.rid, key)
-        handoff = Handoff(req.finished_at, self.link.bandwidth, release)
+        handoff = KVHandoff(req.finished_at, self.link.bandwidth, release)
         if isinstance(key, tuple):
             self.hub.publish_request(key, handoff)
         else:
@@ -225,7 +212,7 @@ class PDAgent:
             release=handoff.release,
         )
 
-    def _landed(self, req: SimRequest, handoff: Handoff) -> None:
+    def _landed(self, req: SimRequest, handoff: KVHandoff) -> None:
         if req.remote is None or req.phase is Phase.FINISHED:
             handoff.release()  # the decode request is gone: the prefill engine may free its KV
             return

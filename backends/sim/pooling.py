@@ -1,24 +1,14 @@
 """The engine APIs that generate nothing: embeddings, score, rerank, tokenize, detokenize.
 
-Answered at once (no engine time is simulated for them), deterministically, in vLLM 0.32's
-shapes (``vllm/entrypoints/pooling/embed/protocol.py``, ``pooling/scoring/protocol.py`` and
-``serving.py``, ``serve/tokenize/protocol.py``):
-
-- **tokens**: the simulator's own — one token per 4 characters (:mod:`backends.sim.tokens`),
-  so ``/tokenize``'s ``count`` is the prompt token count the engine bills for the same text.
-  A token's id packs its 4 characters when they are all Latin-1 (``/detokenize`` gives them
-  back, padding dropped), else is 2³² + the CRC-32 of their UTF-8 (detokenized as U+FFFD).
-  A chat ``messages`` list is rendered with the chat template first;
-- **embeddings**: per input, a unit vector of ``dimensions`` (default
-  :data:`EMBEDDING_DIMS`) Gaussian draws seeded by the model name and the text, as floats or
-  (``encoding_format: base64``, the openai client's default) little-endian float32 bytes in
-  base64; usage: the inputs' prompt tokens;
-- **score** and **rerank**: relevance = the share of the query's words (lower-cased runs of
-  letters and digits) that the document holds, in [0, 1]; score pairs one query with each
-  document, or the two lists item by item; rerank sorts by relevance (stable), keeping
-  ``top_n`` (0: all).
+Answered at once (no engine time is simulated), deterministically, in vLLM's shapes:
+:func:`tokenize` / :func:`detokenize` with the simulator's own 4-character tokens
+(:func:`token_id`), so ``count`` is the prompt tokens the engine bills; :func:`embeddings`
+unit vectors of ``dimensions`` (:data:`EMBEDDING_DIMS`) Gaussian draws seeded by model and
+text, as floats or base64; :func:`score` and :func:`rerank` by :func:`relevance`, the share of
+the query's words the document holds.
 
 Bad input is vLLM's 400 (:class:`~backends.sim.openai_api.ApiError`).
+See docs/simulator.md#pooling-apis.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The Responses API (``POST /v1/responses``) as vLLM 0.32 answers it, field for field.
 
-A whole answer is one response object (``vllm/entrypoints/openai/responses/protocol.py``,
-``ResponsesResponse``): ``id`` (``resp_`` + 16 hex), ``created_at``, ``model``, ``object``
-``response``, ``output`` (one assistant ``message`` holding one ``output_text`` part),
-``status`` (``completed``, or ``incomplete`` with ``incomplete_details.reason``
-``max_output_tokens`` when the output hit its limit) and ``usage`` (``input_tokens``,
-``output_tokens``, ``total_tokens`` and their details), among the request's echoed settings
-(``tool_choice`` ``none`` without tools). Field names and order were checked against a real
-vLLM 0.32 stream (``tests/real_engine/test_real_vllm_surface.py``): every event's fields in
-alphabetical order, the message's ``phase`` null, the usage's per-turn lists empty.
+A whole answer is one response object (:func:`response`: ``resp_`` id, the output message,
+``status`` ``completed`` or ``incomplete``, ``usage`` and the request's echoed settings); a
+stream (:class:`EventStream`) is vLLM's sequence of events, each ``event: <type>`` +
+``data: <json>`` + a blank line (:func:`event`), numbered by ``sequence_number``, from
+``response.created`` to ``response.completed``, without a ``[DONE]`` line. Field names and
+order were checked against a real vLLM stream (``tests/real_engine/test_real_vllm_surface.py``).
 
-A stream (``serving.py`` and ``streaming_events.py``) is a sequence of events, each written as
-``event: <type>`` + ``data: <json>`` + a blank line (``api_router.py``,
-``_convert_stream_to_sse_events``), every event carrying its ``sequence_number`` from 0:
-``response.created`` and ``response.in_progress`` (the response, ``in_progress``, no output),
-``response.output_item.added`` and ``response.content_part.added`` before the first text,
-one ``response.output_text.delta`` per engine step, then ``response.output_text.done``,
-``response.content_part.done``, ``response.output_item.done`` and ``response.completed`` (the
-whole response with its usage). No ``[DONE]`` line.
+See docs/simulator.md#the-responses-api for the event sequence and the sources.
 """
 
 from __future__ import annotations

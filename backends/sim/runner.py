@@ -1,23 +1,14 @@
 """The engine loop in real (or virtual) time: steps an :class:`EngineCore` and hands tokens out.
 
-Loop: step the core at the clock's ``now``; if the step did work, sleep until its end
-(``duration / speed`` wall seconds after it began) and then deliver its tokens to the waiting
-requests; if the core was idle, wait until a request arrives, a KV transfer lands or the next
-known event time.
+:class:`EngineRunner` steps the core at the clock's ``now``; after a working step it sleeps
+until the step's end (``duration / speed`` wall seconds) and delivers its tokens, and when idle
+it waits for a request, a KV transfer or the next known event. Invariant: a step that follows
+a working step begins where that one ended on the simulated timeline, so the simulator's own
+computing and late wake-ups fall inside the steps' durations instead of adding to them.
 
-When a step began: at ``now``, unless it follows a working step without a pause — then where
-that one ended on the simulated timeline, even if the host ran this loop late, by up to the
-step's own duration. The simulator's own computing for a step (scheduler, KV cache, cost) and a
-late wake-up (other engines' steps in the same process, a gateway on the same cores) so fall
-inside the steps' durations instead of adding to them: the simulated GPU keeps its pace through
-short delays of the host, and only a host too slow for the ``speed`` slows it. (Sleeping each
-step's whole duration after computing it made every step longer by those delays, × ``speed``
-in simulated seconds: at speed 3 on a busy 2-core host, decode steps about 1.6 × the model.)
-Requests enter through :meth:`EngineRunner.submit`, which returns a :class:`RequestHandle` the
-HTTP layer reads tokens from; :meth:`EngineRunner.abort` drops a request (client gone).
-``after_step``, when set, runs once each step is over (after its tokens are delivered; at once
-for an idle step): the KV-cache events of the step go out then, as vLLM publishes them after
-each step's output (:mod:`backends.sim.kv_events`).
+Requests enter through :meth:`EngineRunner.submit` (a :class:`RequestHandle` the HTTP layer
+reads tokens from) and leave by :meth:`EngineRunner.abort`; ``after_step`` runs once each step
+is over (the step's KV-cache events go out then). See docs/simulator.md#the-real-time-runner.
 """
 
 from __future__ import annotations

@@ -1,37 +1,16 @@
 """Continuous-batching scheduler: which requests run in the next step, and with how many tokens.
 
-Algorithm (vLLM V1's scheduler, with SGLang's prefill-first variant):
+:class:`EngineScheduler` follows vLLM V1's scheduler, with SGLang's prefill-first variant:
+requests whose remote KV arrived join the batch; running requests go first, oldest first
+(the rest of a prompt, one decode token, or 1 + K to verify), the newest preempted when the KV
+cache has no room; then, if nothing was preempted, waiting requests are admitted in arrival
+order within the token budget, ``max_num_seqs`` and the KV cache, the prefix cache supplying
+the blocks it holds. ``mixed_batches`` (vLLM) mixes prefill chunks and decodes in a step,
+otherwise a step is prefill or decode; ``wake_takes_one`` (vLLM) admits only the first request
+of a burst that arrives while the engine is idle.
 
-1. Requests whose remote KV has arrived (prefill/decode disaggregation) join the running batch.
-2. Running requests first, oldest first: each asks for its remaining prompt (prefill), 1 token
-   (decode) or 1 + K tokens (speculative verify). With chunked prefill a prompt takes at most the
-   step's remaining token budget; without it, a prompt is scheduled whole. If the KV cache has no
-   room, the newest running request is preempted (its blocks freed, its tokens to be recomputed;
-   SGLang calls it "retract") and put back at the head of the waiting queue.
-3. If nothing was preempted, waiting requests are admitted in arrival order while the token budget,
-   ``max_num_seqs`` and the KV cache allow: the prefix cache supplies the leading blocks it already
-   holds, and only the rest is computed. A request whose KV comes from a prefill engine instead
-   reserves blocks for its prompt and waits for the transfer.
-4. ``mixed_batches`` (vLLM): prefill chunks and decodes share every step. Otherwise (SGLang's
-   default, no ``--enable-mixed-chunk``): a step is either a prefill step (chunk continuations and
-   new admissions) or, when there is nothing to prefill, a decode step over the whole batch.
-5. ``wake_takes_one`` (vLLM): the first step after the engine was idle admits only the first
-   request that became available while it was idle; requests that became available at the same
-   instant wait for the next step (which takes them all, within the budget). vLLM's engine core
-   blocks on its input queue while idle and starts a step as soon as one request is there, and
-   its API server hands requests over one at a time, so of a burst of new requests the first is
-   prefilled alone and the rest arrive while that step runs (``vllm/v1/engine/core.py``,
-   ``_process_input_queue``). Requests that were already waiting when the engine went idle
-   (blocked on KV blocks) are admitted as usual.
-
-So with 4 new prompts of 330 tokens and a 512-token budget, vLLM runs: step 1 = prompt 1 (330);
-step 2 = decode 1 + prompt 2 (330) + the first 181 tokens of prompt 3; step 3 = 2 decodes + the
-last 149 of prompt 3 + prompt 4 (330): first tokens after steps 1, 2, 3, 3.
-
-Parameters (:class:`SchedulerConfig`): ``token_budget`` (tokens per step: the chunk size with
-chunked prefill, else the engine's unchunked maximum), ``max_num_seqs`` (running requests),
-``chunked`` (split prompts), ``mixed_batches`` (see 4), ``spec_k`` (K draft tokens, 0 = off),
-``kv_bytes_per_token`` (B, for transfer times), ``wake_takes_one`` (see 5).
+Parameters: :class:`EngineSchedulerConfig` (tokens, requests, bytes). See
+docs/simulator.md#the-scheduler for the algorithm step by step and a worked example.
 """
 
 from __future__ import annotations
@@ -48,7 +27,7 @@ NO_LIMIT = 1 << 60
 
 
 @dataclass(frozen=True, slots=True)
-class SchedulerConfig:
+class EngineSchedulerConfig:
     token_budget: int
     max_num_seqs: int
     chunked: bool
@@ -62,10 +41,10 @@ Scheduled = tuple[SimRequest, int]
 """A request and the number of tokens it computes in this step."""
 
 
-class Scheduler:
+class EngineScheduler:
     """The waiting queue, the running batch and the requests awaiting remote KV."""
 
-    def __init__(self, config: SchedulerConfig, pool: BlockPool, stats: EngineStats) -> None:
+    def __init__(self, config: EngineSchedulerConfig, pool: BlockPool, stats: EngineStats) -> None:
         self.config = config
         self.pool = pool
         self.stats = stats

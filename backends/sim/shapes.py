@@ -20,7 +20,8 @@ from backends.launch.sglang import FLAGS as SGLANG_FLAGS
 from backends.launch.vllm import FLAGS as VLLM_FLAGS
 from backends.sim.behaviour import JSON, Dialect
 from backends.sim.openai_api import ApiError, ModelInfo
-from config.fleet_file import Engine, Pool
+from config.engines import Engine
+from config.pools import Pool
 
 Kind = Literal["chat", "completion"]
 DONE = b"data: [DONE]\n\n"

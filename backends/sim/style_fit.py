@@ -1,25 +1,15 @@
 """Fitting how a model's answers copy and repeat (:class:`backends.sim.answers.Style`) to a real
 n-gram engine's speculation counters.
 
-What is matched, per request kind, over a set of requests (prompt tokens, answer length):
-
-* drafts per token = verify passes with drafts ÷ answer tokens
-  (``vllm:spec_decode_num_drafts`` ÷ generated tokens);
-* accepted per token = accepted drafts ÷ answer tokens
-  (``vllm:spec_decode_num_accepted_tokens`` ÷ generated tokens): the share of the answer that
-  came free, which sets the speed-up (a pass emits accepted + 1 tokens).
-
-:func:`spec_figures` computes both for a style by running the simulator's own drafting
-(:class:`backends.sim.ngram.NgramIndex`) against its own answers
-(:class:`backends.sim.answers.Answer`) over ``seeds`` seeds — the code the engine runs, without
-the clock. :func:`fit_style` descends a grid — ``repeat_share`` (:data:`SHARES`), ``repeat_run``
-(:data:`RUNS`), ``repeat_after`` (:data:`AFTERS`) — on groups of free-text requests (short and
-long answers: a small model repeats itself more the longer it writes), from the grid's middle
-to a point no neighbour improves on, minimising the sum over groups of the squared differences
-of the two figures; then ``slip`` (0 … 0.5 by 0.01) on
-the copy requests, on accepted per token, with the free-text style found.
+Matched per request kind: drafts per answer token and accepted drafts per answer token (the
+share of the answer that came free). :func:`spec_figures` computes both for a style by running
+the simulator's own drafting (:class:`backends.sim.ngram.NgramIndex`) against its own answers
+over ``seeds`` seeds. :func:`fit_style` descends a grid of ``repeat_share``, ``repeat_run``
+and ``repeat_after`` (:data:`SHARES`, :data:`RUNS`, :data:`AFTERS`) on the free-text groups,
+then fits ``slip`` on the copy requests; :func:`fitted` does it from a ground-truth file.
 
 Parameters: ``k`` (draft tokens), ``window`` (min_n, max_n), ``seeds``.
+See docs/simulator.md#fitting-the-answer-style.
 """
 
 from __future__ import annotations
@@ -84,7 +74,7 @@ def spec_figures(cases: Sequence[Case], style: Style, seeds: int = 8, k: int = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Measured:
+class MeasuredGroup:
     """A group of requests and the figures the real engine gave them."""
 
     cases: tuple[Case, ...]
@@ -98,7 +88,7 @@ def _error(got: SpecFigures, want: SpecFigures) -> float:
             + (got.accepted_per_token - want.accepted_per_token) ** 2)
 
 
-def free_error(style: Style, free: Sequence[Measured], seeds: int = 8) -> float:
+def free_error(style: Style, free: Sequence[MeasuredGroup], seeds: int = 8) -> float:
     """The squared differences of ``style``'s figures, summed over the free-text groups."""
     return sum(_error(spec_figures(g.cases, style, seeds), g.figures) for g in free)
 
@@ -119,7 +109,7 @@ def _neighbours(at: tuple[int, int, int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _free_fit(free: Sequence[Measured], seeds: int) -> Style:
+def _free_fit(free: Sequence[MeasuredGroup], seeds: int) -> Style:
     """Grid descent from several starts (every fifth share × every onset, the middle run
     length): from each, move to the best neighbouring point while it fits better, until no
     neighbour does (one step along any axis); the best of the ends."""
@@ -143,7 +133,7 @@ def _free_fit(free: Sequence[Measured], seeds: int) -> Style:
     return style(min((descend(at) for at in starts), key=cost))
 
 
-def fit_style(free: Sequence[Measured], copy: Measured, seeds: int = 8) -> Style:
+def fit_style(free: Sequence[MeasuredGroup], copy: MeasuredGroup, seeds: int = 8) -> Style:
     """The style whose figures come closest to the real engine's (module docstring):
     ``repeat_share``, ``repeat_run`` and ``repeat_after`` on the free-text groups (answers of
     different lengths tell when repeating starts), then ``slip`` on the copy requests."""
@@ -159,13 +149,13 @@ SHORT = 96
 themselves only later."""
 
 
-def measured(truth: Mapping[str, Any], kind: str, short: bool | None = None) -> Measured:
+def measured(truth: Mapping[str, Any], kind: str, short: bool | None = None) -> MeasuredGroup:
     """The ground truth's requests of ``kind`` (``ground_truth_ngram.json``'s ``cases``):
     answers up to :data:`SHORT` tokens, longer ones, or all; and their figures."""
     rows = [c for c in truth["cases"] if c["kind"] == kind
             and (short is None or (c["answer_tokens"] <= SHORT) == short)]
     n = sum(c["answer_tokens"] for c in rows)
-    return Measured(tuple(Case(tuple(c["prompt_pieces"]), c["answer_tokens"]) for c in rows),
+    return MeasuredGroup(tuple(Case(tuple(c["prompt_pieces"]), c["answer_tokens"]) for c in rows),
                     SpecFigures(sum(c["drafts"] for c in rows) / n,
                                 sum(c["accepted"] for c in rows) / n))
 

@@ -1,27 +1,15 @@
 """Prompt text, the token estimate, and the pseudo-words the simulator "generates".
 
-Token estimate: a token is 4 characters of the rendered prompt (``CHARS_PER_TOKEN``); the prompt's
-token count is ⌈characters / 4⌉. Token t of a prompt is its characters [4t, 4t + 4); prefix
-caching hashes these chunks, so two prompts sharing their first 4·n characters share n tokens.
+Estimate: a token is 4 characters of the rendered prompt (:data:`CHARS_PER_TOKEN`), token t
+its characters [4t, 4t + 4). Chat prompts are rendered with a ChatML template
+(:func:`render_chat`), each header and content padded to a multiple of 4 characters, and
+generated tokens are 4-character :data:`VOCAB` words, so a reply sent back in the next turn
+lines up with the tokens the engine cached. Generated text is drawn per request from a seeded
+``random.Random`` (:func:`words`).
 
-Chat prompts are rendered with a ChatML template (the template SmolLM2 and many others use):
-``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, then ``<|im_start|>assistant\\n``. Each
-header and each content-plus-end-marker is padded with spaces to a multiple of 4 characters, so a
-message's content always starts on a token boundary. Generated tokens are exactly 4 characters
-(``VOCAB`` words), so when a client sends the assistant's reply back in the next turn, the new
-prompt's tokens line up with the tokens the engine generated and cached: multi-turn conversations
-hit the prefix cache on their whole history, as they do on a real engine.
-
-Generated text: pseudo-words drawn from ``VOCAB`` by a per-request ``random.Random`` seeded from
-the engine seed and the request (deterministic for a seed and an arrival order).
-
-The model's own tokens (:func:`model_tokens`), the fall-back above aside: when the fleet file names
-a tokenizer for the pool's model (``routing.features.tokenizers``, as for the gateway), a chat or
-completions prompt is tokenized as the real engine does — the model's chat template and tokenizer,
-:mod:`routing.tokens.exact` — so ``usage.prompt_tokens`` equals the real engine's. Token t is then
-the text of the prompt's t-th token id, so prefix caching hashes the real tokens and a generated
-``VOCAB`` word sent back in the next turn matches it as far as the word is one token of the model.
-Requests the machinery does not model (e.g. non-text content) keep the estimate.
+When the fleet file names a tokenizer for the pool's model, prompts are tokenized as the real
+engine does (:func:`model_tokens`, :mod:`routing.tokens.exact`), so ``usage.prompt_tokens``
+equals the real engine's. See docs/simulator.md#tokens.
 """
 
 from __future__ import annotations
@@ -31,9 +19,13 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from routing.tokens import counters
 from routing.tokens.exact import PromptTokenizer
 
-CHARS_PER_TOKEN = 4
+CHARS_PER_TOKEN = int(counters.CHARS_PER_TOKEN)
+"""The gateway's default estimate (:data:`routing.tokens.counters.CHARS_PER_TOKEN`), whole: the
+simulated tokenizer cuts prompts into chunks of exactly this many characters."""
+assert CHARS_PER_TOKEN == counters.CHARS_PER_TOKEN, "the simulated tokenizer needs a whole ratio"
 
 _WORDS = """
 the and for are but not you all any can had her was one our out day get has him his how man new

@@ -1,23 +1,15 @@
 """Request bodies checked the way vLLM 0.32's OpenAI server checks them, and its error texts.
 
-vLLM declares each body as a pydantic model; FastAPI validates the parsed JSON against it in
-pydantic's lax mode (``"3"`` and ``3.0`` are the integer 3, ``"yes"`` and ``1`` are true) and
-hands every error to vLLM's ``validation_exception_handler``
-(``vllm/entrypoints/serve/exception_handling/handlers/validation.py``). The models here are
-vLLM's own (``ChatCompletionRequest``, ``CompletionRequest``, ``ResponsesRequest``) cut down to the
-fields the simulator honours, with vLLM's types, defaults and field order, so the same pydantic
-produces the same errors in the same order. The chat ``messages`` items are checked against the
-names of vLLM's message union (:data:`MESSAGE_UNION`): an item that is no object fails every
-branch, one error each.
+The bodies (:data:`BODIES`: :class:`ChatBody`, :class:`CompletionBody`,
+:class:`ResponsesBody`) are vLLM's own pydantic models cut down to the fields the simulator
+honours, with vLLM's types, defaults and field order, validated in pydantic's lax mode, so the
+same errors come in the same order; chat messages are checked against the names of vLLM's
+message union (:data:`MESSAGE_UNION`).
 
-Rendering (:func:`render_errors`), as vLLM does it: ``"N validation error(s):\\n"`` then one line
-``"  {error}"`` per error (at most 10, then ``"  ...and K more errors"``), each the ``str`` of the
-error's dict with ``loc`` joined by dots without pydantic's union-branch markers
-(``body.prompt``, not ``body.prompt.list[str]``) and ``input`` bounded (a string cut at 200
-characters, a container written ``<list of N items>``), each line cut at 1000 characters;
-``type`` ``"Bad Request"``, ``param`` the first error's dotted ``loc``. A body that is not JSON is
-pydantic's ``json_invalid`` at ``body.<character offset>``; an empty body or ``null`` is
-``missing`` at ``body``.
+:func:`render_errors` writes them as vLLM does: a count line, at most :data:`MAX_REPORTED`
+errors, each input bounded (:data:`MAX_INPUT_CHARS`) and each line cut
+(:data:`MAX_LINE_CHARS`). A body that is not JSON, empty or ``null`` fails as pydantic does.
+See docs/simulator.md#validation.
 """
 
 from __future__ import annotations

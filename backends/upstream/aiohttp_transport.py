@@ -1,8 +1,10 @@
-"""The aiohttp transport for :class:`backends.upstream.client.BackendClient` (the default).
+"""The aiohttp transport for :class:`backends.upstream.client.BackendClient`, an alternative to
+:mod:`backends.upstream.http1` (``RIDGE_UPSTREAM__TRANSPORT=aiohttp``).
 
 One ``aiohttp.ClientSession`` with one ``TCPConnector`` is shared by every request and endpoint;
 sockets are created with TCP_NODELAY. Timeouts: ``connect`` for the TCP connect, ``first_byte``
 until the response headers, ``idle`` between two body chunks.
+See docs/backends.md#aiohttp-and-httpx.
 """
 
 from __future__ import annotations

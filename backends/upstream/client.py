@@ -92,8 +92,8 @@ class Relaying(Protocol):
 def relaying(response: object) -> Relaying | None:
     """``response`` as a :class:`Relaying` one when its class has both methods, else None.
     Two class look-ups: an ``isinstance`` check against a runtime-checkable protocol collects
-    the protocol's members in Python on every call (10 µs per streamed request in a profile of
-    the overhead benchmark's paced streams, CPython 3.11)."""
+    the protocol's members in Python on every call, a cost docs/benchmarks/overhead.md
+    measures."""
     kind = type(response)
     if callable(getattr(kind, "relay", None)) and callable(getattr(kind, "stop_relay", None)):
         return cast(Relaying, response)

@@ -1,34 +1,18 @@
-"""ridge's own upstream transport (the default): a lean HTTP/1.1 client on asyncio protocols.
+"""ridge's own upstream transport, the default (``RIDGE_UPSTREAM__TRANSPORT=http1``): a lean
+HTTP/1.1 client on asyncio protocols.
 
-Why: a request through a general-purpose client library costs a gateway more CPU than all of
-its routing (measured with the overhead benchmark, ``docs/benchmarks/overhead.md``). An engine
-speaks plain HTTP/1.1 with keep-alive to ridge, so the client only needs to: keep a pool of
-open connections per engine, write one request (headers and body in one write), parse the
-response with httptools (llhttp, in C: status line, headers, ``Content-Length`` or chunked
-bodies), and hand the body over as it arrives: what is waiting when the reader asks is handed
-over as one piece (a read that brought several pieces of a chunked body, a stream's events
-that came in one write, costs the gateway one relay and one write to its client, not one per
-piece).
+An engine speaks plain HTTP/1.1 with keep-alive to ridge, so the client only keeps a pool of
+open connections per engine, writes one request (headers and body in one write), parses the
+response with httptools (status line, headers, ``Content-Length`` or chunked bodies) and hands
+the body over as it arrives, whatever is waiting as one piece.
 
-- Pool: idle connections per (host, port), last in first out; at most ``max_connections``
-  open in all (a request beyond waits for one to free up). A connection is reused only after
-  a complete response that allows keep-alive; one closed in the middle of a response is
-  dropped (which is how an engine learns that a client went away).
-- A reused connection that the engine had already closed (its idle timeout) fails before any
-  response byte: the request is sent once more on a new connection. A failure before the
-  first response byte on a new connection is
-  :class:`~backends.upstream.client.UpstreamConnectError`.
-- Timeouts: ``connect`` for the TCP connect, ``first_byte`` until the response headers
-  (:class:`~backends.upstream.client.UpstreamTimeout`), ``idle`` between two body chunks (then
-  :class:`~backends.upstream.client.UpstreamStreamError`, as for a reset or a malformed response).
-- Back-pressure: a response stops reading from its socket while more than
-  :data:`HIGH_WATER` bytes wait to be taken, and resumes when they are.
-- Sockets have TCP_NODELAY (asyncio's default for TCP), so small SSE chunks leave at once.
-- Relay (:meth:`_Response.relay`): instead of queueing the body for :meth:`_Response.chunks`,
-  a consumer can take each piece from the connection's own callback, as it is parsed (a
-  stream's gateway writes it on to its client there: no task wake-up per piece). The consumer
-  returns False when it cannot take more (its client's buffer is full); then the pieces are
-  queued again, with the back-pressure above, until it relays again.
+- Pool: idle connections per (host, port), last in first out, at most ``max_connections`` in
+  all; reused only after a complete keep-alive response. A reused connection the engine had
+  closed is retried once on a new one.
+- Timeouts ``connect``, ``first_byte``, ``idle``, normalised into the errors of
+  :mod:`backends.upstream.client`; back-pressure past :data:`HIGH_WATER` bytes.
+- Relay (:meth:`_Response.relay`): a consumer may take each piece in the connection's own
+  callback, with no task wake-up per piece. See docs/backends.md#the-default-transport-http1.
 """
 
 from __future__ import annotations

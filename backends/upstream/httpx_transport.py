@@ -1,11 +1,11 @@
-"""The httpx transport for :class:`backends.upstream.client.BackendClient`.
+"""The httpx transport for :class:`backends.upstream.client.BackendClient`, an alternative to
+:mod:`backends.upstream.http1` (``RIDGE_UPSTREAM__TRANSPORT=httpx``).
 
-Kept as an alternative and as the other side of the transport benchmark
-(``bench/transport.py``, report in ``docs/benchmarks/transport.md``); the default is aiohttp:
-httpx's connection pool does work quadratic in its connections, and through ridge it fell to
-~50 requests/s at 256 concurrent requests where aiohttp held ~1,000. One
-``httpx.AsyncClient`` is shared by every request; sockets are created with TCP_NODELAY by
-asyncio. Timeouts as in :mod:`backends.upstream.aiohttp_transport`.
+Kept as an alternative and as the other side of the past transport benchmark
+(``docs/benchmarks/transport.md``): httpx's connection pool does work quadratic in its
+connections, so it falls far behind as concurrency grows. One ``httpx.AsyncClient`` is shared by
+every request; sockets are created with TCP_NODELAY by asyncio. Timeouts as in
+:mod:`backends.upstream.aiohttp_transport`. See docs/backends.md#aiohttp-and-httpx.
 """
 
 from __future__ import annotations

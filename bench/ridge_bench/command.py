@@ -1,44 +1,17 @@
 """``ridge bench``: replay a named workload against a gateway and report goodput.
 
-Usage::
+``ridge bench --workload NAME --url URL --rate R --requests N --duration S --slo-ttft T
+--slo-tpot T --slo-e2e T [--fleet FILE] [--json FILE] [--requests-out FILE]``: open loop
+(Poisson arrivals whatever the gateway's speed), bounded, then a drain of ``--drain`` seconds;
+Ctrl-C prints the partial report (exit 130). ``--fleet`` lets the engines' own prefix-cache
+hit rate be scraped; ``--requests-out`` writes every request's record. ``ridge bench --trace
+FILE`` replays a Mooncake trace instead (:mod:`ridge_bench.replay.trace`). Definitions:
+:mod:`ridge_bench.harness.goodput`.
 
-    ridge bench --workload agent --url http://127.0.0.1:8080 \\
-        --rate 6 --requests 400 --duration 60 \\
-        --slo-ttft 2.0 --slo-tpot 0.1 --slo-e2e 30 [--fleet FLEET.yaml] [--json out.json] \\
-        [--requests-out requests.jsonl]
-
-Open loop: Poisson arrivals at ``--rate`` requests/s (mixed: ``--steps`` steps of equal length
-at rate × k / steps, light → heavy), whatever the gateway's speed. Stops by itself at
-``--requests`` or ``--duration``, then waits ``--drain`` seconds (default: the e2e SLO, after
-which an unfinished request has missed it anyway) for the requests in flight. Ctrl-C stops
-sending and cancels what is in flight; the partial report is still printed (exit status 130).
-``--fleet`` names the fleet file behind the gateway, so the engines' own prefix-cache hit rate
-can be scraped from their ``/metrics`` before and after. ``--requests-out`` writes every
-request's record (its conversation and turn, times, tokens, error, and the pool and replica
-ridge chose), one JSON line each. Definitions: :mod:`ridge_bench.harness.goodput`.
-
-``ridge bench --trace FILE --url URL [--speedup X] [--max-requests N] [--max-seconds S]``
-replays a Mooncake-format trace instead of a named workload (the format ridge records with
-``RIDGE_TRACE__PATH``; :mod:`ridge_bench.replay.trace`): its arrival times (divided by
-``--speedup``), prompt lengths and shared prefixes (equal hash ids, equal text) and output
-lengths; the bounds default to the whole trace. ``--max-requests`` and ``--max-seconds`` are
-``--requests`` and ``--duration`` by other names.
-
-``ridge bench overhead ...`` runs the gateway overhead benchmark instead
-(:mod:`ridge_bench.overhead.benchmark`; ``ridge bench overhead --help``), ``ridge bench scaling
-...`` the
-worker-scaling benchmark (:mod:`ridge_bench.overhead.scaling`), ``ridge bench routing-cost ...`` the
-cost of the routing work alone (:mod:`ridge_bench.overhead.routing_cost`), ``ridge bench overload
-...`` one pool at a multiple of its capacity, admission control off and on
-(:mod:`ridge_bench.overload.benchmark`), ``ridge bench fidelity ...`` the simulator against the
-real vLLM
-CPU engines, side by side (:mod:`ridge_bench.fidelity.benchmark`), and ``ridge bench calibrate
-...`` a new
-measurement of the real engine and the simulator's CPU profile refitted to it
-(:mod:`ridge_bench.fidelity.calibrate`).
-
-Entry point for the ``ridge`` command (entry-point group ``ridge.commands``, name ``bench``):
-:func:`run` (``argv`` without the ``bench`` word).
+``ridge bench overhead|scaling|routing-cost|overload|fidelity|calibrate ...`` run the other
+benchmarks (:func:`run` hands them on). Entry point for the ``ridge`` command (entry-point group
+``ridge.commands``, name ``bench``): :func:`run` (``argv`` without the ``bench`` word).
+See docs/benchmarks/router.md#the-ridge-bench-command.
 """
 
 from __future__ import annotations
@@ -57,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from config.fleet_file import Fleet, FleetConfigError, load_fleet
+from config.fleet import Fleet, FleetConfigError, load_fleet
 from ridge_bench.compare.report import RunReport, build_report, report_dict, text
 from ridge_bench.harness import engines
 from ridge_bench.harness.driver import Bounds, RunData, Target, run_workload
@@ -71,10 +44,8 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
 """Requests/s per workload when ``--rate`` is not given (mixed, chat_ramp: the heaviest step).
 Chosen for the 8-GPU benchmark fleets (``deploy/bench/``): the load at which round-robin meets
 the SLOs for about half of the requests (chat: a low load, few requests in flight per GPU;
-chat_ramp: 3 → 6 → 9 req/s, from about 30 decode-heavy requests in flight to about 90).
-mixed was picked again with the simulator's corrected clock: round-robin met the SLOs for
-68 % of mixed at 18 req/s, 46 % at 21 and 36 % at 24 (seed 0). rag, picked with the old
-clock, is now below every fleet's knee (all routers meet its SLOs at 10 req/s)."""
+chat_ramp: 3 → 6 → 9 req/s). How each rate was picked, and what
+round-robin met at the rates around it, is in docs/benchmarks/router.md (Workloads)."""
 
 
 @dataclass(frozen=True)

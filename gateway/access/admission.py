@@ -2,58 +2,17 @@
 ``Retry-After``) instead of being accepted and missing it; one that can wait does, at the
 gateway, fair across keys, rather than in an engine's queue.
 
-The arithmetic (capacity of an endpoint, full, wait budget, expected wait, the estimators) is
-:mod:`routing.admission.capacity`; the fairness (round-robin over per-key FIFO queues) is
-:mod:`routing.admission.fair_queue`. This module runs them on the request path.
+:meth:`Admission.place` (the dispatcher's ``place``) lets the router state place the request
+with the full endpoints left out of the choice (:class:`Gate`), except where a full endpoint
+holds ``cache_affinity`` of the prompt (:func:`cache_affine`). When only full endpoints could
+take it, it joins its pool's queue (refused at once as ``queue_full`` or ``would_miss_slo``),
+and the queue's head retries on every release, first token and ``recheck_s`` until it is
+placed or its budget runs out (``wait_expired``).
 
-One request (:meth:`Admission.place`, which the dispatcher calls instead of the router state's
-``place``):
-
-1. The endpoints' limits for the registry's snapshot
-(:class:`routing.admission.capacity.CapacityBook`:
-   learned once per new metrics reading). The router state places the request with the full
-   endpoints — those of pools where requests are waiting, so that a newcomer does not
-   overtake them, and those prefill pacing holds (:mod:`routing.admission.prefill_pace`: the
-   endpoint
-   has more prompt outstanding before its first tokens than it clears within
-   ``prefill_target`` of the request's TTFT SLO) — left out of the router's choice
-   (:class:`Gate`). No limit known and nobody waiting: that is the plain routing path,
-   nothing left out. Placed: done. Except: when a full or paced endpoint holds at least
-   ``cache_affinity`` of the prompt (the prefix index's match; with KV events, the larger of
-   the engine's match and the blocks sent there, :func:`cache_affine`) and the router, with nothing
-   left out but the endpoints of pools where requests wait, would send it there, it goes there
-   and waits in that engine's queue: recomputing the prefix on an endpoint with room would
-   cost more prefill than the queue, and write a second copy of it into another cache,
-   evicting what that cache held (on a fleet short of KV this halved the hit rate,
-   ``docs/benchmarks/capacity.md``).
-2. Only full endpoints could have taken it (without them the router would have chosen pool P):
-   it joins P's queue, unless the queue holds ``max_queue`` requests (``queue_full``), or its
-   expected wait (for a slot, or for prefill room when that is longer) exceeds its budget,
-   its budget is 0, or no slot has been released in P yet (the wait cannot be known)
-   (``would_miss_slo``): then it is refused at once.
-3. Waiting, only the head of P's queue tries again: as soon as a reservation is released in
-   this gateway or a stream sent from it has its first token, and every ``recheck_s`` (for
-   releases by other gateways sharing the router state). It may take P's endpoints (not those
-   of other pools with requests waiting). Placed: it leaves the queue, its key's turn ends,
-   and the next head tries at once. Its budget runs out first: refused (``wait_expired``).
-   Its client goes away: it leaves the queue.
-
-Refusal: HTTP 503, OpenAI-shaped, type ``service_unavailable``, code ``overloaded``, and
-``Retry-After`` [whole seconds ≥ 1]: how much longer than its budget it would have waited
-(:func:`routing.admission.capacity.retry_after_s`). 429 stays for a key's own rate limit.
-
-Measured per pool as requests go: the slot-release rate (every reservation released here), the
-TTFT floor (each streamed request's TTFT minus its wait here) and the prefill rate (the
-prompt tokens outstanding on its endpoint when it was sent ÷ that engine-side TTFT); per
-endpoint, the prompt tokens of the streams sent here still before their first token. Metrics
-(:mod:`gateway.telemetry.prometheus`): ``ridge_admission_rejected_total{pool,reason}``,
-``ridge_admission_queue_depth{pool}``, ``ridge_admission_wait_seconds{pool}`` (requests
-admitted after waiting).
-
-Parameters (:class:`AdmissionConfig`; settings ``RIDGE_ADMISSION__*``): ``max_wait_s``,
-``max_queue``, ``recheck_s``, ``prefill_target``, ``wait_deviations``, ``cache_affinity``, and
-the capacity's ``allowance`` and ``ceiling_ttl_s``. One instance per gateway process: queues,
-learned capacities, outstanding prefill and estimates are this process's own.
+The arithmetic is :mod:`routing.admission.capacity`, the fairness
+:mod:`routing.admission.fair_queue`; parameters are :class:`AdmissionConfig`
+(``RIDGE_ADMISSION__*``). One instance per gateway process: queues and estimates are its own.
+See docs/gateway.md#admission-control.
 """
 
 from __future__ import annotations
@@ -68,8 +27,8 @@ from gateway.telemetry.prometheus import Telemetry
 from gateway.telemetry.slos import SloPolicy
 from routing.admission.capacity import (
     NOTHING,
-    CapacityBook,
     CapacityConfig,
+    CapacityTracker,
     Limits,
     ReleaseRate,
     TtftFloor,
@@ -185,8 +144,8 @@ def cache_affine(features: RequestFeatures, view: StateView, full: frozenset[str
     Where the match is the engines' own (KV events), an endpoint counts with the larger of
     its exact match and the blocks sent there (``view.sent_blocks``): the session's home keeps
     it even when part of its history was evicted, since moving writes the whole history into
-    a second cache (with the exact match alone, agent follow-ups moved three times as often
-    and the hit rate fell, ``docs/benchmarks/router.md``)."""
+    a second cache (what the exact match alone did to agent follow-ups is in
+    ``docs/benchmarks/router.md``)."""
     need = affinity * features.prompt_tokens
     best = max((_held(view, url) for url in full), default=0)
     return best * features.block_tokens >= need and best > _held(view, plan.first.url)
@@ -233,7 +192,7 @@ class Admission:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._config, self._slos, self._snapshot = config, slos, snapshot
         self._telemetry, self._clock = telemetry, clock
-        self._book = CapacityBook(config.capacity, clock)
+        self._capacity = CapacityTracker(config.capacity, clock)
         self._queues: dict[str, FairQueue[Ticket]] = {}
         self._rates: dict[str, ReleaseRate] = {}
         self._floors: dict[str, TtftFloor] = {}
@@ -257,7 +216,7 @@ class Admission:
 
     def released(self, url: str) -> None:
         """A reservation on ``url`` was released: count it, and wake the heads of the queues."""
-        pool = self._book.pool_of(url)
+        pool = self._capacity.pool_of(url)
         if pool is None:
             return
         self._rate(pool).release(self._clock())
@@ -290,7 +249,7 @@ class Admission:
             self._prefill[url] = left
         else:
             self._prefill.pop(url, None)
-        pool = self._book.pool_of(url)
+        pool = self._capacity.pool_of(url)
         if engine_ttft_s is not None and pool is not None:
             rate = self._prefill_rates.get(pool)
             if rate is None:
@@ -319,7 +278,7 @@ class Admission:
                              self._config.max_wait_s)
 
     def _gate(self, route: Route, pools: tuple[PoolSnapshot, ...], own: str | None) -> Gate:
-        limits = self._book.limits(pools)
+        limits = self._capacity.limits(pools)
         blocked = self._blocked(pools, own) if self._waiting else NOTHING
         paced = self._paced(route) if self._prefill else NOTHING
         return Gate(route, pools, limits, blocked, paced, self._config.cache_affinity)
@@ -333,7 +292,7 @@ class Admission:
         if ttft is None:
             return NOTHING
         target, rates = self._config.prefill_target, self._prefill_rates
-        pool_of = self._book.pool_of
+        pool_of = self._capacity.pool_of
 
         def cap_of(url: str) -> float | None:
             rate = rates.get(pool_of(url) or "")

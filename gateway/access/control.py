@@ -7,7 +7,8 @@
 2. :meth:`Access.admit` — once the body is parsed: the model must be one the key may use
    (else OpenAI's 404 ``model_not_found``: a model the key cannot see does not exist for it),
    and the key's rate limits must have room (:mod:`gateway.access.limits`; else 429). The token
-   charge at admission is the prompt estimate (``len(body) / chars_per_token``) plus
+   charge at admission is the prompt estimate (⌈``len(body)`` ÷ ``chars_per_token``⌉,
+   :func:`routing.tokens.counters.estimate_tokens`) plus
    ``max_tokens``, or the default output length when the request sets none;
 3. :meth:`Access.settle` — when the request ends, however it ends: the lease is given back and
    the charge corrected by the engine's usage (prompt + completion tokens; a request that never
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from gateway.access.keys import Caller, KeyRing, model_refused
 from gateway.access.limits import Grant, RateLimiter
 from gateway.request.body import ParsedRequest
+from routing.tokens.counters import CHARS_PER_TOKEN, estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +34,7 @@ class Estimate:
     """How a request's tokens are estimated at admission: prompt characters per token, and
     the output length assumed when ``max_tokens`` is not set [tokens]."""
 
-    chars_per_token: float = 4.0
+    chars_per_token: float = CHARS_PER_TOKEN
     default_output_tokens: int = 256
 
 
@@ -65,7 +67,7 @@ class Access:
         """The tokens a request is charged at admission (module docstring)."""
         output = parsed.max_tokens if parsed.max_tokens is not None else \
             self._estimate.default_output_tokens
-        return int(len(parsed.body) / self._estimate.chars_per_token) + output
+        return estimate_tokens(len(parsed.body), self._estimate.chars_per_token) + output
 
     async def settle(self, grant: Grant, used_tokens: int | None) -> None:
         """Settle ``grant`` (:meth:`RateLimiter.settle`), to its end even if the calling task

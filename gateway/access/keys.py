@@ -1,29 +1,15 @@
 """API keys: who may call the gateway, for which models, under which limits.
 
-A key is ``rk-`` followed by 43 URL-safe characters (256 random bits). ridge never stores a key:
-it stores its SHA-256 digest (a key has full entropy, so a fast hash is enough; there is nothing
-to brute-force) with a :class:`KeyRecord` — the key's name, the models it may use (none listed:
-every model), its limits (:class:`KeyLimits`), whether it may read the admin routes, when it was
-created, and the key's first characters to recognise it by (``rk-AbCd…``).
+A key is ``rk-`` and 43 URL-safe characters (256 random bits); ridge stores only its SHA-256
+digest, with a :class:`KeyRecord` (name, models, :class:`KeyLimits`, admin, created, prefix).
+Records live in a keys file (:class:`KeysFile`, ``RIDGE_KEYS_FILE``, written atomically, mode
+0600, by ``ridge keys``) and, with a shared router state, in Redis (:class:`RedisKeys`); the
+file's record wins a tie. :class:`KeyRing` reloads both into a :class:`KeyIndex` every
+``refresh_s`` in the background, so no request waits on either.
 
-Where records live:
-
-- a keys file (``RIDGE_KEYS_FILE``): JSON ``{"keys": [record, ...]}``, written atomically with
-  mode 0600 by ``ridge keys add|revoke`` (:class:`KeysFile`);
-- Redis, when the router state is shared there (``RIDGE_REDIS_URL``): the hash
-  ``{prefix}keys``, digest → record JSON, so every gateway replica accepts the same keys
-  (:class:`RedisKeys`).
-
-The gateway holds the records of both in a :class:`KeyBook` (a dict lookup per request) and
-reloads them in the background (:class:`KeyRing`, every ``refresh_s``): a key added or revoked
-takes effect within that time, and no request waits on the file or on Redis. When both hold a
-digest, the file's record wins.
-
-Authentication (:meth:`KeyRing.authenticate`) is on when ``auth`` is ``on``, or ``auto`` (the
-default) and at least one key is known; ``off`` never asks. ``Authorization: Bearer KEY`` as
-the OpenAI SDKs send it; a missing or unknown key is a 401 with OpenAI's ``invalid_api_key``
-body and ``www-authenticate: Bearer``. Keys never reach logs, metric labels or error bodies:
-a key is named by its record's ``name``.
+Authentication (:meth:`KeyRing.authenticate`): ``auth`` on, or ``auto`` with a key known;
+``Authorization: Bearer KEY``; a missing or unknown key is OpenAI's 401 ``invalid_api_key``.
+Keys never reach logs, metric labels or error bodies. See docs/gateway.md#api-keys.
 """
 
 from __future__ import annotations
@@ -122,7 +108,7 @@ def make_record(key: str, name: str, *, models: Iterable[str] = (),
                      admin, time.time())
 
 
-class KeyBook:
+class KeyIndex:
     """The records ridge knows, by digest; immutable once built."""
 
     def __init__(self, records: Iterable[KeyRecord] = ()) -> None:
@@ -248,20 +234,20 @@ ANONYMOUS = Caller(None)
 
 
 class KeyRing:
-    """The gateway's keys: a :class:`KeyBook` refreshed from its sources in the background."""
+    """The gateway's keys: a :class:`KeyIndex` refreshed from its sources in the background."""
 
     def __init__(self, sources: Iterable[KeySource], mode: AuthMode = "auto",
                  refresh_s: float = 2.0) -> None:
         self._sources = tuple(sources)
         self._mode, self._refresh_s = mode, refresh_s
         self._loaded: list[list[KeyRecord]] = [[] for _ in self._sources]
-        self.book = KeyBook()
+        self.index = KeyIndex()
         self._task: asyncio.Task[None] | None = None
 
     @property
     def required(self) -> bool:
         """Whether requests must carry a key (see the module)."""
-        return self._mode == "on" or (self._mode == "auto" and len(self.book) > 0)
+        return self._mode == "on" or (self._mode == "auto" and len(self.index) > 0)
 
     async def refresh(self) -> None:
         """Load every source again (a source that fails keeps its last records)."""
@@ -272,14 +258,14 @@ class KeyRing:
         merged: dict[str, KeyRecord] = {}
         for records in reversed(self._loaded):  # the first source (the file) wins
             merged.update((r.digest, r) for r in records)
-        if len(merged) != len(self.book):
+        if len(merged) != len(self.index):
             log.info("API keys: %d known", len(merged))
-        self.book = KeyBook(merged.values())
+        self.index = KeyIndex(merged.values())
 
     async def start(self) -> None:
         """Load once, then keep refreshing until :meth:`stop`."""
         await self.refresh()
-        if self._mode == "on" and not self.book:
+        if self._mode == "on" and not self.index:
             log.warning("authentication is on and no API key is configured: every request "
                         "will be refused (ridge keys add NAME)")
         if self._sources:
@@ -309,7 +295,7 @@ class KeyRing:
                 401, "You didn't provide an API key. Provide it in an Authorization header "
                 "using Bearer auth (Authorization: Bearer YOUR_KEY).",
                 code="invalid_api_key", headers=_CHALLENGE)
-        record = self.book.lookup(token)
+        record = self.index.lookup(token)
         if record is None:
             raise GatewayError(401, "Incorrect API key provided.", code="invalid_api_key",
                                headers=_CHALLENGE)

@@ -1,31 +1,16 @@
 """Rate limits and quotas per API key: requests and tokens per minute, concurrent requests.
 
-Algorithm: two token buckets and a lease set per key, checked and taken together (all or none).
+Per key, two token buckets (``rpm``, ``tpm``: capacity per minute, refilled per second) and a
+lease set (``max_concurrent``, leases expiring after ``lease_ttl_s``), checked and taken
+together, all or none. A request takes its token estimate at admission and is corrected by the
+engine's usage when it ends (:meth:`RateLimiter.settle`; the bucket may go into debt down to
+``-tpm``). Over a limit: 429 ``rate_limit_exceeded`` with ``Retry-After`` [s] and
+``x-ratelimit-*`` headers.
 
-- **Requests per minute** (``rpm``): a bucket of capacity ``rpm`` refilled at ``rpm / 60`` per
-  second; a request takes 1.
-- **Tokens per minute** (``tpm``): a bucket of capacity ``tpm`` refilled at ``tpm / 60`` per
-  second; a request takes its estimate at admission (prompt estimate + ``max_tokens``, or the
-  default output length), and when it ends the estimate is corrected by the engine's usage
-  (:meth:`RateLimiter.settle`: the difference is given back or taken; the bucket may go into
-  debt down to ``-tpm``, so an underestimate is paid for by the next requests). A request whose
-  estimate alone exceeds ``tpm`` can never pass: refused at once (``request_too_large``).
-- **Concurrent requests** (``max_concurrent``): a lease per request in flight, given back when
-  it ends; a lease not given back (a gateway that died) expires after ``lease_ttl_s``.
-
-Over a limit: 429 with OpenAI's ``rate_limit_exceeded`` body (type ``requests`` or ``tokens``),
-``Retry-After`` [s, ≥ 1] and ``x-ratelimit-*`` headers. Every answer to a limited key carries
-``x-ratelimit-limit-requests|tokens``, ``x-ratelimit-remaining-requests|tokens`` and
-``x-ratelimit-reset-requests|tokens`` (time until the bucket is full again, OpenAI's
-``1s``/``6m0s``/``20ms`` form).
-
-Where: :class:`LocalLimiter` keeps the buckets in this process (one gateway; with ``ridge serve
---workers N`` and no Redis each worker enforces ``1/N`` of every limit, rounded up).
-:class:`RedisLimiter` keeps them in Redis, taken by one Lua script (:data:`LIMITS_SCRIPT`, the
-same arithmetic as :func:`take`), so every gateway replica shares them; while Redis is down
-(the router state's outage decision) or a call fails, the local buckets stand in, and each
-replica then enforces the whole limit by itself. Times in the script are Redis's own clock
-(``TIME``), so replicas need not agree on theirs.
+:class:`LocalLimiter` keeps the buckets in this process (with N workers and no Redis, each
+enforces 1/N of a limit); :class:`RedisLimiter` shares them through one Lua script
+(:data:`LIMITS_SCRIPT`, the arithmetic of :func:`take`, on Redis's clock), with the local
+buckets standing in while Redis is down. See docs/gateway.md#rate-limits.
 """
 
 from __future__ import annotations
@@ -64,7 +49,7 @@ def seconds_until(level: float, wanted: float, capacity: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class LimitDecision:
     """What the limits said: ``refused`` None = admitted, else ``requests``, ``tokens`` or
     ``concurrent``; the bucket levels after the request [units], and the wait [s] before a
     retry could pass."""
@@ -122,18 +107,18 @@ class LocalLimiter:
 
     def admit_now(self, record: KeyRecord, tokens: int) -> Grant:
         limits, name, now = self.scaled(record.limits), record.name, self._clock()
-        verdict = take(limits, tokens, now, self._requests.get(name), self._tokens.get(name),
+        decision = take(limits, tokens, now, self._requests.get(name), self._tokens.get(name),
                        self._leases.get(name, 0))
-        if verdict.refused is not None:
-            raise refusal(record, limits, tokens, verdict)
+        if decision.refused is not None:
+            raise refusal(record, limits, tokens, decision)
         if limits.rpm is not None:
-            self._requests[name] = Bucket(verdict.requests_left or 0.0, now)
+            self._requests[name] = Bucket(decision.requests_left or 0.0, now)
         if limits.tpm is not None:
-            self._tokens[name] = Bucket(verdict.tokens_left or 0.0, now)
+            self._tokens[name] = Bucket(decision.tokens_left or 0.0, now)
         if limits.max_concurrent is not None:
             self._leases[name] = self._leases.get(name, 0) + 1
         return Grant(record, tokens, name if limits.max_concurrent is not None else None,
-                     False, limit_headers(limits, verdict))
+                     False, limit_headers(limits, decision))
 
     async def settle(self, grant: Grant, used_tokens: int | None) -> None:
         self.settle_now(grant, used_tokens)
@@ -150,18 +135,18 @@ class LocalLimiter:
 
 
 def take(limits: KeyLimits, tokens: int, now: float, requests: Bucket | None,
-         token_bucket: Bucket | None, leases: int) -> Verdict:
+         token_bucket: Bucket | None, leases: int) -> LimitDecision:
     """Whether a request of ``tokens`` passes ``limits`` (module docstring); the levels after."""
     req = refill(requests, limits.rpm, now) if limits.rpm is not None else None
     tok = refill(token_bucket, limits.tpm, now) if limits.tpm is not None else None
     if limits.max_concurrent is not None and leases >= limits.max_concurrent:
-        return Verdict("concurrent", req, tok, 1.0)
+        return LimitDecision("concurrent", req, tok, 1.0)
     if req is not None and limits.rpm is not None and req < 1.0:
-        return Verdict("requests", req, tok, seconds_until(req, 1.0, limits.rpm))
+        return LimitDecision("requests", req, tok, seconds_until(req, 1.0, limits.rpm))
     if tok is not None and limits.tpm is not None and tok < tokens:
         wait = seconds_until(tok, tokens, limits.tpm) if tokens <= limits.tpm else math.inf
-        return Verdict("tokens", req, tok, wait)
-    return Verdict(None, None if req is None else req - 1.0,
+        return LimitDecision("tokens", req, tok, wait)
+    return LimitDecision(None, None if req is None else req - 1.0,
                    None if tok is None else tok - tokens)
 
 
@@ -171,10 +156,11 @@ def corrected(level: float, charged: int, used: int, capacity: float) -> float:
     return max(-capacity, min(capacity, level + charged - used))
 
 
-def refusal(record: KeyRecord, limits: KeyLimits, tokens: int, verdict: Verdict) -> GatewayError:
+def refusal(record: KeyRecord, limits: KeyLimits, tokens: int,
+            decision: LimitDecision) -> GatewayError:
     """The 429 for a refused request (module docstring)."""
-    headers = limit_headers(limits, verdict)
-    if math.isinf(verdict.retry_after_s):
+    headers = limit_headers(limits, decision)
+    if math.isinf(decision.retry_after_s):
         return GatewayError(
             429, f"Request too large for key '{record.name}': about {tokens} tokens requested, "
             f"the limit is {limits.tpm} tokens per minute.", code="request_too_large",
@@ -182,19 +168,19 @@ def refusal(record: KeyRecord, limits: KeyLimits, tokens: int, verdict: Verdict)
     what = {"requests": f"requests per minute (RPM): limit {limits.rpm}",
             "tokens": f"tokens per minute (TPM): limit {limits.tpm}, requested {tokens}",
             "concurrent": f"concurrent requests: limit {limits.max_concurrent}"}
-    retry = max(1, math.ceil(verdict.retry_after_s))
-    kind = "tokens" if verdict.refused == "tokens" else "requests"
+    retry = max(1, math.ceil(decision.retry_after_s))
+    kind = "tokens" if decision.refused == "tokens" else "requests"
     return GatewayError(
-        429, f"Rate limit reached for key '{record.name}' on {what[verdict.refused or '']}. "
-        f"Please try again in {duration(verdict.retry_after_s)}.", code="rate_limit_exceeded",
+        429, f"Rate limit reached for key '{record.name}' on {what[decision.refused or '']}. "
+        f"Please try again in {duration(decision.retry_after_s)}.", code="rate_limit_exceeded",
         kind=kind, headers=((b"retry-after", str(retry).encode()), *headers))
 
 
-def limit_headers(limits: KeyLimits, verdict: Verdict) -> tuple[tuple[bytes, bytes], ...]:
+def limit_headers(limits: KeyLimits, decision: LimitDecision) -> tuple[tuple[bytes, bytes], ...]:
     """The ``x-ratelimit-*`` headers of the key's bucket levels (module docstring)."""
     out: list[tuple[bytes, bytes]] = []
-    for kind, capacity, left in (("requests", limits.rpm, verdict.requests_left),
-                                 ("tokens", limits.tpm, verdict.tokens_left)):
+    for kind, capacity, left in (("requests", limits.rpm, decision.requests_left),
+                                 ("tokens", limits.tpm, decision.tokens_left)):
         if capacity is None or left is None:
             continue
         reset = seconds_until(left, capacity, capacity)
@@ -309,11 +295,11 @@ class RedisLimiter:
                                            self._ttl_ms, -1])
         except Exception:  # noqa: BLE001 - any Redis failure: the local limits stand in
             return self._local.admit_now(record, tokens)
-        verdict = _verdict(raw, record.limits)
-        if verdict.refused is not None:
-            raise refusal(record, record.limits, tokens, verdict)
+        decision = _decision(raw, record.limits)
+        if decision.refused is not None:
+            raise refusal(record, record.limits, tokens, decision)
         return Grant(record, tokens, lease or None, True,
-                     limit_headers(record.limits, verdict))
+                     limit_headers(record.limits, decision))
 
     async def settle(self, grant: Grant, used_tokens: int | None) -> None:
         if not grant.shared:
@@ -332,9 +318,9 @@ def _limit_args(limits: KeyLimits) -> list[int]:
     return [-1 if n is None else n for n in (limits.rpm, limits.tpm, limits.max_concurrent)]
 
 
-def _verdict(raw: Any, limits: KeyLimits) -> Verdict:
+def _decision(raw: Any, limits: KeyLimits) -> LimitDecision:
     """The script's answer: ok, refused limit, wait [s], bucket levels (of set limits)."""
     ok, which, wait, req, tok = raw
-    return Verdict(None if int(ok) == 1 else str(which),
+    return LimitDecision(None if int(ok) == 1 else str(which),
                    None if limits.rpm is None else float(req),
                    None if limits.tpm is None else float(tok), float(wait))

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 
 ATTEMPTS = 3
 """Starts of the simulated fleet before a port taken meanwhile is reported."""

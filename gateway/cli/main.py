@@ -42,7 +42,7 @@ import yaml
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.launch.real_fleet import RealFleetError, start_real_fleet
-from config.fleet_file import Fleet, FleetConfigError, load_fleet
+from config.fleet import Fleet, FleetConfigError, load_fleet
 from gateway import native
 from gateway.app import RidgeApp, create_app
 from gateway.cli import keys as keys_cli
@@ -76,7 +76,7 @@ DESCRIPTION = (
     "inside that pool, and reports TTFT, TPOT, goodput, MFU and MBU on /metrics.")
 EPILOG = (
     "Settings also come from RIDGE_* environment variables, e.g. RIDGE_PORT=9000 or "
-    "RIDGE_UPSTREAM__CONNECT_TIMEOUT_S=1 (README: Settings); flags win over them. "
+    "RIDGE_UPSTREAM__CONNECT_TIMEOUT_S=1 (docs/settings.md); flags win over them. "
     "`ridge COMMAND --help` shows a command's flags. A bad setting, flag or fleet file, or a "
     "port in use, ends a command with exit status 2 and one line saying what to change.")
 SERVE_DESCRIPTION = (
@@ -167,8 +167,8 @@ def _yaml_where(exc: yaml.YAMLError) -> str:
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` on uvloop when it is installed (measured 2–15 % more requests/s and less
-    CPU per request than the default loop), else on asyncio's own loop."""
+    """Run ``main`` on uvloop when it is installed (more requests/s and less CPU per request
+    than the default loop: docs/benchmarks/overhead.md), else on asyncio's own loop."""
     try:
         import uvloop
     except ImportError:
@@ -311,8 +311,8 @@ def uvicorn_config(app: RidgeApp, settings: Settings) -> uvicorn.Config:
 GC_THRESHOLDS = (20_000, 50, 100)
 """Allocations between two young-generation collections, and the older generations' ratios.
 Python's default (700, 10, 10) collects every few requests and stalls the loop for the full
-heap every few hundred: measured with the overhead benchmark, these cut ~10 % of the CPU per
-request and most of the p99 latency spikes."""
+heap every few hundred; these collect far less often, which the overhead benchmark shows as
+less CPU per request and fewer p99 latency spikes (docs/benchmarks/overhead.md)."""
 
 
 def tune_gc() -> None:

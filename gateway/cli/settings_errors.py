@@ -26,7 +26,7 @@ from typing import Any, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
-from uvicorn.config import LOG_LEVELS
+from uvicorn.config import LOG_LEVELS  # undocumented: see test_settings_errors_pins.py
 
 from gateway.settings import Settings
 

@@ -1,30 +1,16 @@
 """The engines' KV-cache events in the gateway: the precise index, its subscribers, its gauges.
 
-When a pool of the fleet file sets ``kv_events`` (its engines publish KV-cache events,
-:mod:`config.fleet_file`), the gateway keeps a :class:`routing.kv_events.index.KvEventIndex`
-of the blocks those engines report holding, fed by one ZMQ subscriber per endpoint
-(:class:`backends.kv_events.subscriber.KvEventSubscribers`), and wraps its router state in a
-:class:`routing.kv_events.state.EventState` so those endpoints are matched against what they hold.
-A fleet without ``kv_events`` gets none of it (no cost on the request path).
+When a pool sets ``kv_events``, :class:`EngineEvents` keeps a
+:class:`routing.kv_events.index.KvEventIndex` of the blocks those engines report, fed by one
+ZMQ subscriber per endpoint (:class:`backends.kv_events.subscriber.KvEventSubscribers`), and
+wraps the router state in a :class:`routing.kv_events.state.EventState`. A fleet without
+``kv_events`` gets none of it. :meth:`EngineEvents.follow_fleet` (at start-up and every
+``interval_s``) follows the endpoints the registry has now and drops the others.
 
-Which endpoints are followed tracks the fleet: :meth:`EngineEvents.follow_fleet` (called at
-start-up and every ``interval_s`` seconds) subscribes to every endpoint of a ``kv_events`` pool
-as the registry has it now (the resolved addresses of a ``resolve: dns`` pool, the current fleet
-file after a reload), and stops following the others: their requests fall back to the
-approximate index.
-
-Index size (:func:`index_blocks`): the router blocks of every followed engine's KV capacity
-(device and host tier, :func:`backends.engines.kv_capacity.engine_cache_tokens`), twice over for
-headroom; :data:`FALLBACK_BLOCKS` when an engine's capacity is unknown. A pool with a host tier
-and the facts prices its host-only blocks at :func:`reload_ratio` of recomputing them.
-
-Gauges: ``ridge_kv_event_index_blocks`` (router blocks held), ``ridge_kv_event_index_bytes``
-(their memory, :meth:`routing.kv_events.index.KvEventIndex.memory_bytes`),
-``ridge_kv_event_index_dropped_blocks_total`` (stored blocks the index could not keep: past its
-cap, or not matchable by tokens), and per endpoint ``ridge_kv_events_batches_total``,
-``ridge_kv_events_total`` (events applied), ``ridge_kv_events_resets_total`` (the engine
-restarted or events were lost: the endpoint's blocks were forgotten),
-``ridge_kv_events_replays_total``, ``ridge_kv_events_decode_errors_total``.
+The index holds :func:`index_blocks` router blocks (twice the followed engines' KV capacity,
+:data:`FALLBACK_BLOCKS` when unknown); host-only blocks are priced at :func:`reload_ratio`.
+It exports the ``ridge_kv_event*`` gauges and counters. See
+docs/gateway.md#kv-cache-event-subscribers.
 """
 
 from __future__ import annotations
@@ -39,7 +25,8 @@ from prometheus_client.registry import Collector
 
 from backends.engines.kv_capacity import engine_cache_tokens
 from backends.kv_events.subscriber import KvEventCounters, KvEventSubscribers, wanted_sources
-from config.fleet_file import Fleet, Pool
+from config.fleet import Fleet
+from config.pools import Pool
 from routing.formulas import host_reload_ratio
 from routing.kv_events.index import BYTES_PER_BLOCK, BYTES_PER_PAGE, KvEventIndex
 from routing.kv_events.state import EventState

@@ -1,38 +1,16 @@
 """Fleet reload: SIGHUP, or ``POST /admin/reload``, reads the fleet file again and applies it
 without a restart and without dropping a request.
 
-One reload (:meth:`Reloader.reload`, one at a time):
+:meth:`Reloader.reload` (one at a time): read and validate the file and build the new request
+path (router, admission control, API-key headers) as at start-up — anything wrong keeps the
+fleet in use, logs one WARNING and answers the admin call 400 ``invalid_fleet``; resolve its
+``resolve: dns`` pools; apply everything in one step of the event loop (registry, a new
+:class:`~gateway.request.proxy.Proxy`, SLOs, the MFU/MBU accounting); then let idle departed
+endpoints go, probe new ones, and log one INFO line of what changed.
 
-1. Read and validate the file (the path ridge was given as ``RIDGE_CONFIG``), then build what
-   the request path needs from it — the router (lever policy, every pool's scheduler),
-   admission control against its SLOs, the engines' API-key headers — exactly as at start-up.
-   Anything wrong (unreadable file, YAML, a field, a missing API-key variable): the fleet in
-   use stays, one WARNING says why, and the admin call answers 400 with the reason
-   (OpenAI-shaped, code ``invalid_fleet``).
-2. Look the new fleet's ``resolve: dns`` pools up (:mod:`backends.registry.resolver`).
-3. Apply, in one step of the event loop (no request sees half of it): the registry takes the
-   new pools and endpoints (:meth:`backends.registry.endpoints.EndpointRegistry.apply_fleet`:
-   endpoints
-   that left drain — nothing new is sent there, the requests in flight finish — and leave
-   once idle or after ``RIDGE_REGISTRY__DRAIN_TIMEOUT_S``; new ones start unhealthy); the
-   gateway's :class:`~gateway.request.proxy.Proxy` is replaced by one built on the new router and
-   admission control (the request path reads ``gateway.request.proxy`` once per request, so a
-   request
-   keeps, to its end, the router and admission control it started with, and its reservations
-   are released where they were taken); telemetry takes the new SLOs, and the MFU/MBU
-   accounting the new endpoints (:mod:`gateway.fleet.views`).
-4. Let the endpoints that left with nothing in flight go at once, probe those that joined
-   (bounded by the probe timeout), then log one INFO line: the pools and endpoints added,
-   removed and changed, and what waits for a restart.
-
-Applied live: pools (added, removed, changed), endpoints, levers, roles and pairs, engines,
-model and hardware facts, API-key variables, ``resolve``, ``routing.policy``,
-``routing.scheduler``, ``routing.plugins``, ``slos``. Needs a restart: ``routing.features``
-(the request measure and the tokenizers are built once; the running ones stay, and the log
-line says so), the ``model`` label of a model name the fleet did not serve at start-up (its
-metrics say ``other`` until then), and every setting of the environment (``RIDGE_*``).
-With ``ridge serve --workers N`` each worker reloads on its own: SIGHUP to the supervisor is
-passed on to every worker (:mod:`gateway.workers.supervisor`); the admin call reaches one.
+A request keeps, to its end, the router and admission control it started with. What is applied
+live and what waits for a restart (``routing.features``, settings ``RIDGE_*``) is listed in
+docs/gateway.md#fleet-reload.
 """
 
 from __future__ import annotations
@@ -48,8 +26,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from backends.registry.endpoints import FleetChanges, Poller
-from config.fleet_file import Fleet, FleetConfigError, load_fleet
+from backends.registry.changes import FleetChanges
+from backends.registry.poller import Poller
+from config.fleet import Fleet, FleetConfigError, load_fleet
 from gateway.fleet.views import LiveEfficiency
 from gateway.request.dispatch import EngineHeaders, engine_headers
 from gateway.request.proxy import Proxy

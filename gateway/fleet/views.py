@@ -1,22 +1,16 @@
 """What the gateway keys by the fleet's pools and endpoints, kept true while they change.
 
-The registry's pools and endpoints change at runtime (:mod:`backends.registry.endpoints`: a fleet
-reload,
-a ``resolve: dns`` pool's look-ups). Two parts of the gateway follow them here:
+The registry's pools and endpoints change at runtime (a fleet reload, a ``resolve: dns``
+pool's look-ups). Two parts of the gateway follow them here:
 
-- :class:`FleetBook`: the registry as one fleet's dispatcher sees it. A dispatcher's router
-  and admission control are built from one fleet and know only its pools, while a request
-  placed before a reload may still be retried after it; its book shows it the registry's
-  snapshot without the pools its fleet lacks. While the registry holds exactly that fleet's
-  pools (always, but between a reload and the end of the requests placed before it) the
-  snapshot is the registry's own tuple; the cost on the request path is one identity test.
-- :class:`LiveEfficiency`: the MFU/MBU accounting (:mod:`gateway.telemetry.efficiency`) prices a
-  request with the facts of the endpoint that served it, by URL. After every change of the
-  endpoint set it is built again for the endpoints there are now (a ``resolve: dns`` pool's
-  addresses included), and its collector replaces the previous one on the metrics registry:
-  the accounting's window and the ``ridge_estimated_*_total`` counters start again then
-  (Prometheus' ``rate()`` takes a counter reset in its stride). Nothing is rebuilt when the
-  facts by URL are the same.
+- :class:`FleetRegistryView`: the registry's snapshot as one fleet's dispatcher sees it,
+  without the pools its fleet lacks; one identity test on the request path while the two
+  agree.
+- :class:`LiveEfficiency`: the MFU/MBU accounting (:mod:`gateway.telemetry.efficiency`),
+  rebuilt for the endpoints there are after every change of their facts by URL, its collector
+  replacing the previous one (its window and counters start again).
+
+See docs/gateway.md#views-that-follow-the-fleet.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from __future__ import annotations
 from prometheus_client.registry import Collector
 
 from backends.registry.endpoints import EndpointRegistry
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.telemetry.efficiency import (
     EfficiencyCollector,
     EndpointFacts,
@@ -36,8 +30,8 @@ from gateway.telemetry.prometheus import Telemetry
 from routing.snapshots import PoolSnapshot
 
 
-class FleetBook:
-    """The dispatcher's :class:`~gateway.request.dispatch.EndpointBook` for ``fleet``: the
+class FleetRegistryView:
+    """The dispatcher's :class:`~gateway.request.dispatch.RegistryView` for ``fleet``: the
     registry's snapshot restricted to the fleet's pools; request outcomes go to the registry as
     they are."""
 
@@ -88,7 +82,7 @@ class LiveEfficiency:
             return
         ledger = TokenLedger(facts, window_s=old.window_s, clock=old.now)
         collector = EfficiencyCollector(ledger, self._registry.snapshot)
-        metrics = self._telemetry.registry
+        metrics = self._telemetry.metrics_registry
         metrics.unregister(self._collector)
         metrics.register(collector)
         self._telemetry.ledger, self._collector = ledger, collector

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from config.fleet_file import FleetConfigError, load_fleet
+from config.fleet import FleetConfigError, load_fleet
 from gateway.render.assets import Assets, find_assets
 from gateway.render.compose import ENV_EXAMPLE, render_compose
 from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes

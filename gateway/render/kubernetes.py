@@ -1,27 +1,13 @@
 """The Kubernetes target: plain manifests, one file per component, and a kustomization.
 
-Objects (all in one namespace, labelled ``app.kubernetes.io/part-of: ridge`` and by component):
-- per pool: a Deployment (replicas = the pool's endpoints in the fleet file; its rendered
-  command line; ``nvidia.com/gpu`` limits; startup, readiness and liveness probes on the
-  engine's health path; scrape annotations), a headless Service ``engine-POOL`` (one DNS name
-  whose records are the ready engines) and a PodDisruptionBudget (one engine down at a time);
-- ridge: the fleet file as a ConfigMap (each pool's endpoint rewritten to its engines' headless
-  Service name with ``resolve: dns``: the gateway looks the name up at every poll and routes
-  to every ready pod behind it as an endpoint of its own, so scaling a pool's Deployment needs
-  no change to the fleet file), a Deployment with readiness (``/ready``) and liveness
-  (``/health``) probes, ``RIDGE_CONFIG`` naming the mounted fleet file (which a reload reads)
-  and a checksum of the fleet file (a changed fleet rolls the gateway), a Service for clients,
-  a headless Service of the metrics port (each replica for Prometheus), a
-  PodDisruptionBudget; Redis, whose state its replicas share;
-- Prometheus (a ConfigMap with the project's configuration and rules, a Deployment, a Service;
-  it finds its targets through the cluster DNS, so it needs no access to the Kubernetes API)
-  and Grafana (the provisioning and the dashboards as ConfigMaps, a Deployment, a Service).
+Objects, all in one namespace and labelled ``app.kubernetes.io/part-of: ridge``: per pool a
+Deployment, a headless Service ``engine-POOL`` and a PodDisruptionBudget; ridge's fleet file
+as a ConfigMap (endpoints rewritten to the engines' headless Services with ``resolve: dns``),
+its Deployment, Services and PodDisruptionBudget, and Redis; Prometheus and Grafana.
 
 Secrets are referenced, never rendered: the engines' API keys from the Secret
-:data:`KEYS_SECRET` (one key per variable name, created by the operator), passed as
-``--api-key $(VAR)`` (Kubernetes expands ``$(VAR)`` from the container's environment); a
-literal ``$(`` in an argument is written ``$$(``. ``HF_TOKEN`` comes from the optional Secret
-:data:`HF_SECRET`.
+:data:`KEYS_SECRET` as ``--api-key $(VAR)``, ``HF_TOKEN`` from :data:`HF_SECRET`.
+See docs/gateway.md#kubernetes and docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -32,7 +18,7 @@ from typing import Any
 
 from backends.launch.args import Arg, EnvRef
 from backends.registry.resolver import DNS
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.render.assets import Assets
 from gateway.render.monitoring import METRICS_PORT_NAME, POOL_ANNOTATION, kubernetes_config
 from gateway.render.plan import (

@@ -1,22 +1,14 @@
 """What a rendered deployment holds, before it is written for compose or Kubernetes.
 
-:func:`make_plan` turns a fleet into an :class:`EnginePlan` per pool — a DNS-safe name, as many
-replicas as the pool lists endpoints, the image of its engine, its command line (from the
-pool's levers, :mod:`backends.launch.recipes`), its ports, the GPUs one engine takes and its
-health and metrics paths (:mod:`backends.engines.dialects`) — plus the ridge gateway's own settings
-(:class:`RenderOptions`). :func:`rendered_fleet` writes the fleet file the deployed gateway
-reads: the same pools and settings, the endpoints rewritten to the deployment's own names.
+:func:`make_plan` turns a fleet into an :class:`EnginePlan` per pool — a DNS-safe name,
+replicas, image, command line (:mod:`backends.launch.recipes`), ports, GPUs, health and metrics
+paths (:mod:`backends.engines.dialects`) — plus the gateway's :class:`RenderOptions`;
+:func:`rendered_fleet` writes the fleet file the deployed gateway reads, its endpoints
+rewritten to the deployment's names.
 
-Names: Kubernetes Services must be DNS labels (lower-case letters, digits and ``-``, at most 63
-characters, starting with a letter), so a pool ``pd_prefill`` runs as ``engine-pd-prefill``;
-a name cut to fit gets a short hash so that two pools never share one.
-
-Ports: ridge serves clients on :data:`RIDGE_PORT` and its metrics on :data:`RIDGE_ADMIN_PORT`
-(``RIDGE_ADMIN_PORT``: there ``/metrics`` needs no key, so Prometheus scrapes it while the
-client port may require API keys); every engine listens on its engine's usual port, and on
-its role's side ports and its pool's KV event ports (``kv_events``), which a Kubernetes engine
-pod declares. A pool's explicit ``kv_events.addresses`` are left out of the rendered fleet file:
-each rendered engine has a host of its own.
+Names are DNS labels (``pd_prefill`` runs as ``engine-pd-prefill``; one cut to fit gets a
+short hash). ridge serves clients on :data:`RIDGE_PORT` and its metrics on
+:data:`RIDGE_ADMIN_PORT`. See docs/gateway.md#the-plan.
 """
 
 from __future__ import annotations
@@ -34,7 +26,9 @@ import yaml
 from backends.engines.dialects import dialect_for
 from backends.launch.args import Arg, env_refs
 from backends.launch.recipes import checkpoint, launcher
-from config.fleet_file import Fleet, Pool, Role, parse_fleet
+from config.engines import Role
+from config.fleet import Fleet, parse_fleet
+from config.pools import Pool
 
 RIDGE_PORT = 8080
 RIDGE_ADMIN_PORT = 9091

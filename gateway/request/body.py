@@ -1,27 +1,14 @@
 """Read the few fields ridge needs from an OpenAI request body; leave the rest untouched.
 
-ridge parses ``model``, ``messages`` (chat) or ``prompt`` (completions), ``stream``,
-``stream_options``, ``max_tokens`` / ``max_completion_tokens`` and ``user``, and checks their
-types. Every other field (tools, response_format, logprobs, seed, ...) is neither read nor
-rewritten: the engine receives the client's bytes as sent.
+Chat and completions: ``model``, ``messages`` or ``prompt``, ``stream``, ``stream_options``,
+``max_tokens`` / ``max_completion_tokens`` and ``user``, type-checked; every other field is
+neither read nor rewritten, so the engine receives the client's bytes as sent. The other APIs
+the engines serve (:class:`ApiPath`: Responses, embeddings, tokenize, detokenize, score,
+rerank) are read the same way, ``model`` required and only their input checked for presence
+and shape; the engine validates the rest.
 
-The other APIs the engines serve are read the same way (``model`` is required by each: ridge
-routes on it), with only their input checked for presence and shape — the engine validates
-the rest and answers its own 400:
-
-- ``/v1/responses`` (generation): ``input`` (a string or a non-empty array of items),
-  ``instructions``, ``stream``, ``max_output_tokens``, ``user``. Its stream always ends with
-  the response and its usage (``response.completed``), so ridge never asks for usage
-  (``include_usage`` is set for every stream) and forwards the body as sent;
-- ``/v1/embeddings``: ``input`` (a string or a non-empty array), or vLLM's chat form
-  ``messages``; ``user``;
-- ``/tokenize``: ``prompt`` (a string) or ``messages``; ``/detokenize``: ``tokens`` (token
-  ids);
-- ``/score`` and ``/v1/score``: one pair of vLLM's score inputs (``queries`` with
-  ``documents`` or ``items``, ``data_1`` / ``data_2``, ``text_1`` / ``text_2``);
-- ``/rerank``, ``/v1/rerank``, ``/v2/rerank``: ``query`` and ``documents``.
-
-None of those but Responses streams: ``stream`` is not read, and the answer is relayed whole.
+:data:`GENERATION` names the APIs that generate, :data:`NO_INFERENCE` those that run no model.
+See docs/gateway.md#request-bodies for each API's fields.
 """
 
 from __future__ import annotations
@@ -43,7 +30,7 @@ MAX_TOKENS = 2**31 - 1
 """Largest ``max_tokens`` / ``max_completion_tokens`` accepted (what engines store it in)."""
 
 
-class Endpoint(StrEnum):
+class ApiPath(StrEnum):
     """The APIs ridge routes to engines, by the path a client calls and the engine is sent
     (vLLM's aliases each keep their own path: an engine answers them as it would directly).
     Paths as vLLM 0.32 serves them (``vllm/entrypoints/openai/responses/api_router.py``,
@@ -64,11 +51,11 @@ class Endpoint(StrEnum):
     RERANK_V2 = "/v2/rerank"
 
 
-GENERATION: frozenset[Endpoint] = frozenset(
-    {Endpoint.CHAT, Endpoint.COMPLETIONS, Endpoint.RESPONSES})
+GENERATION: frozenset[ApiPath] = frozenset(
+    {ApiPath.CHAT, ApiPath.COMPLETIONS, ApiPath.RESPONSES})
 """The APIs that generate text: routed by the lever policy, streamed when asked. The others
 are routed by load alone and answered whole."""
-NO_INFERENCE: frozenset[Endpoint] = frozenset({Endpoint.TOKENIZE, Endpoint.DETOKENIZE})
+NO_INFERENCE: frozenset[ApiPath] = frozenset({ApiPath.TOKENIZE, ApiPath.DETOKENIZE})
 """The APIs that run no model on the engine: they teach the router state nothing, are held
 to no SLO and use no tokens of a key's limits."""
 
@@ -77,7 +64,7 @@ to no SLO and use no tokens of a key's limits."""
 class ParsedRequest:
     """What ridge read of one request; ``body`` is forwarded byte for byte."""
 
-    endpoint: Endpoint
+    api_path: ApiPath
     model: str
     stream: bool
     include_usage: bool
@@ -110,17 +97,17 @@ class ParsedRequest:
         return replace(self, payload=payload, body=body[:-1] + comma + member + b"}")
 
 
-def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
+def parse_request(api_path: ApiPath, body: bytes) -> ParsedRequest:
     """Validate ``body``; raises a 400 GatewayError naming the offending field."""
     payload = _json_object(body)
     model = _required_str(payload, "model")
-    check = _CHAT_OR_COMPLETIONS.get(endpoint)
+    check = _CHAT_OR_COMPLETIONS.get(api_path)
     if check is None:
-        return _OTHER_PARSERS[endpoint](endpoint, model, payload, body)
+        return _OTHER_PARSERS[api_path](api_path, model, payload, body)
     check(payload)
     stream = _optional(payload, "stream", bool) or False
     return ParsedRequest(
-        endpoint=endpoint,
+        api_path=api_path,
         model=model,
         stream=stream,
         include_usage=_include_usage(payload, stream),
@@ -335,7 +322,7 @@ def _check_rerank(payload: dict[str, Any]) -> None:
     _check_input(payload, "documents")
 
 
-def _parse_responses(endpoint: Endpoint, model: str, payload: dict[str, Any],
+def _parse_responses(api_path: ApiPath, model: str, payload: dict[str, Any],
                      body: bytes) -> ParsedRequest:
     """A Responses API request: its stream always carries its usage (``include_usage``)."""
     _check_responses_input(payload)
@@ -344,36 +331,36 @@ def _parse_responses(endpoint: Endpoint, model: str, payload: dict[str, Any],
     if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKENS:
         raise _bad(f"'max_output_tokens' must be between 1 and {MAX_TOKENS}",
                    "max_output_tokens")
-    return ParsedRequest(endpoint=endpoint, model=model, stream=stream, include_usage=stream,
+    return ParsedRequest(api_path=api_path, model=model, stream=stream, include_usage=stream,
                          max_tokens=max_tokens, user=_optional(payload, "user", str),
                          payload=payload, body=body)
 
 
-_Parser = Callable[[Endpoint, str, dict[str, Any], bytes], ParsedRequest]
+_Parser = Callable[[ApiPath, str, dict[str, Any], bytes], ParsedRequest]
 
 
 def _parse_whole(check: Callable[[dict[str, Any]], None]) -> _Parser:
     """The parser of an API answered whole, whose input ``check`` validates."""
 
-    def parse(endpoint: Endpoint, model: str, payload: dict[str, Any],
+    def parse(api_path: ApiPath, model: str, payload: dict[str, Any],
               body: bytes) -> ParsedRequest:
         check(payload)
-        return ParsedRequest(endpoint=endpoint, model=model, stream=False, include_usage=False,
+        return ParsedRequest(api_path=api_path, model=model, stream=False, include_usage=False,
                              max_tokens=None, user=_optional(payload, "user", str),
                              payload=payload, body=body)
     return parse
 
 
-_CHAT_OR_COMPLETIONS: Mapping[Endpoint, Callable[[dict[str, Any]], None]] = MappingProxyType({
-    Endpoint.CHAT: _check_messages, Endpoint.COMPLETIONS: _check_prompt})
-_OTHER_PARSERS: Mapping[Endpoint, _Parser] = MappingProxyType({
-    Endpoint.RESPONSES: _parse_responses,
-    Endpoint.EMBEDDINGS: _parse_whole(_check_embeddings),
-    Endpoint.TOKENIZE: _parse_whole(_check_tokenize),
-    Endpoint.DETOKENIZE: _parse_whole(_check_detokenize),
-    Endpoint.SCORE: _parse_whole(_check_score),
-    Endpoint.SCORE_V1: _parse_whole(_check_score),
-    Endpoint.RERANK: _parse_whole(_check_rerank),
-    Endpoint.RERANK_V1: _parse_whole(_check_rerank),
-    Endpoint.RERANK_V2: _parse_whole(_check_rerank),
+_CHAT_OR_COMPLETIONS: Mapping[ApiPath, Callable[[dict[str, Any]], None]] = MappingProxyType({
+    ApiPath.CHAT: _check_messages, ApiPath.COMPLETIONS: _check_prompt})
+_OTHER_PARSERS: Mapping[ApiPath, _Parser] = MappingProxyType({
+    ApiPath.RESPONSES: _parse_responses,
+    ApiPath.EMBEDDINGS: _parse_whole(_check_embeddings),
+    ApiPath.TOKENIZE: _parse_whole(_check_tokenize),
+    ApiPath.DETOKENIZE: _parse_whole(_check_detokenize),
+    ApiPath.SCORE: _parse_whole(_check_score),
+    ApiPath.SCORE_V1: _parse_whole(_check_score),
+    ApiPath.RERANK: _parse_whole(_check_rerank),
+    ApiPath.RERANK_V1: _parse_whole(_check_rerank),
+    ApiPath.RERANK_V2: _parse_whole(_check_rerank),
 })

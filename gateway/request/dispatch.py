@@ -1,32 +1,15 @@
 """From a parsed request to an engine's response headers: measure, route and reserve, send.
 
-Order of events: extract the request's features once (the router state's learned output
-length included); let the router state place the request (:meth:`RouterState.place`: it reads
-its view, runs the router — lever policy, then the pool's scheduler plugins — on it, and
-reserves the chosen endpoint(s), atomically); send — to one endpoint, or through the pool
-engine's P/D hand-off protocol.
+:class:`Dispatcher` extracts the request's features once, lets the router state place it
+(:meth:`RouterState.place`: view, router — lever policy, then the pool's scheduler plugins —
+and reservation, atomically), and sends it to one endpoint or through the pool engine's P/D
+hand-off. An endpoint that fails before the first byte is marked failed and the request placed
+again without it (``retries`` times, then 502); a 503 is passed over the same way without
+marking it. No pool for the model: 404; none can take it: 503; no headers in time: 504.
 
-An endpoint that refuses or resets before the first byte, or answers no valid HTTP status, is
-marked failed, its reservation released, and the request placed again without it (``retries``
-times, then 502); one that answers 503 (overloaded) is passed over the same way while retries
-remain, without being marked failed, and its 503 reaches the client on the last attempt. Error
-messages name no engine address; what went wrong is in ``GatewayError.detail``, for the log.
-No pool serves the model: 404; none can take it: 503; no response headers in time: 504.
-
-With admission control (:mod:`gateway.access.admission`), placing goes through it: a request no
-endpoint has room for waits at the gateway for a slot, fair across keys (``key``: the API
-key's name, else the request's ``user``), or is refused with a 503 and ``Retry-After``.
-Every release is reported to it, and so is each streamed request's first token
-(:meth:`Dispatcher.first_token`: its TTFT and the end of its prefill).
-
-The APIs that generate nothing (embeddings, score, rerank, tokenize, detokenize:
-:data:`~gateway.request.body.GENERATION` lists those that do) are routed by load alone: no
-lever policy (:func:`load_router`: the pools' own schedulers behind a policy without rules,
-which gives a model's only pool, else the least-loaded unsaturated one), every pool serving the
-model a candidate as a whole pool (a prefill or decode pool's engines answer them directly, no
-P/D hand-off), and features of the request's size alone (no block hashes, no session, no
-output). Those that run no model (:data:`~gateway.request.body.NO_INFERENCE`) teach the
-router state nothing when they finish.
+With admission control (:mod:`gateway.access.admission`) placing goes through it, and every
+release and first token is reported to it. The APIs that generate nothing are routed by load
+alone (:func:`load_router`). See docs/gateway.md#dispatch.
 """
 
 from __future__ import annotations
@@ -44,9 +27,10 @@ from backends.upstream.client import (
     UpstreamTimeout,
 )
 from backends.upstream.pd import PD_PROTOCOLS, Handoff
-from config.fleet_file import Engine, Fleet, FleetConfigError
+from config.engines import Engine
+from config.fleet import Fleet, FleetConfigError
 from gateway.access.admission import Admission, Route
-from gateway.request.body import NO_INFERENCE, Endpoint, ParsedRequest
+from gateway.request.body import NO_INFERENCE, ApiPath, ParsedRequest
 from gateway.server.errors import GatewayError
 from routing.features import FeatureConfig, RequestFeatures, RequestInfo
 from routing.load import request_tokens
@@ -54,14 +38,15 @@ from routing.policy import LeverPolicy, PolicyConfig
 from routing.router import RoutePlan, Router
 from routing.snapshots import MIXED, PoolSnapshot
 from routing.state.protocol import Ask, Outcome, Placed, Reservation, RouterState, StateView
+from routing.tokens.counters import estimate_tokens
 
 FORWARD_HEADERS: Mapping[str, str] = MappingProxyType(
     {"content-type": "application/json", "accept": "*/*"}
 )
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 SESSION_HEADER = "x-session-id"
-FEATURE_KINDS: Mapping[Endpoint, str] = MappingProxyType({
-    Endpoint.CHAT: "chat", Endpoint.COMPLETIONS: "completions", Endpoint.RESPONSES: "responses"})
+FEATURE_KINDS: Mapping[ApiPath, str] = MappingProxyType({
+    ApiPath.CHAT: "chat", ApiPath.COMPLETIONS: "completions", ApiPath.RESPONSES: "responses"})
 """The request kind :mod:`routing.features` reads each generation API's prompt as; an API
 missing here is routed by load alone (module docstring)."""
 EngineHeaders = Mapping[str, Mapping[str, str]]
@@ -121,7 +106,7 @@ class ProbeAuth:
         return self._by_pool.get(pool, NO_HEADERS) if pool is not None else NO_HEADERS
 
 
-class EndpointBook(Protocol):
+class RegistryView(Protocol):
     """What dispatch needs of the endpoint registry."""
 
     def snapshot(self) -> tuple[PoolSnapshot, ...]: ...
@@ -191,7 +176,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        book: EndpointBook,
+        registry: RegistryView,
         client: BackendClient,
         router: Router,
         state: RouterState,
@@ -201,7 +186,7 @@ class Dispatcher:
         admission: Admission | None = None,
         model_names: ModelNames = MappingProxyType({}),
     ) -> None:
-        self._book, self._client, self._router = book, client, router
+        self._registry, self._client, self._router = registry, client, router
         self._state, self._extractor, self._retries = state, extractor, retries
         self._headers = headers
         self._admission = admission
@@ -214,7 +199,7 @@ class Dispatcher:
     ) -> Dispatched:
         """Route, reserve and send ``parsed``. ``key``: whom admission control's queues are fair
         between (None: the request's ``user``); ``slo_class``: the class the client named."""
-        pools = self._book.snapshot()
+        pools = self._registry.snapshot()
         urls = [e.url for p in pools if p.serves(parsed.model) for e in p.endpoints]
         if not urls:
             raise GatewayError(
@@ -223,7 +208,7 @@ class Dispatcher:
                 param="model",
                 code="model_not_found",
             )
-        kind = FEATURE_KINDS.get(parsed.endpoint)
+        kind = FEATURE_KINDS.get(parsed.api_path)
         if kind is None:
             router, pools, features = self._by_load, as_whole_pools(pools), self._sized(parsed)
         else:
@@ -245,8 +230,8 @@ class Dispatcher:
                     sent.prefill_ahead = self._admission.prefill_started(
                         sent.plan.first.url, features.prompt_tokens)
                 return sent
-            pools = self._book.snapshot() if kind is not None else \
-                as_whole_pools(self._book.snapshot())
+            pools = self._registry.snapshot() if kind is not None else \
+                as_whole_pools(self._registry.snapshot())
         if not attempts.tried:
             raise GatewayError(
                 503,
@@ -272,7 +257,7 @@ class Dispatcher:
         config = self._extractor.config
         return RequestFeatures(
             model=parsed.model, block_hashes=(), block_tokens=config.block_tokens,
-            prompt_tokens=max(1, int(len(parsed.body) / config.chars_per_token)),
+            prompt_tokens=estimate_tokens(len(parsed.body), config.chars_per_token),
             expected_output_tokens=0, max_tokens=None, session=None, stream=False)
 
     async def _place(self, router: Router, ask: Ask, features: RequestFeatures,
@@ -324,25 +309,25 @@ class Dispatcher:
         for url in plan.urls:
             attempts.tried.add(url)
             if failed:
-                self._book.mark_failed(url, why)
+                self._registry.mark_failed(url, why)
         attempts.last_error = why
         attempts.failures += 1
 
     def engine_failed(self, sent: Dispatched, why: str) -> None:
         """The engine's answer broke off or broke a limit: count its endpoint as failing."""
         for url in sent.plan.urls:
-            self._book.mark_failed(url, why)
+            self._registry.mark_failed(url, why)
 
     async def _send(
         self, parsed: ParsedRequest, plan: RoutePlan
     ) -> tuple[UpstreamResponse, Handoff | None]:
-        path = parsed.endpoint.value
+        path = parsed.api_path.value
         headers = self._headers.get(plan.endpoint.pool, FORWARD_HEADERS)
         if self._model_names:
             parsed = _engine_model(parsed, self._model_names.get(plan.endpoint.pool))
         if plan.prefill is None:
             return await self._client.send(plan.endpoint.url + path, parsed.body, headers), None
-        engine = _engine_of(plan.prefill.pool, self._book.snapshot())
+        engine = _engine_of(plan.prefill.pool, self._registry.snapshot())
         handoff = await PD_PROTOCOLS[engine].run(
             self._client,
             plan.prefill.url,
@@ -413,14 +398,14 @@ class Dispatcher:
             sent.reservations,
             sent.features,
             parsed,
-            succeeded=succeeded and parsed.endpoint not in NO_INFERENCE,
+            succeeded=succeeded and parsed.api_path not in NO_INFERENCE,
             output_tokens=output_tokens,
             matched_tokens=sent.matched_tokens,
             prompt_tokens=prompt_tokens,
         )
         if succeeded:
             for url in sent.plan.urls:
-                self._book.mark_succeeded(url)
+                self._registry.mark_succeeded(url)
         if sent.prefill_ahead:
             self._prefill_done(sent, None)
 

@@ -1,41 +1,18 @@
 """Serve one request for an engine on a lean ASGI path: read, parse, dispatch, relay, record.
 
-``POST /v1/chat/completions`` and ``/v1/completions`` are the hot path, so they skip FastAPI's
-routing, dependency injection and middleware: :class:`gateway.app.RidgeApp` hands them to
-:class:`Proxy`, an ASGI handler — and with them every other API an engine serves
-(:data:`PROXIED_PATHS`: Responses, embeddings, score, rerank, tokenize, detokenize), which go
-the same way with the same keys, limits, errors, metrics and request ids. It reads the body
-(413 past the limit), parses the few fields ridge needs (:mod:`gateway.request.body`),
-dispatches (:mod:`gateway.request.dispatch`: features, routing, reservation, the upstream request)
-and
-relays the engine's answer: a whole body as the engine wrote it, or a stream passed through as
-it arrives (:class:`gateway.request.sse.StreamScanner`; a stream that breaks off ends with an
-OpenAI-shaped error event). Under ridge's HTTP protocol with ridge's own upstream client, a
-stream is relayed from the engine connection's callback: each piece is scanned and written to
-the client as it is parsed (:meth:`Proxy._relay`, :func:`gateway.server.protocol.body_writer`),
-with no task wake-up per piece; the handler's task waits only for the end, or for a slow
-client's buffer to drain. Otherwise each piece goes through ASGI ``send``. ridge always asks
-a streaming chat or completions engine for its usage chunk, to count tokens, and cuts that
-chunk from the relay when the client did not ask for it. A Responses API stream
-(:mod:`gateway.request.responses_sse`) is relayed untouched: its deltas time the first token and its
-closing event carries the usage. Errors ridge answers itself are OpenAI-shaped JSON.
+:class:`gateway.app.RidgeApp` hands :class:`Proxy` the engine routes (:data:`PROXIED_PATHS`:
+chat and completions, the hot path, and Responses, embeddings, score, rerank, tokenize,
+detokenize), skipping FastAPI's routing, dependency injection and middleware. It reads the
+body (413 past :class:`BodyLimits`), parses the few fields ridge needs
+(:mod:`gateway.request.body`), dispatches (:mod:`gateway.request.dispatch`) and relays the
+answer: whole, or a stream as it arrives (:mod:`gateway.request.sse`,
+:mod:`gateway.request.responses_sse`), from the engine connection's callback where ridge's
+protocol and client allow it (:meth:`Proxy._relay`).
 
-A request that runs no model on the engine (tokenize, detokenize:
-:data:`~gateway.request.body.NO_INFERENCE`) is counted in ``ridge_requests_total`` and
-nothing else (no latency, token or SLO figures of the model), and uses no tokens of its key's
-limits.
-
-Limits (:class:`BodyLimits`): a request body past its cap is a 413, read no further; an
-engine's whole answer past its cap, or one event of its stream, is a 502 (an error event once
-a stream has started) and the endpoint is counted as failing. Every response carries
-``x-request-id`` (the client's, when it sent a usable one); a client error never carries an
-engine address or a library's exception text — the log has them, under that id.
-
-Client gone: the request's :class:`~gateway.server.protocol.DisconnectWatch` (ridge's HTTP
-protocol) cancels the handler the moment the connection is lost — no extra task per request;
-under another ASGI server a watcher task awaiting ``http.disconnect`` does the same. Either way
-the upstream request is closed so the engine stops generating, and the request is recorded with
-status 499. Every request, however it ends, releases its reservations and is recorded once.
+Invariants: every request, however it ends, releases its reservations and is recorded once
+(499 when the client went away: :func:`watch_disconnect`); every response carries
+``x-request-id``; an error ridge answers is OpenAI-shaped and names no engine address.
+See docs/gateway.md#the-proxy.
 """
 
 from __future__ import annotations
@@ -58,7 +35,7 @@ from backends.upstream.client import Relaying, UpstreamStreamError, relaying
 from gateway.access.control import Access
 from gateway.access.keys import ANONYMOUS, Caller
 from gateway.access.limits import Grant
-from gateway.request.body import NO_INFERENCE, Endpoint, ParsedRequest, parse_request
+from gateway.request.body import NO_INFERENCE, ApiPath, ParsedRequest, parse_request
 from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.request.responses_sse import ResponsesScanner, chat_usage
 from gateway.request.sse import MAX_EVENT_BYTES, StreamScanner, error_event
@@ -71,10 +48,10 @@ from routing.router import RoutePlan
 log = logging.getLogger("ridge")
 
 CLIENT_CLOSED = 499  # nginx's convention for "client closed the request"
-PROXIED_PATHS: Mapping[str, Endpoint] = MappingProxyType(
-    {endpoint.value: endpoint for endpoint in Endpoint})
+PROXIED_PATHS: Mapping[str, ApiPath] = MappingProxyType(
+    {api_path.value: api_path for api_path in ApiPath})
 """Every path the proxy serves (``POST`` only), by the API it is."""
-_RESPONSES = Endpoint.RESPONSES
+_RESPONSES = ApiPath.RESPONSES
 SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
 REQUEST_ID_HEADER = b"x-request-id"
@@ -151,7 +128,7 @@ class Proxy:
         self._id_prefix = os.urandom(4).hex()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send,
-                       endpoint: Endpoint) -> None:
+                       api_path: ApiPath) -> None:
         call = Call(self._clock())
         headers = _read_headers(scope, call)
         call.request_id = _client_request_id(headers.get(REQUEST_ID_HEADER)) or \
@@ -161,7 +138,7 @@ class Proxy:
             call.caller = self._access.authenticate(headers.get(AUTHORIZATION))
             body = await read_body(receive, self._limits.request,
                                    headers.get(b"content-length"))
-            call.parsed = _ask_for_usage(parse_request(endpoint, body))
+            call.parsed = _ask_for_usage(parse_request(api_path, body))
             if call.caller.record is not None:  # anonymous callers have nothing to admit
                 call.grant = await self._access.admit(call.caller, call.parsed)
             stop_watching = watch_disconnect(scope, receive, call)
@@ -249,7 +226,7 @@ class Proxy:
 
     async def _stream(self, call: Call, send: Send) -> None:
         assert call.sent is not None and call.parsed is not None
-        kind = ResponsesScanner if call.parsed.endpoint is _RESPONSES else StreamScanner
+        kind = ResponsesScanner if call.parsed.api_path is _RESPONSES else StreamScanner
         scanner = kind(not call.parsed.include_usage, self._clock, self._limits.event)
         call.response_started = True
         await send({"type": "http.response.start", "status": 200,
@@ -331,7 +308,7 @@ class Proxy:
                 output_tokens=completion, prompt_tokens=prompt_tokens)
         if call.grant is not None:
             await self._access.settle(call.grant, _used(call, prompt_tokens, completion))
-        if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE:
+        if call.parsed is not None and call.parsed.api_path in NO_INFERENCE:
             self._telemetry.count(self._record(call, prompt_tokens, completion))
         else:
             self._telemetry.record(self._record(call, prompt_tokens, completion))
@@ -489,7 +466,7 @@ def _used(call: Call, prompt_tokens: int | None, completion: int | None) -> int 
     if call.sent is None:
         return 0
     if prompt_tokens is None and completion is None:
-        return 0 if call.parsed is not None and call.parsed.endpoint in NO_INFERENCE else None
+        return 0 if call.parsed is not None and call.parsed.api_path in NO_INFERENCE else None
     return (prompt_tokens or 0) + (completion or 0)
 
 

@@ -1,24 +1,13 @@
 """The Responses API's stream, relayed byte for byte and watched like a chat stream.
 
-vLLM 0.32 (``vllm/entrypoints/openai/responses/api_router.py``,
-``_convert_stream_to_sse_events``) writes each event as ``event: <type>`` then ``data: <json>``
-and a blank line; a text answer is ``response.created``, ``response.in_progress``,
-``response.output_item.added``, ``response.content_part.added``, one
-``response.output_text.delta`` per engine step (``"delta": "<text>"``),
-``response.output_text.done``, ``response.content_part.done``, ``response.output_item.done``
-and ``response.completed``, whose ``response`` holds the whole answer and its ``usage``
-(``input_tokens``, ``output_tokens``, ``total_tokens``, ``input_tokens_details.cached_tokens``).
-There is no ``[DONE]`` line and nothing to cut: ridge never asks a Responses stream for usage.
+vLLM writes each event as ``event: <type>`` then ``data: <json>`` and a blank line, ending with
+``response.completed`` (the whole answer and its usage) and no ``[DONE]``; ridge never asks a
+Responses stream for usage, so nothing is cut. :class:`ResponsesScanner` keeps
+:class:`~gateway.request.sse.StreamScanner`'s interface and hold-back; by byte search it times
+the events with a non-empty ``"delta"`` (first token, inter-token gaps) and parses the event
+holding ``"usage"``, given in the chat API's names (:func:`chat_usage`).
 
-:class:`ResponsesScanner` keeps :class:`~gateway.request.sse.StreamScanner`'s interface and its
-hold-back of an incomplete trailing event; per complete region, by byte search:
-
-- token events: those with a non-empty string ``"delta"`` (text, reasoning and tool-argument
-  deltas — the ``*.done`` events repeat the whole text and are not counted), for the time to
-  the first token and the inter-token gaps;
-- the usage: the event holding a ``"usage": {`` object (``response.completed``, or
-  ``response.incomplete`` / ``response.failed``), parsed with ``json.loads`` and given in the
-  chat API's names (:func:`chat_usage`) so that the proxy reads one kind of usage.
+See docs/gateway.md#responses-api-streams for the event sequence.
 """
 
 from __future__ import annotations

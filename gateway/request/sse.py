@@ -1,27 +1,14 @@
 """Server-sent events relayed as they arrive: the engine's bytes pass through undecoded, and a
 cheap byte inspection finds what ridge needs.
 
-:class:`StreamScanner` takes the upstream body chunk by chunk and returns the bytes to send on.
-It holds back only an incomplete trailing event (engines flush whole events, so normally
-nothing): the relayed bytes end at an event boundary (a blank line, ``\\n\\n`` or
-``\\r\\n\\r\\n``). Per complete region it finds, by byte search, never by parsing JSON:
-
-- token events: the ``data:`` events carrying generated text — a non-empty ``"content"``,
-  ``"reasoning_content"`` or ``"text"`` string, or a non-empty ``"tool_calls"`` list (one
-  compiled regular expression, white space around ``:`` allowed). In a JSON document those
-  byte sequences can only be keys (quotes inside strings are escaped). Their
-  arrival times give the time to the first token and the inter-token gaps (several events in
-  one chunk arrived together: the first gets the gap since the last token, the others 0);
-- the usage event (``"usage":{`` with ``"choices":[]``): parsed with ``json.loads`` — the one
-  event that is — for the token counts, and cut out of the relayed bytes when ridge asked the
-  engine for it on its own account (``strip_usage``).
+:class:`StreamScanner` takes the upstream body chunk by chunk and returns the bytes to send on,
+holding back only an incomplete trailing event (relayed bytes end at an event boundary). Per
+complete region, by byte search, never by parsing JSON: the token events (for TTFT and the
+inter-token gaps) and the usage event, the one event parsed with ``json.loads``, cut from the
+relay when ridge asked for it on its own account (``strip_usage``).
 
 An incomplete event held back past ``max_event_bytes`` raises
-:class:`~backends.upstream.client.UpstreamStreamError` (an engine that never ends an event must not
-make
-the gateway hold its stream whole).
-
-Cost: one regular-expression scan and a few ``find`` calls per chunk.
+:class:`~backends.upstream.client.UpstreamStreamError`. See docs/gateway.md#streams.
 """
 
 from __future__ import annotations

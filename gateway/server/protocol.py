@@ -1,46 +1,19 @@
 """ridge's HTTP/1.1 server protocol: uvicorn's httptools protocol, plus a disconnect watch and
 the limits a gateway exposed to anyone must enforce.
 
-Disconnect watch. A handler that awaits the engine must learn at once when its client goes
-away, so that it closes the upstream request and the engine stops generating. With plain ASGI
-the only way is to keep a ``receive()`` pending in a second task for every request. Instead,
-this protocol puts a :class:`DisconnectWatch` into every request's scope
-(``scope["extensions"]["ridge.disconnect"]``) and fires it when the connection is lost before
-the response is complete; the handler hands the watch a callback (cancelling its own task) —
-no extra task per request. Handlers must also work without the watch (another ASGI server):
-see :func:`gateway.request.proxy.watch_disconnect`.
+- :class:`DisconnectWatch`, in every request's scope (``scope["extensions"]["ridge.disconnect"]``):
+  fired when the connection is lost before the response is complete, so a handler cancels its
+  upstream request without a second task per request.
+- :func:`body_writer`: a :class:`BodyWriter` that lets a relay running in the upstream
+  connection's callback write a chunked body's pieces straight to the client's transport
+  (None under any other server, or a wrapped ``send``).
+- :class:`HttpLimits`: a head past ``max_header_bytes`` or ``max_header_count`` is a 431, a
+  head or body that stalls past ``header_timeout_s`` / ``body_timeout_s`` [s] a 408, an
+  unparsable one a 400; then the connection closes lingering (:data:`LINGER_S`). One timer per
+  connection, not per request.
 
-Direct body writes. A relay that runs in the upstream connection's callback cannot await the
-ASGI ``send`` for each piece of a stream. :func:`body_writer` gives it, for a response whose
-head went out through uvicorn's ``send`` with a chunked body, a :class:`BodyWriter` that
-frames a piece as uvicorn does and writes it to the client's transport at once, says when the
-client cannot take more (the transport paused writing) or went away, and awaits the drain.
-The response's last piece and its end still go through ``send``, which completes it. Anything
-else (another ASGI server, a wrapped ``send``) gets None, and the handler awaits ``send``.
-
-Limits (:class:`HttpLimits`), each answered with an OpenAI-shaped JSON error and the
-connection closed:
-
-- a request's head (request line and headers) larger than ``max_header_bytes`` [bytes], or
-  with more than ``max_header_count`` headers: 431. Counted as the bytes arrive, so a client
-  never makes the gateway hold more than about ``max_header_bytes`` plus one socket read of an
-  unfinished head;
-- a head not complete ``header_timeout_s`` [s] after the connection opened or the request's
-  first byte arrived (slowloris; also a connection that never sends a byte, which is closed
-  without an answer): 408;
-- a declared body with no byte arriving for ``body_timeout_s`` [s]: 408;
-- a request line or head httptools cannot parse: 400.
-
-After such an answer the connection closes lingering: our side is shut for writing at once,
-what the client still sends is read and dropped for at most :data:`LINGER_S`, then the socket
-closes (closing while unread bytes wait would reset the connection and could destroy the
-answer before the client reads it).
-
-The timeouts cost one timer per connection, not one per request: each phase only moves a
-deadline (a float), and the timer, when it fires, either acts or sets itself for the current
-deadline. Once a request's body is in, the handler's own deadlines apply; between requests,
-uvicorn's keep-alive timeout does. Selected with ``uvicorn.Config(http=with_limits(limits))``
-(:func:`gateway.cli.main.uvicorn_config`).
+Selected with ``uvicorn.Config(http=with_limits(limits))``
+(:func:`gateway.cli.main.uvicorn_config`). See docs/gateway.md#the-http-protocol.
 """
 
 from __future__ import annotations
@@ -148,7 +121,7 @@ class _Refused(Exception):
     """Raised from a parser callback to stop parsing a request that broke a limit."""
 
 
-class RidgeHttpProtocol(HttpToolsProtocol):
+class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_pins.py
     """uvicorn's httptools protocol with a :class:`DisconnectWatch` per request and the
     limits of :attr:`limits` (module docstring)."""
 

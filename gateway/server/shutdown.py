@@ -24,7 +24,7 @@ import socket
 from dataclasses import dataclass
 from types import FrameType
 
-import uvicorn
+import uvicorn  # Server internals: pinned in pyproject.toml, test_shutdown_pins.py
 
 log = logging.getLogger("ridge")
 

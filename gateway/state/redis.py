@@ -1,57 +1,18 @@
 """The router's memory in Redis, shared by every gateway replica: :class:`RedisState`.
 
-Every operation is one call of one Lua script (:mod:`gateway.state.redis_script`, which documents
-the key
-layout and the bounds), so each is atomic in Redis and costs one round trip. The script keeps
-data only; the routing decision is the router's own (:meth:`RedisState.place` runs the same
-``choose`` — lever policy, then the pool's scheduler plugins — as the in-memory state):
+Every operation is one call of one Lua script (:mod:`gateway.state.redis_script`), atomic in
+Redis and one round trip; the routing decision stays in Python. :meth:`RedisState.place`
+reads the view, runs ``choose`` on it (with this gateway's pending choices added) and reserves
+on condition no chosen endpoint gained more in-flight requests than the one that gained fewest;
+refused, it chooses again on the fresh view returned, the :data:`ATTEMPTS`-th unconditionally.
 
-1. ``read``: the request's view (prefix matches, loads, prefix share, session);
-2. ``choose`` on it, in Python;
-3. ``reserve`` the chosen endpoint(s), on condition that since the view the choice was made
-   on, none of them gained more in-flight requests than the endpoint that gained the fewest
-   (:mod:`gateway.state.redis_script`). Refused (another gateway took it in between: the herding
-   case), the answer carries a fresh view and the router chooses again on it; the
-   :data:`ATTEMPTS`-th choice is reserved unconditionally.
-
-Requests of this gateway placed at the same moment would all read the same loads and choose
-the same idle endpoint; so the view ``choose`` sees adds, per endpoint, the choices this
-gateway has made whose reservation is still on its way (``_pending``), and the condition of a
-reservation is the load ``choose`` saw. A burst through one gateway then spreads as the
-in-memory state spreads it, and one through several gateways converges within a few refusals.
-
-So the common case costs two round trips. Measured with 4 states on one redis-server, 16 to
-256 requests placed at one instant over 4 idle endpoints: every endpoint within one request
-of its fair share; most requests needed 1–3 choices, a few under the heaviest burst reached
-the forced sixth. ``finish`` releases and learns in one call. Time comes from the
-injected ``clock`` (wall-clock seconds by default, so that gateways on different hosts agree up
-to NTP skew), passed into the script; the contract tests pass their fake clock the same way.
-
-Local mirror: a :class:`routing.state.memory.MemoryState` that holds this gateway's own
-reservations (under the same ids) and learns everything this gateway reserves and finishes. It
-serves :meth:`learned_output` (with the output mean of the last shared view overlaid),
-:meth:`in_flight` (this gateway's own requests) and every call while Redis is down.
-
-Redis failing is routine. Each call has a deadline of ``timeout_s`` (default 250 ms). A call
-past it is served by the local mirror; but one slow answer is not an outage (a busy event loop
-alone can make a call late), so only :data:`SLOW_LIMIT` slow calls in a row count as one. On
-an outage — that many slow calls, or any error (refused, reset, bad password) — the call is
-served by the local mirror, ``on_backend(False)`` is called (the gateway sets
-``ridge_state_backend_up{backend="redis"}`` to 0) and ONE warning is logged;
-until a background probe (PING every ``probe_interval_s``) gets an answer, calls go to the
-mirror directly, without trying Redis. Reservation ids made in Redis whose release could not
-be sent (Redis was down, or a call timed out after the script may have run) are queued (at
-most ``max_reservations``) and released when Redis answers again; any that is lost still
-expires by itself after ``reservation_ttl_s``. No call raises for Redis's sake.
-
-Start-up (:meth:`RedisState.start`, :func:`check_redis`): one PING, its outcome classified
-(:class:`RedisCheck`): answered; credentials refused (redis-py raises ``AuthenticationError``
-for a wrong password or user and for a missing one; a ``ResponseError`` starting ``WRONGPASS``
-or ``NOAUTH`` counts too); unreachable (refused, timed out — :data:`SLOW_LIMIT` late answers
-in a row, as above —, name not resolved, other socket errors); any other error. A failure is
-logged as one line naming Redis by ``host:port/db`` (never the URL: it may hold the password)
-and the state starts on the local mirror, probing; or, when Redis is required, the start
-raises :class:`RedisUnavailable` and ridge does not start.
+A local :class:`routing.state.memory.MemoryState` mirrors this gateway's reservations and
+learning and serves every call while Redis is down. No call raises for Redis's sake: calls
+have a deadline (``timeout_s``), :data:`SLOW_LIMIT` late calls in a row or any error are an
+outage (``on_backend(False)``, one warning, a PING probe until Redis answers), and releases
+that could not be sent are queued. Start-up: :func:`check_redis` classifies one PING
+(:class:`RedisCheck`); :class:`RedisUnavailable` when Redis is required.
+See docs/redis-state.md.
 """
 
 from __future__ import annotations

@@ -1,56 +1,15 @@
 """The Lua script behind :class:`gateway.state.redis.RedisState`: every state operation is ONE
 script call (EVALSHA), so each is atomic in Redis and costs one round trip.
 
-The script holds data operations only: no routing decision is made here (the router's
-scheduler plugins choose, in Python, on the view ``read`` returns).
+The script holds data operations only (``read``, ``reserve``, ``finish``, ``release``); no
+routing decision is made here. Input is one JSON object in ``ARGV[1]`` (the operation, the key
+prefix, the caller's clock ``now`` [s], the limits, the operation's fields); output a JSON
+string. ``reserve`` is conditional: refused when a pick gained more in-flight requests since
+the caller's view than the endpoint that gained the fewest, it answers a fresh view instead.
+Block hashes travel as decimal strings, never Lua numbers (a 64-bit hash would lose bits).
 
-Input: ``ARGV[1]``, a JSON object (decoded with cjson): ``op`` (``read`` | ``reserve`` |
-``finish`` | ``release``), ``p`` the key prefix, ``now`` the caller's clock [s], ``lim`` the
-limits ``[max_prefix_entries, prefix_max_age_s, max_sessions, session_max_age_s,
-reservation_ttl_s, max_reservations, window_requests, max_models]``, and the operation's
-fields.
-
-- ``read``: the view of one request — prefix matches ``m`` and in-flight loads ``l`` of the
-  endpoints ``urls``, the model's window sums ``w`` and the session's endpoint ``s``.
-- ``reserve``: reserve each endpoint of ``picks`` (reservation ids ``rids``, ``tok`` tokens
-  each) and record the request's blocks ``h`` there — but only if, since the view the choice
-  was made on (``expect``: the picks' in-flight requests in it; ``seen``: those of every
-  endpoint of ``urls``), no pick has gained more requests than the endpoint of ``urls`` that
-  gained the fewest (and than none, when every endpoint lost some), unless ``force``.
-  Answer: ``{ok = true, from}``, ``from`` per reservation the first block that endpoint did
-  not hold before (−1: no blocks); or, refused, ``{ok = false}`` with a fresh view of
-  ``urls`` as ``read`` gives it, so the caller chooses again without another round trip.
-  This check is what stops two gateways that both saw an endpoint idle from both taking it;
-  an endpoint that gained no more than every other (the whole fleet got busier evenly) is
-  still the right choice and is taken.
-- ``finish``: release ``rids``; on success record the blocks, bind the session, feed the
-  windows; a failed request forgets the blocks from ``ff`` on (−1: none).
-- ``release``: release ``rids`` (a gateway catching up after Redis came back).
-Block hashes travel as DECIMAL STRINGS and are only ever concatenated, never turned
-into Lua numbers (doubles: a 64-bit hash would lose bits). Output: a JSON string.
-
-Key layout (``P`` = prefix, e.g. ``ridge:``):
-
-- ``P prefix:lru``   ZSET ``<eid>:<hash>`` → last-recorded time [s]; one global LRU of
-  (endpoint, block) entries, trimmed to ``max_prefix_entries`` by rank (ZREMRANGEBYRANK) on
-  every record, entries older than ``prefix_max_age_s`` ignored at read and purged
-  (ZREMRANGEBYSCORE) on every record. A request's blocks are written with times
-  ``now − i × 10 µs`` for block i, so block 0 is the most recent: eviction removes a chain
-  from its tail and the held set stays a prefix (binary search at read, as in
-  :mod:`routing.prefix_index`).
-- ``P prefix:eids``  HASH endpoint URL → short id; ``P prefix:eid_next`` its counter.
-- ``P res``          ZSET reservation id → deadline [s] (now + ``reservation_ttl_s``);
-  ``P res:url`` / ``P res:tok`` HASHes id → endpoint / tokens. Every call first drops the
-  reservations whose deadline passed (a dead gateway's reservations expire by themselves);
-  beyond ``max_reservations`` the oldest are dropped.
-- ``P load:req`` / ``P load:tok`` HASHes endpoint → in-flight requests / tokens (kept by
-  reserve and drop; a field reaching 0 requests is deleted, so counts never go negative).
-- ``P sess:lru``     ZSET session → use sequence number (LRU of ``max_sessions``);
-  ``P sess:url`` HASH session → ``<time>|<endpoint>``, valid ``session_max_age_s``.
-- ``P win:pm:<model>`` LIST ``prompt,matched`` (last ``window_requests``), ``P win:o:<model>``
-  LIST output lengths, ``P win:sum:<model>`` HASH running sums ``p``, ``m``, ``o``;
-  ``P models`` ZSET model → use sequence (LRU of ``max_models``; an evicted model's windows
-  are deleted).
+Keys live under the prefix ``P`` (e.g. ``ridge:``), bounded by the limits it is given.
+See docs/redis-state.md#the-scripts-protocol and docs/redis-state.md (key layout, bounds).
 """
 
 from __future__ import annotations

@@ -1,37 +1,17 @@
 """The router state of ``ridge serve --workers N``: worker processes that route as one gateway.
 
-Every worker keeps a full in-memory replica of the router's memory (a
-:class:`routing.state.memory.MemoryState`: prefix index, sessions, workload windows, its own
-reservations) and shares, through memory mapped before the workers fork
-(:class:`SharedRegion`), one row and one log per worker:
+Each worker keeps a full :class:`routing.state.memory.MemoryState` replica and shares, through
+memory mapped before the fork (:class:`SharedRegion`), one row (its in-flight requests and
+tokens per endpoint; the load read is the sum of the rows) and one log (a ring of what it
+learned, applied by every other worker before it decides) per worker. A row and a log have
+one writer each and need no lock.
 
-- its row: per endpoint, the requests and tokens it has in flight. A worker writes only its
-  own row; the load every decision reads is the sum of the rows;
-- its log: a ring of records of what it learned — a request placed (its endpoint and prompt
-  blocks), a request finished (its outcome) — that every other worker applies to its replica
-  before it decides.
-
-:meth:`WorkerState.place` applies the other workers' new records and chooses on the view
-without a lock, then reserves under one lock for all workers (``flock`` on a file: the kernel
-releases it when a worker dies, so a crash cannot wedge the others), on condition that no other
-worker took a chosen endpoint since the view (:func:`routing.load.taken_since`, the rule the
-Redis state applies); refused, it chooses again on a fresh view, and the :data:`ATTEMPTS`-th
-choice is reserved unconditionally. So no two workers take the endpoint they both saw idle, the
-lock is held for a few row reads and writes only (never for a decision), and a prompt placed by
-one worker is matched by the next request on any worker that has read its record. Everything
-else needs no lock: a worker's row and log have one writer (a record is written before the
-log's write position moves past it; a reader that finds the writer a whole ring ahead of what
-it read drops the read). :meth:`WorkerState.finish` releases and learns in the worker's own
-replica, then updates its row and appends its record. Cost per request: one lock round trip
-(``flock``, a system call each way) per choice, the other workers' records (applying one costs
-what recording it cost), two records written.
-
-Bounds: each log is a ring of ``log_bytes``; a worker that falls more than a ring behind
-another (it was idle while that one served ~``log_bytes`` / 2 KiB requests) skips to the
-present, losing those records (its replica forgets them; counted in
-:attr:`WorkerState.skipped`). A dead worker's row is zeroed by the supervisor
-(:meth:`SharedRegion.clear_worker`) before it starts a replacement, which goes on writing the
-same log.
+:meth:`WorkerState.place` chooses without a lock on a fresh view and reserves under one
+``flock`` for all workers, on condition no other worker took a chosen endpoint since
+(:func:`routing.load.taken_since`; the :data:`ATTEMPTS`-th choice unconditionally). A worker
+more than a ring of ``log_bytes`` behind skips to the present (:attr:`WorkerState.skipped`);
+a dead worker's row is zeroed by the supervisor (:meth:`SharedRegion.clear_worker`).
+See docs/gateway.md#the-workers-shared-state.
 """
 
 from __future__ import annotations

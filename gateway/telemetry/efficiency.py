@@ -1,54 +1,18 @@
 """MFU and MBU per endpoint and per pool, computed at scrape time from two sources.
 
-``source="ridge"``: ridge's own accounting (:class:`TokenLedger`). Every finished request's
-tokens (prompt P, cached C, completion G, from the engine's usage) are priced with the
-formulas of :mod:`routing.formulas` and the pool's model facts: FLOPs, KV bytes read and
-written, and the weights read once per engine step (steps counted by
-:class:`gateway.telemetry.engine_steps.StepCounter` from the streams' token timings). The prefill's
-work is
-placed at the first token, the decodes' FLOPs and KV traffic spread evenly over [first token,
-end], and each new step's weight read at the time of that step. Achieved rates are the work
-inside the last ``window_s`` seconds (:data:`WINDOW_S`) ÷ the window. Until a window has
-passed, the span starts at the first scrape — or at the arrival of the first request priced,
-when that came earlier: the first scrape after a burst of traffic reads the burst, not 0 over a
-span of no length. A scrape between two requests reads the work still in the window; an idle
-endpoint falls to 0 one window after its last work.
+``source="ridge"``: ridge's own accounting (:class:`TokenLedger`): every finished request's
+tokens priced with :mod:`routing.formulas` and its pool's model facts (FLOPs, KV bytes read and
+written, weights read once per engine step, steps counted by
+:class:`gateway.telemetry.engine_steps.StepCounter`), the work placed in time and summed over
+the last ``window_s`` [s] (:data:`WINDOW_S`). ``source="engine"``: the engine's own
+cumulative estimates, where its dialect maps them (:class:`EngineHistory`; a total still at 0
+means the engine does not estimate, a total that went down restarts the history).
 
-``source="engine"``: the engine's own estimates, where it exports them (vLLM
-``vllm:estimated_flops_per_gpu_total`` / ``vllm:estimated_{read,write}_bytes_per_gpu_total``
-with ``--enable-mfu-metrics``), read from the endpoint registry's
-:class:`~routing.snapshots.EngineMetrics` — whatever the engine's dialect table maps there (SGLang
-0.5.10 added ``sglang:estimated_*_per_gpu_total`` behind the same flag). Each scrape samples the
-cumulative totals; the achieved rate is (newest − oldest sample within the window) ÷ the time
-between them. A FLOP total still at 0 means the engine does not estimate (vLLM without the flag
-exports 0): no engine gauge then. A total that went down (engine restart) restarts the history.
-The engine's samples exist only from the first scrape on, so until a window has passed since
-it, its figure covers the time since it (as ridge's does when the first scrape came before
-any request).
-
-Gauges: ``ridge_mfu_ratio`` / ``ridge_mbu_ratio`` {pool, endpoint, source} = achieved FLOP/s ÷
-``hardware.peak_flops`` and achieved (read + written) B/s ÷ ``hardware.mem_bandwidth``;
-``ridge_pool_mfu_ratio`` / ``ridge_pool_mbu_ratio`` {pool, source} = Σ achieved ÷ Σ peak over
-the pool's endpoints that have that source. Counters: ``ridge_estimated_flops_total``,
-``ridge_estimated_read_bytes_total``, ``ridge_estimated_write_bytes_total`` {pool, endpoint,
-source} (so PromQL can take its own ``rate()``), and the facts
-``ridge_hardware_peak_flops_per_second`` and ``ridge_hardware_memory_bandwidth_bytes_per_second``
-{pool}. The ridge estimate counts the model FLOPs of the tokens served; an engine's counts the
-work it did, rejected speculative drafts and recomputation after preemption included, so on
-speculative pools the engine's figure is the higher one.
-
-:func:`pool_utilisation` gives ridge's own pool MFU/MBU straight from a ledger (the binding-wall
-diagnosis reads it, :mod:`gateway.telemetry.walls`); :func:`pool_ratios` is the one Σ achieved ÷ Σ
-peak.
-
-A pool without model or hardware facts in the fleet file (:mod:`config.fleet_file`) has no
-MFU/MBU from either source, nor fact gauges: :func:`endpoint_facts` leaves its endpoints out and
-logs one line per such pool, naming it and what it lacks.
-
-Parameters: ``window_s`` (default :data:`WINDOW_S`, 30 s: two scrapes at Prometheus' usual
-15 s interval, so no work falls between two scrapes' windows), ``max_items`` (work spans kept
-per endpoint, default 20 000: older ones are dropped first), ``clock`` (monotonic seconds,
-injected by tests).
+:class:`EfficiencyCollector` exports achieved ÷ peak per endpoint and per pool, the estimated
+totals as counters and the hardware facts; :func:`pool_ratios` is the one Σ achieved ÷ Σ peak,
+:func:`pool_utilisation` ridge's pool figures straight from a ledger. A pool without model or
+hardware facts has none of them (:func:`endpoint_facts` logs it once).
+See docs/telemetry.md#mfu-and-mbu-accounting.
 """
 
 from __future__ import annotations
@@ -63,7 +27,7 @@ from types import MappingProxyType
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.telemetry.engine_steps import StepCounter
 from routing import formulas as fleet_math
 from routing.formulas import HardwareRates, ModelShape, RequestTokens, request_cost, utilisation
@@ -150,7 +114,7 @@ class Totals:
 
 
 @dataclass(slots=True)
-class _EndpointBook:
+class _EndpointAccount:
     work: deque[Work]
     steps: StepCounter
     totals: Totals = Totals()
@@ -167,8 +131,8 @@ class TokenLedger:
         self._since = clock()
         self.began: float | None = None
         """When the first request priced arrived (None: none yet)."""
-        self._books = {
-            url: _EndpointBook(deque(maxlen=max_items), StepCounter(
+        self._accounts = {
+            url: _EndpointAccount(deque(maxlen=max_items), StepCounter(
                 PREFILL_SHARES_DECODE_STEPS.get(f.engine, False), horizon_s=10 * window_s))
             for url, f in facts.items()
         }
@@ -181,7 +145,7 @@ class TokenLedger:
         stream's inter-token gaps [s], when measured (they make the step count exact)."""
         end = self._clock() if at is None else at
         decode_url = decode_url or url
-        if url not in self._books or decode_url not in self._books:
+        if url not in self._accounts or decode_url not in self._accounts:
             return
         if self.began is None or end - e2e_s < self.began:
             self.began = end - e2e_s
@@ -193,8 +157,8 @@ class TokenLedger:
         first, end = span
         facts, decode_facts = self.facts[url], self.facts[decode_url]
         cost = request_cost(facts.shape, tokens, facts.chunk)
-        prefill_steps = self._books[url].steps.prefill_steps(first, tokens)
-        decode_steps = self._books[decode_url].steps.decode_steps(first, end, tokens, gaps)
+        prefill_steps = self._accounts[url].steps.prefill_steps(first, tokens)
+        decode_steps = self._accounts[decode_url].steps.decode_steps(first, end, tokens, gaps)
         self._add(url, Work(first, first, cost.prefill_flops,
                             cost.prefill_kv_read + prefill_steps * facts.shape.weight_bytes,
                             cost.prefill_kv_write))
@@ -205,10 +169,10 @@ class TokenLedger:
             self._add(decode_url, Work(run.start, run.end, 0.0, run.steps * weights, 0.0))
 
     def _add(self, url: str, work: Work) -> None:
-        book = self._books[url]
-        book.work.append(work)
-        done = book.totals
-        book.totals = Totals(done.flops + work.flops, done.read + work.read,
+        account = self._accounts[url]
+        account.work.append(work)
+        done = account.totals
+        account.totals = Totals(done.flops + work.flops, done.read + work.read,
                              done.write + work.write)
 
     def now(self) -> float:
@@ -217,18 +181,18 @@ class TokenLedger:
 
     def totals(self, url: str) -> Totals:
         """Everything priced on ``url`` since start (FLOP, bytes)."""
-        return self._books[url].totals
+        return self._accounts[url].totals
 
     def rates(self, url: str, now: float | None = None, since: float | None = None) -> Totals:
         """Achieved FLOP/s and B/s on ``url`` over the window ending ``now``, starting no
         earlier than ``since`` (default: when the ledger started)."""
         now = self._clock() if now is None else now
-        book = self._books[url]
-        while book.work and book.work[0].end < now - self.window_s:
-            book.work.popleft()
+        account = self._accounts[url]
+        while account.work and account.work[0].end < now - self.window_s:
+            account.work.popleft()
         lo = max(now - self.window_s, self._since if since is None else since)
         done = Totals()
-        for work in book.work:
+        for work in account.work:
             done = done.plus(Totals(work.flops, work.read, work.write), work.share_in(lo, now))
         return done.scaled(1.0 / max(1e-9, now - lo))
 
@@ -270,7 +234,7 @@ def engine_totals(metrics: EngineMetrics) -> Totals | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Reading:
+class EfficiencyReading:
     """One endpoint's achieved rates from one source, with the endpoint's facts."""
 
     facts: EndpointFacts
@@ -299,7 +263,7 @@ class EfficiencyCollector(Collector):
         self._history: dict[str, EngineHistory] = {}
         self._first: float | None = None
 
-    def readings(self) -> list[Reading]:
+    def readings(self) -> list[EfficiencyReading]:
         """Both sources' readings for every endpoint that has them, now. Both cover the
         window, or while that is longer the time since the first scrape — ridge's from the
         first request's arrival when that came earlier (module docstring)."""
@@ -307,7 +271,8 @@ class EfficiencyCollector(Collector):
         first = self._first = now if self._first is None else self._first
         began = self._ledger.began
         since = first if began is None else min(first, began)
-        out = [Reading(f, RIDGE, self._ledger.rates(url, now, since), self._ledger.totals(url))
+        out = [EfficiencyReading(f, RIDGE, self._ledger.rates(url, now, since),
+                                 self._ledger.totals(url))
                for url, f in self._ledger.facts.items()]
         for pool in self._snapshot():
             for ep in pool.endpoints:
@@ -316,7 +281,8 @@ class EfficiencyCollector(Collector):
                     out.append(reading)
         return out
 
-    def _engine_reading(self, url: str, metrics: EngineMetrics, now: float) -> Reading | None:
+    def _engine_reading(self, url: str, metrics: EngineMetrics,
+                        now: float) -> EfficiencyReading | None:
         facts = self._ledger.facts.get(url)
         totals = engine_totals(metrics)
         if facts is None or totals is None:
@@ -326,7 +292,7 @@ class EfficiencyCollector(Collector):
         rates = history.rate()
         if rates is None or totals.flops <= 0:  # still 0: the engine does not estimate
             return None
-        return Reading(facts, ENGINE, rates, totals)
+        return EfficiencyReading(facts, ENGINE, rates, totals)
 
     def collect(self) -> Iterator[Metric]:
         readings = self.readings()
@@ -338,7 +304,7 @@ class EfficiencyCollector(Collector):
 _EP_LABELS = ("pool", "endpoint", "source")
 
 
-def _endpoint_families(readings: Iterable[Reading]) -> Iterator[Metric]:
+def _endpoint_families(readings: Iterable[EfficiencyReading]) -> Iterator[Metric]:
     mfu = GaugeMetricFamily("ridge_mfu_ratio", "Model FLOPs utilisation: achieved FLOP/s over "
                             "the window ÷ peak FLOP/s", labels=_EP_LABELS)
     mbu = GaugeMetricFamily("ridge_mbu_ratio", "Memory bandwidth utilisation: achieved bytes/s "
@@ -359,7 +325,8 @@ def _endpoint_families(readings: Iterable[Reading]) -> Iterator[Metric]:
     yield from (mfu, mbu, flops, read, write)
 
 
-def pool_ratios(readings: Iterable[Reading]) -> dict[tuple[str, str], tuple[float, float]]:
+def pool_ratios(
+        readings: Iterable[EfficiencyReading]) -> dict[tuple[str, str], tuple[float, float]]:
     """(pool, source) → (MFU, MBU) = Σ achieved ÷ Σ peak over the pool's readings."""
     achieved: dict[tuple[str, str], Totals] = {}
     peaks: dict[tuple[str, str], tuple[float, float]] = {}
@@ -379,12 +346,12 @@ def pool_utilisation(ledger: TokenLedger, now: float | None = None
     ledger's clock), from the first request priced on (:func:`pool_ratios`)."""
     now = ledger.now() if now is None else now
     since = now if ledger.began is None else ledger.began
-    readings = [Reading(f, RIDGE, ledger.rates(url, now, since), ledger.totals(url))
+    readings = [EfficiencyReading(f, RIDGE, ledger.rates(url, now, since), ledger.totals(url))
                 for url, f in ledger.facts.items()]
     return {pool: ratios for (pool, _), ratios in pool_ratios(readings).items()}
 
 
-def _pool_families(readings: Iterable[Reading]) -> Iterator[Metric]:
+def _pool_families(readings: Iterable[EfficiencyReading]) -> Iterator[Metric]:
     mfu = GaugeMetricFamily("ridge_pool_mfu_ratio", "Pool MFU: Σ achieved FLOP/s ÷ Σ peak over "
                             "the pool's endpoints", labels=("pool", "source"))
     mbu = GaugeMetricFamily("ridge_pool_mbu_ratio", "Pool MBU: Σ achieved bytes/s ÷ Σ memory "

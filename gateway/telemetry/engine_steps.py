@@ -1,30 +1,16 @@
 """Engine steps counted from finished streams, for ridge's MFU/MBU accounting.
 
-Weights are read once per engine step, shared by every sequence in the step's batch
-(:mod:`routing.formulas`), so pricing an endpoint's bytes needs its number of steps, which
-ridge does not see. It sees each stream's decode interval [first token, last token] and its
-G − 1 decode steps. Streams decoding at the same time share steps (one batch). So each endpoint
-keeps the union of the decode intervals it has seen (:class:`IntervalUnion`), and a newly
-finished request adds only its steps in time NOT yet covered (:class:`StepCounter`).
+Weights are read once per engine step, shared by the batch, so pricing an endpoint's bytes
+needs its number of steps, which ridge does not see. Streams decoding at the same time share
+steps, so each endpoint keeps the union of the decode intervals it has seen
+(:class:`IntervalUnion`), and a newly finished request adds only its steps in time not yet
+covered (:class:`StepCounter`): exactly, from its token times, when it streamed; spread evenly
+over its interval when it did not. A prefill adds one step unless it shared one with another
+prefill or, where prefill mixes into decode steps, fell inside a decode interval.
 
-With the stream's token times (first token + inter-token gaps) each later token marks one
-engine step, and the steps at instants outside the union are new: since every decoding stream
-gets a token in every step, each engine step is counted once, by the first finished stream that
-saw it (a speculative pass that emits several tokens at once is one step, one gap). Without
-token times (non-streamed answers) the G − 1 steps are taken as evenly spread: new steps =
-(G − 1) × (uncovered length ÷ interval length), which miscounts when step times vary (long
-prefill steps among short decode steps) and when speculation emits several tokens per step.
-
-A prefill adds one more step unless its first token came with another stream's first token (one
-prefill step served both: prefills are batched) or, on an engine that mixes prefill into decode
-steps (vLLM), fell inside a decode interval; engines that run prefill-only steps (SGLang) add
-one per batch of prefills. "Came with" and "inside" allow ``tolerance_s`` of jitter between
-streams.
-
-Parameters (:class:`StepCounter`): ``prefill_shares_decode_steps`` (per engine),
-``tolerance_s`` (default 2 ms), ``horizon_s`` (how long intervals and first-token instants are
-remembered, default 600 s), ``max_intervals`` (memory bound, default 10 000). Times are seconds
-on the caller's clock; nothing here reads a clock.
+Parameters (:class:`StepCounter`): ``prefill_shares_decode_steps``, ``tolerance_s``,
+``horizon_s``, ``max_intervals``. Times are seconds on the caller's clock; nothing here reads a
+clock. See docs/telemetry.md#engine-steps.
 """
 
 from __future__ import annotations

@@ -1,38 +1,15 @@
 """What the router saw, as gauges read at scrape time: the fleet's endpoints and the workload.
 
-From the endpoint registry's snapshot (engine figures normalised across engines, see
-:mod:`backends.engines.dialects`), per ``{pool, endpoint}``:
+- :class:`FleetGauges`: per ``{pool, endpoint}`` from the registry's snapshot, the endpoint's
+  health and this gateway's in-flight requests on it (counted in the router state's
+  reservations, the one place they are), and the engine's own figures as its dialect
+  normalises them (a figure the engine does not export is left out); per ``model`` the
+  workload windows the lever policy reads (:class:`routing.window.WorkloadMeasures`); per
+  ``pool`` the in-flight load joined with the snapshot (:func:`routing.load.pool_summary`).
+- :class:`CircuitGauges`: ``ridge_endpoint_circuit_open`` and ``ridge_lever_mismatch``.
 
-- ``ridge_endpoint_up`` (1 healthy, 0 not), ``ridge_endpoint_requests_in_flight`` (this
-  gateway's requests on it, and ``ridge_requests_in_flight`` {pool} their sum per pool, both
-  read from the router state's reservations, the one place in-flight requests are counted),
-  ``ridge_engine_requests_running``, ``ridge_engine_requests_waiting``,
-  ``ridge_engine_kv_cache_usage_ratio`` (0–1), and the counters
-  ``ridge_engine_prefix_cache_queries_total`` / ``ridge_engine_prefix_cache_hits_total``
-  (prompt tokens looked up / found in the engine's prefix cache; their rates' ratio is the
-  engine's cache hit rate) and ``ridge_engine_preemptions_total`` (requests preempted for want
-  of KV cache). A figure the engine does not export is left out.
-
-From the registry itself: ``ridge_endpoint_circuit_open`` {pool, endpoint} (1 while the
-endpoint's circuit breaker is open or half-open) and ``ridge_lever_mismatch`` {pool, endpoint,
-lever} (1 when the endpoint's engine contradicts what its pool declares for that lever, 0 when
-it agrees; only the levers the registry could check, :mod:`backends.registry.lever_check`).
-
-From the router's workload measures (:class:`routing.window.WorkloadMeasures`, the same
-windows the lever policy reads), per ``model`` (a configured model, or ``*`` for all):
-
-- ``ridge_prefix_share_ratio``: f = Σ matched prompt tokens ÷ Σ prompt tokens over the window;
-- ``ridge_workload_prompt_tokens`` / ``ridge_workload_output_tokens`` {model, stat}: mean,
-  p50 and p90 of prompt and output lengths over the window [tokens];
-- ``ridge_workload_window_requests``: requests in the window;
-
-and per ``pool``, joining the router's in-flight counts with the snapshot as the policy does
-(:func:`routing.load.pool_summary`, healthy endpoints only): ``ridge_tokens_in_flight``
-(prompt tokens to prefill + output tokens to decode, reserved by the router),
-``ridge_pool_concurrency`` (requests) and ``ridge_pool_tokens_per_endpoint`` (the figure held
-against the pool's ridge point, ``ridge_pool_ridge_tokens``).
-
-Model names from clients are not labels: only configured models (and ``*``) are exported.
+Model names from clients are never labels: only configured models (and ``*``) are exported.
+See docs/telemetry.md#fleet-and-workload-gauges.
 """
 
 from __future__ import annotations
@@ -43,7 +20,8 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backends.registry.endpoints import CircuitState, EndpointRegistry
+from backends.registry.breaker import CircuitState
+from backends.registry.endpoints import EndpointRegistry
 from routing.load import NO_LOAD, InFlight, pool_summary
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.window import WindowMeasures, WorkloadMeasures
@@ -99,7 +77,7 @@ class FleetGauges(Collector):
 
 
 class CircuitGauges(Collector):
-    """The gauges read from the registry's endpoint statuses (:mod:`backends.registry.endpoints`):
+    """The gauges read from the registry's endpoint statuses (:mod:`backends.registry.status`):
     ``ridge_endpoint_circuit_open`` {pool, endpoint}, 1 while the endpoint's circuit breaker is
     open or half-open, 0 when closed; ``ridge_lever_mismatch`` {pool, endpoint, lever}, 1 when
     its engine contradicts the pool's declared lever, 0 when it agrees, no series for a lever

@@ -1,27 +1,16 @@
 """Counters and histograms for the request path: prometheus_client's, without a lock per value.
 
-Why: prometheus_client guards every value with a mutex (a ``threading.Lock`` taken on each
-update) and finds a histogram's bucket with a Python loop over the bounds. Its
-``Histogram.observe`` takes 0.73 µs and ``Counter.inc`` 0.32 µs (CPython 3.11, ``timeit``); a
-streamed request records about 25 observations (end to end, TTFT, TPOT, one per inter-token
-gap, its lengths) and 8 increments, 20–35 µs of the gateway's CPU per stream in a profile of
-the overhead benchmark's paced streams. :class:`LeanHistogram` finds the bucket with
-:func:`bisect.bisect_left` (in C) and adds to plain numbers: 0.12 µs an observation;
-:class:`LeanCounter` 0.05 µs an increment.
+:class:`LeanCounter` and :class:`LeanHistogram` are prometheus_client's ``Counter`` and
+``Histogram`` with only their per-series storage replaced (``_metric_init``,
+``_child_samples``): plain numbers, and a histogram's bucket found by :func:`bisect.bisect_left`
+rather than a Python loop. Names, labels, registration and the exposition are unchanged;
+exemplars and the ``time()`` / ``count_exceptions()`` helpers are gone.
 
-Why no lock is needed: ridge updates its metrics only on its event loop's thread and renders
-``/metrics`` on that same thread (:mod:`gateway.services`), so no update and no scrape ever
-interleave. Code that updates a metric from another thread must keep prometheus_client's own
-classes.
-
-What stays prometheus_client's: the classes are its ``Counter`` and ``Histogram``, with only
-their per-series storage replaced (``_metric_init``, ``_child_samples``), so names, labels,
-registration, ``labels``/``remove``/``clear`` and the exposition (``_total``, ``_bucket`` with
-``le``, ``_count``, ``_sum``, ``_created``, and ``PROMETHEUS_DISABLE_CREATED_SERIES``) are
-unchanged. What goes: exemplars, and ``time()``/``count_exceptions()`` context managers, which
-ridge does not use. A histogram bucket holds the values ≤ its bound, as prometheus_client's;
-a NaN (which no latency or token count of ridge's is) lands in the first bucket, where
-prometheus_client counts it in none.
+Invariant: no lock is needed because ridge updates its metrics and renders ``/metrics`` only on
+its event loop's thread (:mod:`gateway.services`); code that updates a metric from another
+thread must keep prometheus_client's own classes. A bucket holds the values ≤ its bound; a NaN
+lands in the first bucket. See docs/telemetry.md#lean-counters-and-histograms; what they save
+is measured in docs/benchmarks/overhead.md.
 """
 
 from __future__ import annotations
@@ -31,7 +20,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 
 from prometheus_client import Counter, Histogram
-from prometheus_client import metrics as _metrics
+from prometheus_client import metrics as _metrics  # internals: test_lean_metrics_pins.py
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 

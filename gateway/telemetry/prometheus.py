@@ -1,60 +1,18 @@
 """ridge's own Prometheus metrics, on a registry the app is given (never the global one).
 
-Names follow Prometheus conventions: ``ridge_`` prefix, base units (seconds), ``_total`` only on
-counters, histograms rather than averaged gauges. Label values are bounded: ``model`` is one of
-the fleet's configured model names (anything else is reported as ``other``), ``pool`` one of
-its pools (``none`` when no pool was chosen: a request refused before routing, or by admission
-control), ``status`` an HTTP status code, ``lever`` a lever
-name of the route decision (``none`` when the request carried none), ``reason`` a route
-reason of the policy's rule table, ``slo_class`` a class of the fleet's SLOs (or ``default``),
-``slo`` one of ``ttft``, ``tpot``, ``e2e``, ``error``. The counters and histograms are
-:mod:`gateway.telemetry.lean_metrics`' (prometheus_client's, without a lock per value: every update
-and
-every scrape runs on the event loop's thread).
+Names follow Prometheus conventions (``ridge_`` prefix, base units, ``_total`` only on
+counters, histograms rather than averaged gauges), and every label value is bounded: ``model``
+a configured model (else ``other``), ``pool`` a pool (else ``none``), ``lever`` a lever (else
+``none``), ``reason`` a route reason, ``slo_class`` a class of the fleet's SLOs. The counters
+and histograms are :mod:`gateway.telemetry.lean_metrics`' (every update and scrape runs on the
+event loop's thread).
 
-Per finished request (:meth:`Telemetry.record`; a request that ran no model, such as
-``/tokenize``, only in ``ridge_requests_total``: :meth:`Telemetry.count`):
-
-- ``ridge_requests_total`` {model, pool, status};
-- latency histograms {model, pool, lever}: end to end, time to first token (streams), time to
-  first byte (non-streamed answers: until the engine's response began; a non-streamed engine
-  writes nothing before its whole answer, so it is not a TTFT and is kept apart from it), time
-  per output token after the first, and every inter-token gap (streams);
-- tokens from the engine's usage: ``ridge_prompt_tokens_total``,
-  ``ridge_completion_tokens_total``, ``ridge_cached_prompt_tokens_total`` {model, pool, lever}
-  and the length histograms ``ridge_request_prompt_tokens`` / ``ridge_request_completion_tokens``
-  {model, pool};
-- goodput (:mod:`gateway.telemetry.slos`, :mod:`routing.formulas`):
-``ridge_slo_evaluated_requests_total``,
-  ``ridge_goodput_requests_total`` and ``ridge_slo_violations_total{slo}`` {model, pool, lever,
-  slo_class}; the bounds themselves as ``ridge_slo_objective_seconds`` {model, slo_class, slo};
-  a request naming a class its model does not define is held against the class it would have
-  had unnamed, counted in ``ridge_slo_class_unknown_requests_total`` {model} and logged once
-  per (model, class) (:class:`UnknownClasses`);
-- its work priced for MFU/MBU by the :class:`~gateway.telemetry.efficiency.TokenLedger` (once bound
-to a
-  fleet, see :meth:`Telemetry.bind_fleet`);
-- the reuse the router counted on and the engine threw away, when the engine reports its cached
-  prompt tokens (:func:`routing.binding_wall.lost_tokens`): ``ridge_prefix_predicted_tokens_total``
-  {pool} (prompt tokens the prefix index said the chosen endpoint held when the request was
-  placed, at most P − 1) and ``ridge_prefix_lost_tokens_total`` {pool} (of those, the tokens
-  the engine did not serve from its cache: max(0, predicted − cached)). Two increments of
-  pre-bound children; no series for a pool whose engines do not report cached tokens.
-
-Per route decision (:meth:`Telemetry.route`): ``ridge_route_decisions_total`` {pool, lever,
-reason}, and ``ridge_scheduler_plugin_duration_seconds`` {plugin}: how long each scheduler
-plugin instance that ran took (label: its configured name, a bounded set).
-
-Once bound to a fleet, at scrape time (:mod:`gateway.telemetry.walls`): the pools' KV demand against
-capacity and the wall that binds each (``ridge_pool_binding_wall`` {pool, wall}), from these
-counters over a window, the MFU/MBU accounting and the router state.
-
-Admission control (:mod:`gateway.access.admission`): ``ridge_admission_rejected_total`` {pool,
-reason}
-(``reason`` one of :data:`gateway.access.admission.REASONS`), ``ridge_admission_queue_depth`` {pool}
-(requests waiting at the gateway for a slot) and ``ridge_admission_wait_seconds`` {pool} (how
-long the requests admitted after waiting waited). Nothing is recorded for a request that had
-room at once.
+:class:`Telemetry` records each finished request (:meth:`Telemetry.record`: volume, latency,
+tokens, goodput, the MFU/MBU ledger, the prefix reuse lost; :meth:`Telemetry.count` for one
+that ran no model), each route decision (:meth:`Telemetry.route`) and admission control's
+refusals and waits; once bound to a fleet (:meth:`Telemetry.bind_fleet`) it adds the
+scrape-time collectors. Unknown SLO classes are counted and logged once (:class:`UnknownClasses`).
+See docs/telemetry.md#the-metrics-registry.
 """
 
 from __future__ import annotations
@@ -67,7 +25,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.telemetry.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
 from gateway.telemetry.fleet_gauges import FleetGauges, StateReadout
 from gateway.telemetry.lean_metrics import LeanCounter, LeanHistogram
@@ -175,10 +133,10 @@ class Telemetry:
     monotonic seconds for the MFU/MBU accounting (injected by tests).
     """
 
-    def __init__(self, registry: CollectorRegistry, models: frozenset[str], *,
+    def __init__(self, metrics_registry: CollectorRegistry, models: frozenset[str], *,
                  slos: SloPolicy | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.registry = registry
+        self.metrics_registry = metrics_registry
         self._models = models
         self._clock = clock
         self.slos = SloPolicy()
@@ -187,11 +145,11 @@ class Telemetry:
         self._reuse_children: dict[str, tuple[Any, Any]] = {}
         self._collectors: tuple[EfficiencyCollector, FleetGauges, PoolWalls] | None = None
         self._unknown_classes = UnknownClasses()
-        self._request_metrics(registry)
-        self._token_metrics(registry)
-        self._reuse_metrics(registry)
-        self._goodput_metrics(registry)
-        self._admission_metrics(registry)
+        self._request_metrics(metrics_registry)
+        self._token_metrics(metrics_registry)
+        self._reuse_metrics(metrics_registry)
+        self._goodput_metrics(metrics_registry)
+        self._admission_metrics(metrics_registry)
         self.use_slos(slos or SloPolicy())
 
     def _request_metrics(self, registry: CollectorRegistry) -> None:
@@ -355,7 +313,7 @@ class Telemetry:
         walls = PoolWalls(snapshot, fleet, self.pool_totals, lambda: self.ledger, state,
                           clock=self._clock)
         for collector in (efficiency, gauges, walls):
-            self.registry.register(collector)
+            self.metrics_registry.register(collector)
         self._collectors = (efficiency, gauges, walls)
         return efficiency
 

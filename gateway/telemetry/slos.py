@@ -1,27 +1,15 @@
 """Which SLO applies to a request: the fleet file's ``slos`` as a policy of bounds per request.
 
-The bounds themselves and the verdict on a finished request (which bounds it broke, goodput)
-are arithmetic, in :mod:`routing.formulas`; this module only chooses the bounds
-(:meth:`SloPolicy.bounds_for`):
+The bounds and the verdict on a finished request are arithmetic, in :mod:`routing.formulas`;
+this module only chooses the bounds (:meth:`SloPolicy.bounds_for`): the model's entry, else
+``*``, else none; inside it the class the client names (:data:`SLO_CLASS_HEADER`) when the
+entry defines it, else the ``min_max_tokens`` band of the request's ``max_tokens``, else the
+entry's own bounds; a class's unset bounds inherited from its entry.
 
-1. the model's entry, else the ``*`` entry (every other model), else no SLO (nothing to violate);
-2. inside it, the request class named by the client (the ``x-ridge-slo-class`` header,
-   :data:`SLO_CLASS_HEADER`, handed over as ``requested_class``) when the entry defines it;
-   otherwise the class of the highest ``min_max_tokens`` band not above the request's
-   ``max_tokens`` (bands by requested output length: a 4096-token answer may take longer end to
-   end than a 64-token one); otherwise the entry's own bounds (class ``default``);
-3. a class's unset bounds are inherited from its model entry.
-
-A class the model does not define is not an error: the request is served and held against the
-class it would have had unnamed (step 2), and telemetry counts and logs it
-(:class:`gateway.telemetry.prometheus.UnknownClasses`). The header chooses how a request is judged
-(and
-admission control's wait budget), not whether it is served: refusing it would turn a fleet-file
-edit that renames or drops a class, or a class defined for one model and not another, into
-client errors that OpenAI SDK clients cannot act on.
-
-:func:`slo_policy` converts the fleet file's validated settings (:class:`config.fleet_file.Fleet`)
-into the policy. Bounds are seconds. Pure: no I/O and no clock.
+A class the model does not define is not an error: the request is served and judged as if it
+had named none (telemetry counts it, :class:`gateway.telemetry.prometheus.UnknownClasses`).
+:func:`slo_policy` converts the fleet's validated settings. Bounds are seconds; pure, no I/O and
+no clock. See docs/telemetry.md#slo-classes.
 """
 
 from __future__ import annotations
@@ -30,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from config.fleet_file import ANY_MODEL, DEFAULT_CLASS, Fleet, SloBoundsSettings
+from config.fleet import Fleet
+from config.slos import ANY_MODEL, DEFAULT_CLASS, SloBoundsSettings
 from routing.formulas import Bounds
 
 SLO_CLASS_HEADER = "x-ridge-slo-class"

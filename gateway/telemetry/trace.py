@@ -1,38 +1,16 @@
 """Traffic recording: the requests ridge serves as a privacy-preserving trace, no text.
 
-Format: the Mooncake trace (``mooncake_trace.jsonl`` of kvcache-ai/Mooncake, the input of
-NVIDIA Dynamo's and AIPerf's trace replay and of ``ridge bench --trace``): one JSON object per
-line, ``{"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}``.
+Format: the Mooncake trace (one JSON line per request: ``timestamp`` [ms since the file's first
+request], ``input_length`` and ``output_length`` [tokens], ``hash_ids``: one id per trace block
+of ``block_tokens`` tokens, equal ids at position i ⇔ equal prompts up to block i), written in
+completion order. The ids come from the router's own chained block hashes (:func:`trace_keys`),
+numbered in first-seen order per file (:class:`HashIds`): no rehashing, no prompt text.
 
-- ``timestamp``: the request's arrival, integer milliseconds since the first request written
-  to this file. Lines are written as requests finish, so they are in completion order, not
-  arrival order: sort by ``timestamp`` to replay (``ridge bench --trace`` does). A request that
-  arrived before the file's first one (around a rotation) gets 0.
-- ``input_length``: the prompt's tokens as the router counted them (exact with the model's
-  tokenizer, else the character estimate: :mod:`routing.features`).
-- ``output_length``: the completion's tokens from the engine's usage; when the engine gave
-  none (an error, a client gone), the request's ``max_tokens``, else the expected output.
-- ``hash_ids``: one id per trace block of ``block_tokens`` tokens (512 in Mooncake's traces),
-  ⌈input_length / block_tokens⌉ of them, the last one for a partial block. Equal ids at
-  position i ⇔ equal prompts up to the end of block i.
-
-Hash ids from the router's block hashes (:func:`trace_keys`): the router hashes the prompt in
-blocks of ``b`` = ``routing.features.block_tokens`` tokens (× ``chars_per_token`` characters
-with the estimate), chained, so its hash k stands for blocks 0..k. A trace block is
-``g = round(block_tokens / b)`` router blocks, and full trace block j is keyed by router hash
-``(j + 1)·g − 1``: chained by construction, no rehashing. A partial last block is keyed by
-``(j, the last router hash inside it or before it)``: equal for prompts that agree up to
-their last full router block (less than ``b`` tokens from the end); a prompt without a single
-full router block gets a key of its own. Keys become small ints in first-seen order
-(:class:`HashIds`), per file: each file is a trace of its own.
-
-Cost: off by default (``RIDGE_TRACE__PATH`` unset); on, a request's hot-path cost is one
-append to a bounded in-memory queue (:meth:`TraceRecorder.offer`); when the queue is full the
-request is dropped and counted in ``ridge_trace_dropped_total``. A background task takes the
-queue every ``flush_interval_s`` and formats and writes it in a thread. Bounded on disk:
-past ``max_bytes`` (or ``max_ids`` distinct ids, the id map's memory bound) the file is
-rotated (``trace.jsonl`` → ``trace.jsonl.1`` → ``.2`` …), at most ``max_files`` files in
-all. A file left by an earlier run is rotated away at start.
+Off by default (``RIDGE_TRACE__PATH``). On, a request costs one append to a bounded queue
+(:meth:`TraceRecorder.offer`; a full queue drops it, counted in ``ridge_trace_dropped_total``);
+:class:`TraceWriter` formats and writes in a thread and rotates the file past ``max_bytes`` or
+``max_ids``, keeping ``max_files``. See docs/telemetry.md#traffic-recording and
+docs/benchmarks/trace.md.
 """
 
 from __future__ import annotations
@@ -205,7 +183,7 @@ class TraceRecorder:
               output_tokens: int | None) -> None:
         """Queue one finished generation request (``arrival``: its start on the proxy's clock
         [s]; other APIs are left out); drop and count it when the queue is full."""
-        if parsed is None or parsed.endpoint not in GENERATION:
+        if parsed is None or parsed.api_path not in GENERATION:
             return
         if len(self._queue) >= self.config.queue_size:
             self.dropped.inc()

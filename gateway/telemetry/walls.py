@@ -1,33 +1,15 @@
 """Per pool, at scrape time: KV demand against capacity, and the wall that binds.
 
-The arithmetic and the rule are :mod:`routing.binding_wall`'s; this collector feeds them what
-the gateway already measures, every scrape (nothing on the request path):
+The arithmetic and the rule are :mod:`routing.binding_wall`'s; :class:`PoolWalls` feeds them
+what the gateway already measures, every scrape (nothing on the request path): the router's
+in-flight tokens and the prefix index's working set against the pool's KV capacity
+(:func:`capacity`), the telemetry's counters and the engines' preemptions over the last
+``window_s`` [s] (:data:`WINDOW_S`, :class:`History`), and ridge's own MFU/MBU.
 
-- KV demand: the router's in-flight tokens on the pool's healthy endpoints (its measures'
-  counts, :func:`routing.load.pool_summary`, as ``ridge_tokens_in_flight``), the working set — the
-  distinct prompt blocks the router state's prefix index holds for the pool's endpoints
-  (``held_blocks()``, which counts a long chain's last entry as 4 blocks when it stands for
-  1–3) × the fleet's ``routing.features.block_tokens`` — and the capacity, per
-  healthy endpoint its engine's KV blocks × block size
-  (:func:`routing.admission.capacity.kv_tokens`),
-  else the fleet file's ``hardware.kv_cache_bytes`` ÷ the pool's KV bytes per token; unknown
-  for the pool when one healthy endpoint's is;
-- the rule's window (``window_s``, default :data:`WINDOW_S`): the pool's predicted and lost
-  prefix tokens, computed prompt and output tokens, SLO-evaluated requests and TPOT
-  violations (the telemetry's counters, ``totals``), and its engines' preemptions (the
-  endpoint registry's snapshot), each taken as newest − oldest sample within the window. The
-  first sample is taken when the collector is built (for a pool added later, zeros when it is
-  first seen), so the first scrape covers the time since;
-- MFU and MBU: ridge's own accounting (:func:`gateway.telemetry.efficiency.pool_utilisation`), over
-the
-  efficiency window; the KV usage: the highest of the pool's healthy endpoints.
-
-Gauges {pool}: ``ridge_pool_kv_working_set_tokens``, ``ridge_pool_kv_demand_tokens``
-(in flight + working set; both only with a router state to read), ``ridge_pool_kv_capacity_tokens``
-and ``ridge_pool_kv_demand_ratio`` (only where the capacity is known),
-``ridge_pool_kv_bytes_per_token`` (pools with model facts: 2 · layers · KV heads · head dim ·
-KV dtype bytes), and ``ridge_pool_binding_wall`` {pool, wall}: 1 for the wall the rule names,
-0 for every other wall of :data:`routing.binding_wall.WALLS`.
+Gauges {pool}: ``ridge_pool_kv_working_set_tokens``, ``ridge_pool_kv_demand_tokens``,
+``ridge_pool_kv_capacity_tokens``, ``ridge_pool_kv_demand_ratio``,
+``ridge_pool_kv_bytes_per_token``, and ``ridge_pool_binding_wall`` {pool, wall} (1 for the wall
+the rule names). See docs/telemetry.md#kv-demand-and-the-binding-wall.
 """
 
 from __future__ import annotations
@@ -41,7 +23,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.telemetry.efficiency import TokenLedger, pool_utilisation
 from routing.admission.capacity import kv_tokens
 from routing.binding_wall import (

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.state.shared_memory import SharedRegion, WorkerContext
 
 log = logging.getLogger("ridge.workers")

@@ -1,61 +1,19 @@
 """Admission control's arithmetic: how many requests an endpoint runs at once, when it is full,
-how long a request would wait for a slot, and how long it may. Pure: no I/O; clocks are
-injected.
+how long a request would wait for a slot, and how long it may. Pure: no I/O; clocks injected.
 
-**Capacity** C_e [requests] of an endpoint: how many requests its engine runs at once without
-queueing any. Learned from the engine's own figures, each new metrics reading (a poll):
+Capacity C_e [requests], learned from each new engine metrics reading (:class:`CapacityTracker`),
+is the smaller of (1) a *ceiling*: the running count at a standing queue with a full KV cache
+(:func:`next_ceiling`, forgotten after ``ceiling_ttl_s``), and (2) the requests that fill
+``kv_target`` of the KV cache (:func:`kv_requests`; from its size while the engine runs
+nothing). Neither known: never full. An endpoint is full when the router state's in-flight
+requests on it ≥ C_e + ``allowance`` (:func:`full_endpoints`).
 
-1. *ceiling* — the engine's running count at the latest reading that shows it out of room:
-   a *standing* queue (waiting > 0 on this reading and on the one before) with its KV cache
-   at least ``kv_full`` used (or its usage unknown). A queue alone proves nothing: a request
-   that has just arrived waits for the step in progress, and under a stream of arrivals the
-   prompts queue for the step's token budget (chunked prefill) while the cache is half empty —
-   a queue of prefill work, not a limit on requests at once. A later reading with no queue
-   and more running raises the ceiling (the engine ran that many at once). It is forgotten
-   ``ceiling_ttl_s`` after it was last set, so a ceiling learned under other traffic (longer
-   prompts) is probed again. At least 1.
-2. *KV* — requests that fill ``kv_target`` of the KV cache at the engine's current tokens per
-   request: ``kv_target`` × running ÷ KV usage, floored (``kv_cache_usage`` is the fraction of
-   the cache the running requests hold, so the whole cache holds running ÷ usage of them; the
-   rest, 1 − ``kv_target``, is left for what the running requests still add — the end of a
-   chunked prompt, the tokens they generate — so the engine need not preempt). Measured this
-   way the KV that requests share (a cached prefix) counts once, as the engine holds it. While
-   the engine runs nothing, from its KV size instead: ``kv_blocks_total`` × ``kv_block_size``
-   [tokens] ÷ the tokens the router state holds per in-flight request on it
-   (:class:`routing.load.LoadCounts`: prompt + expected output each, shared or not).
+A request no endpoint has room for may wait its budget [s] (:func:`wait_budget_s`: TTFT SLO −
+the pool's :class:`TtftFloor`, at most ``max_wait_s``); it joins the queue only when
+:func:`likely_wait_s` at the pool's :class:`ReleaseRate` [releases/s] is within the budget,
+else (or while the rate is unknown) it is refused at once (:func:`retry_after_s`).
 
-C_e is the smaller of the known ones; neither known: unknown, and the endpoint is never full.
-(An engine's ``max_num_seqs`` is not in the fleet file; an engine that queues at it with its
-cache far from full looks like one queueing prefill work, and is not capped.)
-An endpoint is **full** when the router state's in-flight requests on it ≥ C_e + ``allowance``.
-The state's count, not the engine's: it is live (the engine's figures lag a poll) and it is
-what every gateway sharing the state holds against C_e.
-
-**Waiting** (the gateway's queue, round-robin across keys: :mod:`routing.admission.fair_queue`): a
-request no endpoint has room for waits in its pool's queue for at most its *budget* [s] = its
-TTFT SLO − the pool's TTFT floor (what an admitted request still spends at the engine before
-its first token), at most ``max_wait_s``; ``max_wait_s`` itself for a model without a TTFT
-SLO. Its *expected wait* [s] = (requests served before it + 1) ÷ the pool's slot-release rate
-[1/s] (:func:`routing.admission.fair_queue.served_before`): one slot must free up for each request
-ahead of it and one for itself. It joins the queue only when a wait it will seldom exceed —
-the expected wait plus ``deviations`` standard deviations of a Poisson stream of releases
-(:func:`likely_wait_s`) — is within the budget: a request joining on the mean alone would run
-out of budget and be refused after waiting a third of the time. Refused at once otherwise, or
-when the rate cannot be known.
-
-Estimators (exponentially weighted, weight ``w`` per observation):
-- :class:`ReleaseRate` [releases/s] = 1 ÷ mean gap between releases, the time since the last
-  release counting as a gap at least that long (a pool that stopped releasing slows the
-  estimate at once). Before the pool's first release it is unknown, and so is any wait: a
-  request is then refused at once rather than held on a guess;
-- :class:`TtftFloor` [s] = mean + ``deviations`` × mean absolute deviation of the engine-side
-  TTFTs (time to first token minus the time waited at the gateway), as TCP estimates its
-  retransmission timeout from round-trip times: a request admitted at the end of its budget
-  still meets the SLO unless its engine is slower than usual by more than that margin.
-
-Parameters (:class:`CapacityConfig`): ``allowance`` 0 requests, ``ceiling_ttl_s`` 60 s,
-``kv_full`` 0.9, ``kv_target`` 0.9; the estimators' ``weight`` 0.1 and the floor's
-``deviations`` 2.
+See docs/routing.md#admission-arithmetic.
 """
 
 from __future__ import annotations
@@ -100,8 +58,8 @@ class Ceiling:
 
 def next_ceiling(ceiling: Ceiling | None, metrics: EngineMetrics, queued_before: bool,
                  now: float, config: CapacityConfig) -> Ceiling | None:
-    """The ceiling after one metrics reading (module docstring, rule 1). ``queued_before``:
-    whether the reading before it showed waiting > 0."""
+    """The ceiling after one metrics reading (docs/routing.md#admission-arithmetic, rule 1).
+    ``queued_before``: whether the reading before it showed waiting > 0."""
     if ceiling is not None and now - ceiling.at > config.ceiling_ttl_s:
         ceiling = None
     running, waiting, usage = metrics.running, metrics.waiting, metrics.kv_cache_usage
@@ -178,7 +136,7 @@ class _Seen:
     ceiling: Ceiling | None = None
 
 
-class CapacityBook:
+class CapacityTracker:
     """Every endpoint's capacity, learned from the snapshots it is shown (each new metrics
     reading once), and which pool each endpoint is in. ``clock``: seconds, for the ceilings'
     ages. Not shared between processes."""
@@ -246,7 +204,9 @@ class CapacityBook:
 
 @dataclass(slots=True)
 class ReleaseRate:
-    """Slot releases per second in one pool (module docstring). ``weight``: of each new gap."""
+    """Slot releases per second in one pool: 1 ÷ the mean gap between releases, exponentially
+    weighted, the time since the last one counting as a gap at least that long. ``weight``: of
+    each new gap."""
 
     weight: float = 0.1
     mean_gap_s: float | None = None
@@ -269,8 +229,9 @@ class ReleaseRate:
 
 @dataclass(slots=True)
 class TtftFloor:
-    """The engine-side TTFT a request still has ahead of it once admitted [s] (module
-    docstring); 0 before any observation."""
+    """The engine-side TTFT a request still has ahead of it once admitted [s]: mean +
+    ``deviations`` × mean absolute deviation of the observed TTFTs, exponentially weighted; 0
+    before any observation."""
 
     weight: float = 0.1
     deviations: float = 2.0

@@ -2,35 +2,17 @@
 their first token, so that the newest one still gets its first token within its TTFT SLO.
 Pure: no I/O.
 
-Admission control (:mod:`routing.admission.capacity`) bounds the requests an engine runs at once,
-not
-its prefill work: when several slots free up together, the prompts admitted into them prefill
-one after another, and the last one's first token comes a prefill per prompt ahead of it
-later. Pacing bounds that queue of prefill work per endpoint.
+Admission control (:mod:`routing.admission.capacity`) bounds the requests an engine runs at
+once, not its prefill work; pacing bounds the prefill queued per endpoint. P_e [prompt tokens]:
+an endpoint's outstanding prefill (streamed requests sent to it still without a first token);
+R [prompt tokens/s]: a pool's prefill rate as its engines really run (:class:`PrefillRate`);
+cap [prompt tokens] = R × TTFT SLO × ``target`` (:func:`prefill_cap`). An endpoint is paced for
+a prompt of T tokens when P_e > 0 and P_e + T > cap (:func:`paced_endpoints`): one with nothing
+outstanding always takes the next prompt; unknown R or no TTFT SLO: not paced.
+:func:`prefill_wait_s` [s] is a waiting request's wait for prefill room. Prompt tokens are in
+the caller's unit, and R is learned in it.
 
-- *Outstanding prefill* P_e [prompt tokens] of an endpoint: the prompts of the streamed
-  requests sent to it whose first token has not come yet (this gateway's; a streamed
-  request's first token is the end of its prefill, a non-streamed one's is not seen, so those
-  are not counted).
-- *Prefill rate* R [prompt tokens/s] of a pool: each streamed request's outstanding prefill
-  when it was sent, its own prompt included, ÷ its engine-side TTFT (from being sent to its
-  first token), exponentially weighted (``weight`` per observation). It is the pace at which
-  the engine clears the prefill queued on it as it really runs — chunked with the running
-  decodes, other gateways' prompts included — not a peak figure.
-- *Cap* [prompt tokens] = R × TTFT SLO × ``target``: the prefill an endpoint clears within
-  ``target`` of the SLO, the rest left for the request's wait at the gateway.
-- An endpoint is *paced* for a request of T prompt tokens when P_e > 0 and P_e + T > cap.
-  One with nothing outstanding always takes the next prompt, however long: pacing delays
-  prefill work, it never refuses it. Unknown R (no observation yet) or no TTFT SLO: not paced.
-- *Prefill wait* of a request that has to wait [s]: until the prefill past the pool's caps —
-  every endpoint's P_e, plus its own prompt and one of its size for each request ahead of it
-  — is cleared at the pool's rate (:func:`prefill_wait_s`). Admission control expects a
-  request to wait the longer of this and the wait for a free slot.
-
-Prompt tokens are whatever the caller counts them in (the router's estimate); R is learned in
-the same unit, so the cap is right whatever the estimate's scale.
-
-Parameters: ``target`` 0.5 (of the TTFT SLO), ``weight`` 0.1.
+See docs/routing.md#prefill-pacing.
 """
 
 from __future__ import annotations
@@ -43,7 +25,8 @@ NOTHING: frozenset[str] = frozenset()
 
 @dataclass(slots=True)
 class PrefillRate:
-    """A pool's prefill rate [prompt tokens/s] (module docstring); None before any
+    """A pool's prefill rate [prompt tokens/s]: the outstanding prefill when a request was sent
+    (its own prompt included) ÷ its engine-side TTFT, exponentially weighted; None before any
     observation. ``weight``: of each new observation."""
 
     weight: float = 0.1

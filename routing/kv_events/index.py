@@ -1,62 +1,20 @@
 """The blocks each engine reports holding, from its KV-cache events: the precise prefix index.
 
-Algorithm. Per followed endpoint, the engine's events (:mod:`routing.kv_events.events`) are
-re-hashed
-into the router's own chained block hashes, the ones :mod:`routing.features` computes for a
-request's exact prompt tokens (:func:`routing.features.token_block_hashes`: ``block_tokens`` ids
-a block, chained from the model's name), so a request is matched against what the engine holds
-with the same look-ups as the approximate index, and the engine's hash function never matters.
+:class:`KvEventIndex` re-hashes each followed endpoint's events (:mod:`routing.kv_events.events`)
+into the router's own chained block hashes (:func:`routing.features.token_block_hashes`), so a
+request is matched with the same look-ups as the approximate index and the engine's hash
+function never matters. An engine block of a multiple of ``block_tokens`` tokens makes several
+router blocks; smaller ones (SGLang's pages) are accumulated along their chain; a block that
+cannot be matched by tokens is skipped and counted in ``dropped``.
 
-- ``BlocksStored``: each engine block is placed after its parent (the engine block named
-  ``parent`` for the first, the one before it in the event for the others; the chain's start,
-  :func:`routing.features.chain_start` of each model the endpoint serves, when ``parent`` is
-  None) and re-hashed into the router blocks it completes. An engine block of ``block_size``
-  tokens, a multiple of the router's (vLLM's 16 on GPUs and 128 on CPUs, for the default 16),
-  is ``block_size ÷ block_tokens`` router blocks. Smaller engine blocks (SGLang's pages: one
-  token by default) are accumulated along their chain: a page's tokens past the last whole
-  router block are kept, and the page that completes a router block hashes it, its earlier
-  pages its ``members``. A block whose parent the index does not know (its store event was
-  missed), whose size is neither below nor a multiple of the router block's, or whose hash
-  covers more than its tokens (``plain`` False: LoRA, images, a cache salt), is skipped: it
-  cannot be matched by tokens.
-- A ``BlocksStored`` without tokens (``block_size`` 0: vLLM's CPU offloading announces its
-  copies of device blocks so, unless its connector is told to describe them) adds that medium
-  to blocks the index knows and is otherwise skipped.
-- ``BlocksRemoved``: the engine block leaves that medium. A router block is held while the
-  block completing it and each of its members is held in some medium (on the device while all
-  are there): a router block partly evicted, even by one page, is not held. A block in both
-  the device cache and a host tier stays until both evicted it; a block held nowhere is
-  forgotten once no known block names it as member or parent (until then, stored again, it
-  counts for them at once).
-- Tiers: per endpoint, the router blocks held on the device are counted apart, so a match that
-  reaches past them into a host tier is priced (:meth:`match_tiers`): reloading a block costs
-  ``reload_ratio`` of recomputing it (:func:`routing.formulas.host_reload_ratio`, from the
-  pool's facts), cheaper than recomputation and dearer than a device hit.
-- ``AllCleared`` and :meth:`reset` (the engine restarted, or events were lost) empty the
-  endpoint.
-- ``match(hashes, endpoints)``: per followed endpoint, the number of leading request blocks it
-  holds, in whole engine blocks (a router block shorter than the engine's may match the head of
-  another prompt's block: the engine reuses only whole blocks; pages shorter than a router
-  block are reused page by page, so whole router blocks are whole pages), by binary search (an
-  engine evicts a block's descendants before the block, as vLLM frees a request's blocks tail
-  first and SGLang's radix cache evicts leaves, so the held blocks of a chain are a prefix; the
-  engine's own look-up stops at the first miss too). O(endpoints × log blocks).
-- Requests in flight: an engine stores a prompt's blocks only once its prefill ran, so a burst
-  sharing a new prefix would see nothing held. :meth:`placed` records a placed request's blocks
-  as pending on its endpoint for ``pending_s`` seconds (a small :class:`PrefixIndex`) and
-  :meth:`finished` drops them (by then the engine's events say what it kept): ``match`` is the
-  longer of the engine's blocks and the pending ones (every block an entry: ``layout=EXACT``).
+Invariants: a router block is held while the block completing it and each of its members is
+held in some medium (one partly evicted is not); a chain's held blocks are a prefix, so
+``match`` is a binary search, in whole engine blocks, taking the longer of that and the blocks
+of requests placed but not yet reported (pending ``pending_s`` seconds). Host-tier blocks are
+priced at the endpoint's ``reload_ratio``. Router blocks are capped at ``max_blocks``, all
+endpoints; memory at :data:`BYTES_PER_BLOCK` and :data:`BYTES_PER_PAGE`.
 
-Memory: ``max_blocks`` caps the router blocks held over all endpoints (a store past it is
-dropped and counted in ``dropped``), and ``max_blocks × block_tokens`` the pages completing no
-router block; :data:`BYTES_PER_BLOCK` per router block and :data:`BYTES_PER_PAGE` per such page
-(:meth:`KvEventIndex.memory_bytes`): an engine publishing one-token pages costs the index
-about 16 pages per router block. Sized from the fleet's KV capacity, the cap is never reached
-by engines that report truthfully.
-
-Parameters: ``block_tokens`` (tokens per router block), ``max_blocks`` (router blocks, all
-endpoints), ``pending_s`` (seconds a placed request's blocks count as held before its engine
-reports them), ``clock`` (monotonic seconds).
+See docs/routing.md#kv-events-and-the-precise-index.
 """
 
 from __future__ import annotations
@@ -71,11 +29,11 @@ from routing.prefix_index import EXACT, PrefixIndex
 BYTES_PER_BLOCK = 400
 """[B] Memory per router block held, rounded up: its entry in the endpoint's held map (a dict
 slot, an int key and count) plus the engine block completing it (its block-map entry, its
-object and its hash: ~360 B in all, measured, for vLLM's 16-token blocks with 32-byte hashes;
-an engine block of several router blocks is shared by them)."""
+object and its hash; an engine block of several router blocks is shared by them). What was
+measured: docs/routing.md#kv-events-and-the-precise-index."""
 BYTES_PER_PAGE = 300
 """[B] Memory per engine block smaller than a router block that completes none (an SGLang page,
-one token by default; measured ~300 B): its block-map entry, its object, hash and token ids."""
+one token by default): its block-map entry, its object, hash and token ids."""
 
 HELD, DEVICE, TIER = 1, 2, 4
 """How an engine block's router blocks are counted: held (in any medium), on the device, with a
@@ -138,7 +96,8 @@ class _Engine:
 
 
 class KvEventIndex:
-    """The engines' own KV blocks, re-hashed for matching (module docstring)."""
+    """The engines' own KV blocks, re-hashed for matching
+    (docs/routing.md#kv-events-and-the-precise-index)."""
 
     __slots__ = ("_block_tokens", "_max_blocks", "_engines", "_size", "_pages", "_pending",
                  "dropped")

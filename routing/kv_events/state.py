@@ -1,22 +1,16 @@
 """A router state whose prefix matches come from the engines' own KV events where they publish.
 
-Algorithm. Wraps any :class:`routing.state.protocol.RouterState` (memory, workers', Redis) and a
-:class:`routing.kv_events.index.KvEventIndex`:
+Wraps any :class:`routing.state.protocol.RouterState` (memory, workers', Redis) and a
+:class:`routing.kv_events.index.KvEventIndex`. Every view the wrapped state gives (``read``,
+and the view ``place`` chooses on) has, for the endpoints the index follows, its
+``matched_blocks`` replaced by the index's match, those endpoints named in ``exact_endpoints``
+and the host-tier reload cost in ``reload_tokens``; every endpoint's approximate match stays in
+``sent_blocks``. ``place`` and ``finish`` tell the index which followed endpoints took the
+request and when it ended (its blocks pending there meanwhile). Everything else is the wrapped
+state's, whose approximate index takes over for an endpoint whose events stop. Parameters:
+none beyond the two objects it joins.
 
-- every view the wrapped state gives (``read``, and the view ``place`` chooses on) has its
-  ``matched_blocks`` replaced, for the endpoints the index follows, by the index's match (the
-  blocks the engine reports holding, or has pending from requests in flight), names those
-  endpoints in ``exact_endpoints``, and carries in ``reload_tokens`` what reloading the part of
-  a match held only in a host tier costs, and keeps the approximate match of every endpoint in
-  ``sent_blocks`` (where the session's blocks were sent, evicted or not: admission's cache
-  affinity reads it); endpoints without events keep the approximate match;
-- ``place`` tells the index which followed endpoints took the request (its blocks pending
-  there), ``finish`` that the request ended (the engine's events now say what it kept);
-- everything else is the wrapped state's. The wrapped state still records every request in its
-  approximate index, which takes over for an endpoint whose events stop (the subscriber then
-  drops it from the index).
-
-Parameters: none beyond the two objects it joins.
+See docs/routing.md#kv-events-and-the-precise-index.
 """
 
 from __future__ import annotations
@@ -31,7 +25,8 @@ from routing.window import WorkloadMeasures
 
 
 class EventState:
-    """A :class:`RouterState` matching prefixes against engine KV events (module docstring)."""
+    """A :class:`RouterState` matching prefixes against engine KV events
+    (docs/routing.md#kv-events-and-the-precise-index)."""
 
     __slots__ = ("_inner", "_index")
 

@@ -12,7 +12,7 @@ name with default parameters. A picker whose class takes a ``seed`` gets the con
 ``seed`` unless its parameters set one. An unknown name or type, a plugin of the wrong kind, an
 unknown parameter, a parameter value the plugin refuses, a scorer without a weight or with a
 weight that is not a positive finite number raises :class:`SchedulerConfigError` naming the
-problem; the fleet file loader runs :func:`validate` at start-up (:mod:`config.fleet_file`).
+problem; the fleet file loader runs :func:`validate` at start-up (:mod:`config.fleet`).
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """The replica scheduler inside one pool: filters → scorers → one picker.
 
 Interfaces apart from plugins (one plugin per module under :mod:`routing.scheduler.plugins`),
-all synchronous and pure over frozen snapshots:
+all synchronous and pure over frozen snapshots: :class:`Filter` (candidates → the subset that
+may take the request), :class:`Scorer` (candidates → a score per URL, meant to lie in [0, 1],
+1 = best), :class:`Picker` (weighted totals → one endpoint). :class:`Scheduler` runs them over
+a :class:`SchedulingContext`.
 
-- :class:`Filter`: candidates → the subset that may take the request.
-- :class:`Scorer`: candidates → a score per endpoint URL, meant to lie in [0, 1] (1 = best).
-- :class:`Picker`: weighted total scores → one endpoint.
+Invariants: the framework, not the plugin, clamps every score to [0, 1] (NaN and missing URLs
+count 0) and weights it: an endpoint's total is Σ weight × clamp(score). Plugin calls are timed
+[ns] on a regular sample of the calls. No candidate left: the pick is None and the caller falls
+back. A plugin's state (a picker's memory) lives on its instance, one per scheduler, never at
+module level. Configuration (:class:`SchedulerConfig`) names plugin instances
+(:class:`PluginSpec`) or plugin types; timings are reported under the instance name.
 
-:class:`Scheduler` runs them in order over a :class:`SchedulingContext`. The framework, not the
-plugin, clamps every score to [0, 1] (NaN and missing URLs count 0) and multiplies it by the
-scorer's weight from configuration; the total of an endpoint is Σ weight × clamp(score). It
-times every plugin call with :func:`time.perf_counter_ns` on a regular sample of the calls
-(one in 16 by default) and returns the timings with the pick so the caller can export a
-histogram. When the filters leave no candidate the result's
-``endpoint`` is None and the caller falls back (another pool, or an error).
-
-Plugins hold no state, except a picker that needs memory (round-robin's last pick, a seeded
-random generator): such state lives on the plugin instance, and every :class:`Scheduler` gets
-its own instances from the catalog (:mod:`routing.scheduler.catalog`), so the state is
-explicit and per scheduler (per pool, per gateway process) — never module-level.
-
-Configuration names plugin *instances* (:class:`SchedulerConfig`): a name in ``filters``,
-``scorers`` or ``picker`` is either declared in ``plugins`` (:class:`PluginSpec`: an instance
-name, the plugin type from the catalog, and its parameters) or is itself a plugin type, built
-with its default parameters. Timings are reported under the instance name.
+See docs/routing.md#the-scheduler-and-its-plugins.
 """
 
 from __future__ import annotations

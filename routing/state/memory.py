@@ -1,32 +1,18 @@
 """The router's memory for one gateway process: :class:`MemoryState`, a :class:`RouterState`.
 
-Parts, each bounded (parameters in :class:`StateLimits`):
+Parts, each bounded (:class:`StateLimits`): the prefix index
+(:class:`routing.prefix_index.PrefixIndex`); the in-flight table (:class:`Reservations`:
+reservations in the order made and, per endpoint, the requests and tokens they hold, each
+dropped after ``reservation_ttl_s`` seconds as if its gateway had died); session affinity
+(:class:`SessionMap`: session key → the endpoint that last served it); the workload windows
+(:class:`routing.window.WorkloadWindows`).
 
-- prefix index (:class:`routing.prefix_index.PrefixIndex`): ``max_prefix_entries``
-  (block, endpoint) pairs, LRU, each counting for ``prefix_max_age_s`` seconds (a long
-  prompt's blocks past the first 16 take one entry per 4: its key layout);
-- in-flight table (:class:`Reservations`): reservations by id in the order they were made, and
-  per endpoint the requests and tokens they hold. A reservation not finished within
-  ``reservation_ttl_s`` seconds is dropped as if its gateway had died; with one TTL for all,
-  expiry order is reservation order, so expiring is popping from the front (lazy, on every
-  call). At most ``max_reservations`` are held (the oldest is dropped beyond). Counts never
-  go negative: only a held reservation is released, once;
-- session affinity (:class:`SessionMap`): session key → the endpoint that last served it
-  successfully, LRU of ``max_sessions``, each binding valid ``session_max_age_s`` seconds;
-- workload windows (:class:`routing.window.WorkloadWindows`): the last ``window_requests``
-  successful requests overall and per model (at most ``max_models`` models): prefix share,
-  prompt and output lengths, and the output-length mean.
+Invariants: in-flight counts never go negative (only a held reservation is released, once);
+``finish`` learns from successful requests only (a failed one's new blocks are forgotten, and
+the windows never count a retried request twice); every method runs without awaiting, so under
+asyncio each is atomic and :meth:`MemoryState.place` reads, chooses and reserves in one step.
 
-A reservation records the request's blocks on its endpoint when it is made (the engine
-holds them from its prefill on); ``finish`` of a successful request records them again unless
-they were recorded within the last :data:`REFRESH_S`. What ``finish`` learns, it learns from
-SUCCESSFUL requests only: a failed request's blocks are not in any cache (the ones its
-reservation added are forgotten), its session found no home, and counting it in the windows
-would count a retried request twice. The reservation is released either way.
-
-All methods run without awaiting, so under asyncio each is atomic: no locks needed.
-:meth:`MemoryState.place` reads the view, runs ``choose`` on it and reserves the choice in one
-such step.
+See docs/routing.md#the-router-state.
 """
 
 from __future__ import annotations
@@ -130,7 +116,9 @@ class _Held:
 
 
 class Reservations:
-    """Reservations and per-endpoint in-flight counts (see the module docstring)."""
+    """Reservations and per-endpoint in-flight counts. One TTL for all, so expiry order is
+    reservation order and expiring pops from the front (lazily, on the state's calls); at most
+    ``max_reservations`` are held, the oldest dropped beyond."""
 
     __slots__ = ("_ttl_s", "_max", "_held", "_load", "_ids", "_prefix", "_on_drop")
 

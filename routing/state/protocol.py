@@ -1,26 +1,19 @@
 """Everything the router remembers, behind one small async interface.
 
-The router never keeps memory of its own: the prefix index (which endpoint recently served
-which prompt blocks), in-flight requests and tokens per endpoint (the ONE place they are
-counted, :mod:`routing.load`), the prefix-share window and the learned output lengths, and
-session affinity all live behind :class:`RouterState`. The in-memory implementation
-(:mod:`routing.state.memory`) serves one gateway process; a shared one (Redis) lets many
-gateway replicas route as one. Both pass the same contract test suite.
+The router keeps no memory of its own: the prefix index, the in-flight requests and tokens per
+endpoint (the ONE place they are counted, :mod:`routing.load`), the prefix-share window and the
+learned output lengths, and session affinity all live behind :class:`RouterState`. The
+in-memory implementation (:mod:`routing.state.memory`) serves one gateway process; shared ones
+(the workers', Redis) let many gateway processes route as one. All pass one contract suite.
 
 One routing path: :meth:`RouterState.place` is handed the request's :class:`Ask` and a pure
-``choose`` function (the router: lever policy, then the pool's scheduler plugins) and returns
-the choice with one reservation per chosen endpoint. The state decides how it reserves: the
-in-memory state reads, chooses and reserves without awaiting (atomic under asyncio); a shared
-state reads, lets ``choose`` run on what it read, and reserves only if no other gateway took
-the chosen endpoints in between (else it chooses again on the fresher view), so gateways
-sharing a state cannot herd onto the endpoint they all saw idle. A reservation also records
-the request's prompt blocks as held by its endpoint at once — the engine caches them as soon
-as it prefills, and requests that share a prompt often arrive together, long before the first
-one finishes — so the next request sharing them finds them there. :meth:`RouterState.finish`
-releases the reservation and records what was learned (the blocks again, refreshed; prefix
-share, output length, session); when the request failed, it forgets the blocks its
-reservation added. Reservations expire on their own after a TTL so a crashed gateway cannot
-hold them forever.
+``choose`` function (the router) and returns the choice with one reservation per chosen
+endpoint, which also records the request's prompt blocks there at once; a shared state reserves
+only if no other gateway took the chosen endpoints meanwhile. :meth:`RouterState.finish`
+releases the reservation and records what was learned (a failed request's new blocks are
+forgotten). Reservations expire after a TTL, so a crashed gateway cannot hold them forever.
+
+See docs/routing.md#the-router-state.
 """
 
 from __future__ import annotations

@@ -1,57 +1,19 @@
 """Chat templates rendered as the engine renders them: the prompt text of a chat request.
 
 A chat request reaches the model as the text its chat template (a Jinja program shipped with
-the model) makes of the messages; the engine then tokenizes that text. This module makes the
-same text, so that a tokenizer can count what the engine counts. It follows vLLM 0.32
-(``vllm/renderers/hf.py``, ``vllm/renderers/chat_utils.py``), which renders through
-transformers 5's ``apply_chat_template`` (``transformers/utils/chat_template_utils.py``).
-SGLang's OpenAI server also uses the Hugging Face chat template of the model's tokenizer by
-default (SGLang ``docs/references/custom_chat_template.md``); its message conversion may
-differ in details.
+the model) makes of the messages; this module makes the same text, so that a tokenizer can
+count what the engine counts. It follows vLLM 0.32, which renders through transformers 5's
+``apply_chat_template``; SGLang uses the model's Hugging Face template by default too.
 
-Algorithm, per request:
+Per request: (1) the messages become the engine's conversation (:func:`engine_conversation`);
+(2) the tools are dumped as vLLM dumps them (:func:`engine_tools`); (3) the content format,
+"string" or "openai", is detected from the template (:func:`detect_content_format`); (4) the
+template renders in a sandboxed Jinja environment set up as transformers sets it
+(:class:`ChatTemplate`, compiled once); (5) what is not modelled raises :class:`Unsupported`,
+and the caller falls back to its estimate. Needs the optional ``jinja2`` package
+(``ridge[tokenizers]``), imported only when a template is compiled.
 
-1. **Messages → the engine's conversation** (:func:`engine_conversation`, vLLM's
-   ``parse_chat_messages``). Each message keeps its ``role``; its ``content`` becomes, in the
-   template's *content format*, either a string ("string": a string as is, the texts of a list
-   of parts joined by ``"\\n"``, none ``""``) or a list of ``{"type": "text", "text": ...}``
-   parts ("openai": a string becomes one such part). Text parts are the types of
-   :data:`TEXT_PARTS` (each with the field holding its text); any other part (image, audio,
-   file) is not modelled here, so the request is not rendered (None). An assistant message
-   keeps ``tool_calls`` (each ``function.arguments`` JSON string parsed into an object; not an
-   object → ``{}``; an empty list is dropped) and ``reasoning`` (also as
-   ``reasoning_content``); a tool message keeps ``tool_call_id`` and always has string
-   content; ``name`` is kept when a string; a developer message keeps ``tools``. When the
-   template never names the ``developer`` role, developer messages become system messages and
-   every system message is merged into one, first (``"\\n\\n"`` between them).
-2. **Tools** (:func:`engine_tools`): as vLLM's ``ChatCompletionToolsParam`` dumps them —
-   ``{"type": "function", "function": {"name", "description", "parameters"[, "strict"]
-   [, "defer_loading"]}[, "defer_loading"]}``, absent fields as ``null``.
-3. **Content format** ``auto`` (:func:`detect_content_format`, vLLM's
-   ``_detect_content_format``): "openai" when the template loops over a message's ``content``
-   (``{% for part in message['content'] %}``, through assignments and filters, or a loop over
-   a variable named ``content``), else "string". Loops over a macro parameter that receives
-   the content are not followed (vLLM follows them): set the format explicitly for such a
-   template.
-4. **Rendering** (:class:`ChatTemplate`): Jinja's ``ImmutableSandboxedEnvironment`` with
-   ``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols`` extension and a
-   ``{% generation %}`` tag that renders its body, the ``tojson`` filter replaced by
-   ``json.dumps`` (``ensure_ascii=False``; ``indent``, ``separators``, ``sort_keys``
-   honoured), and the globals ``raise_exception`` and ``strftime_now``, as transformers sets
-   them. Variables: the tokenizer's named special tokens (``bos_token``, ``eos_token``,
-   ``unk_token``, ``sep_token``, ``pad_token``, ``cls_token``, ``mask_token``), then the
-   request's ``chat_template_kwargs``, ``reasoning_effort`` (and ``enable_thinking`` = it is not
-   ``"none"``, unless the kwargs set it), then ``messages``, ``tools`` (None when the request
-   has none), ``documents`` and ``add_generation_prompt`` (the request's, default true).
-   Keyword values ``None`` and ``"auto"`` count as unset, as in vLLM's ``merge_kwargs``.
-5. **Not modelled** (None: the caller falls back to its estimate): a request carrying its own
-   ``chat_template``, ``continue_final_message``, non-text content, a message that is not an
-   object, and a template that raises (the engine refuses such a request). vLLM's removal of
-   a leading ``x-anthropic-billing-header`` line from system text is not modelled either.
-
-Costs: the template is compiled once (:class:`ChatTemplate`); a render of a short ChatML
-conversation takes ~15 µs. Needs the optional ``jinja2`` package (``ridge[tokenizers]``),
-imported only when a template is compiled.
+See docs/routing.md#chat-templates.
 """
 
 from __future__ import annotations
@@ -86,7 +48,8 @@ _UNSET = (None, "auto")
 
 
 class Unsupported(ValueError):
-    """A request this module does not render (see the module docstring, step 5)."""
+    """A request this module does not render (step 5; what is not modelled:
+    docs/routing.md#chat-templates)."""
 
 
 # -- 1. messages ---------------------------------------------------------------------------
@@ -299,7 +262,7 @@ def _generation_tag(jinja2: Any) -> type:
     """``{% generation %}...{% endgeneration %}`` (transformers marks assistant text with
     it); renders its body."""
 
-    class Generation(jinja2.ext.Extension):  # type: ignore[misc]
+    class GenerationTag(jinja2.ext.Extension):  # type: ignore[misc]
         tags = {"generation"}
 
         def parse(self, parser: Any) -> Any:
@@ -311,7 +274,7 @@ def _generation_tag(jinja2: Any) -> type:
         def _body(self, caller: Callable[[], str]) -> str:
             return caller()
 
-    return Generation
+    return GenerationTag
 
 
 def _environment(jinja2: Any) -> Any:

@@ -26,6 +26,13 @@ from typing import Any, Protocol
 CHARS_PER_TOKEN = 4.0  # characters per token, English text under BPE tokenizers
 
 
+def estimate_tokens(chars: int, chars_per_token: float = CHARS_PER_TOKEN) -> int:
+    """Tokens in ``chars`` characters by the estimate: ⌈chars ÷ ``chars_per_token``⌉ (rounded
+    up: a non-empty text is at least one token). The one character estimate of the project: the
+    router's :class:`CharEstimate` and the gateway's sizes of a request body both use it."""
+    return math.ceil(chars / chars_per_token)
+
+
 class TokenCounter(Protocol):
     """Counts the tokens of a text (sync, pure, cheap: it runs once per request)."""
 
@@ -50,7 +57,7 @@ class CharEstimate:
             raise ValueError("chars_per_token must be positive")
 
     def count(self, text: str) -> int:
-        return math.ceil(len(text) / self.chars_per_token)
+        return estimate_tokens(len(text), self.chars_per_token)
 
 
 def tokenizers_available() -> bool:

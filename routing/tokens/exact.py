@@ -1,46 +1,19 @@
 """Exact prompt tokens: the token ids the engine prefills for a request, from the model's files.
 
 A model's tokenizer (``tokenizer.json``, through the ``tokenizers`` package) and its chat
-template (:mod:`routing.tokens.chat_template`) give, per request, the ids the engine computes, so
-that
-their count equals the engine's ``usage.prompt_tokens``:
+template (:mod:`routing.tokens.chat_template`) give, per request, the ids the engine computes,
+so that their count equals the engine's ``usage.prompt_tokens``: a chat request's rendered
+template without added special tokens, a completions prompt with them (vLLM's defaults), a
+Responses request's instructions and messages rendered as chat. Anything else gives None: the
+caller falls back to its estimate.
 
-- **chat**: the rendered template tokenized WITHOUT added special tokens — vLLM's chat default
-  (``ChatCompletionRequest.add_special_tokens = False``; the template writes its own, e.g.
-  SmolLM2's ChatML ``<|im_start|>``);
-- **completions**: a string prompt (or a one-string list) tokenized WITH them — vLLM's
-  completions default (``add_special_tokens = True``: the tokenizer's post-processor, e.g. a
-  Llama BOS; SmolLM2's adds none); a prompt of token ids is its ids;
-- **Responses**: ``instructions`` (as a system message) and an ``input`` that is a string (one
-  user message) or a list of ``user`` / ``system`` / ``developer`` messages, rendered as chat
-  (vLLM's ``construct_input_messages``); ``tools``, ``previous_response_id`` and other items
-  are not modelled.
+Loading (:func:`load_prompt_tokenizer`) reads ``tokenizer.json``, ``tokenizer_config.json``
+(special tokens; ``add_bos_token`` / ``add_eos_token``: :func:`set_post_processor`) and the chat
+templates (:func:`template_sources`: an explicit file, else the folder's ``.jinja`` files, else
+the config's). The hot path goes through :class:`SegmentEncoder`, which encodes the segments
+between special tokens once each (a bounded LRU; off when segments are not independent).
 
-Anything else — a request :mod:`routing.tokens.chat_template` does not render, a model without a
-chat
-template — gives None: the caller falls back to its estimate.
-
-Loading (:func:`load_prompt_tokenizer`): ``path`` is a ``tokenizer.json`` or the model folder
-holding it. ``tokenizer_config.json`` beside it gives the named special tokens the template
-sees and ``add_bos_token`` / ``add_eos_token``: when either is set (or the tokenizer has no
-post-processor) the post-processor becomes ``[bos] $A [eos]`` as transformers 5 makes it
-(``TokenizersBackend.update_post_processor``); padding and truncation are off, as
-transformers' per-call defaults leave them. The template: the file ``chat_template`` when
-given (vLLM's ``--chat-template``), else the folder's ``chat_template.jinja`` (and
-``additional_chat_templates/NAME.jinja``), else ``tokenizer_config.json``'s ``chat_template``
-(a string, or a list of ``{name, template}``). With several, a request with tools uses
-``tool_use`` when there is one, else ``default`` (transformers' ``get_chat_template``).
-
-Segment cache (the hot path): special tokens — added tokens marked special and matched
-verbatim (not normalized, no lstrip / rstrip / single_word) — cut a text into segments the
-tokenizer encodes independently, so a text's ids are its segments' ids and the special tokens'
-ids, in order. :class:`SegmentEncoder` encodes each segment once and keeps it (least recently
-used dropped first, at most ``max_tokens`` ids and ``max_entries`` segments): a system prompt,
-tools and a conversation's history are tokenized once, then only new text is. It is off (the
-whole text encoded each time) when segments are not independent: a Metaspace pre-tokenizer
-that marks only the first section, ``encode_special_tokens`` set, or a probe text whose
-segment-wise ids differ from its whole-text ids at load. Ids are kept as ``array('I')``
-(4 bytes an id).
+See docs/routing.md#exact-prompt-tokens.
 """
 
 from __future__ import annotations
@@ -74,7 +47,7 @@ def _ids(values: Iterable[int]) -> array[int]:
 
 class SegmentEncoder:
     """A text's token ids (no special tokens added), segment by segment through a bounded
-    cache (see the module docstring). ``specials``: special token text → id, or None when
+    cache (docs/routing.md#exact-prompt-tokens). ``specials``: special token text → id, or None when
     segments are not independent (no cache, the whole text encoded each time)."""
 
     __slots__ = ("_encode", "_pattern", "_specials", "_cache", "_tokens", "_max_tokens",
@@ -227,7 +200,7 @@ def responses_as_chat(payload: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 class PromptTokenizer:
-    """One model's exact prompt tokens (see the module docstring); also a
+    """One model's exact prompt tokens (docs/routing.md#exact-prompt-tokens); also a
     :class:`~routing.tokens.counters.TokenCounter` of plain text (no special tokens added).
 
     ``templates``: chat templates by name (``default``, ``tool_use``, ...); ``source``: where
@@ -335,9 +308,9 @@ def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def set_post_processor(tokenizer: Any, config: Mapping[str, Any]) -> None:
-    """transformers 5's post-processor rule (module docstring): ``[bos] $A [eos]`` when the
-    config sets ``add_bos_token`` / ``add_eos_token`` or the tokenizer has none (a token not
-    in the vocabulary is left out)."""
+    """transformers 5's post-processor rule: ``[bos] $A [eos]`` when the config sets
+    ``add_bos_token`` / ``add_eos_token`` or the tokenizer has none (a token not in the
+    vocabulary is left out)."""
     if "add_bos_token" not in config and "add_eos_token" not in config \
             and tokenizer.post_processor is not None:
         return
@@ -366,7 +339,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def template_sources(folder: Path, config: Mapping[str, Any],
                      chat_template: str | Path | None = None) -> dict[str, str]:
-    """The model's chat templates by name (module docstring: which files win)."""
+    """The model's chat templates by name (which files win: docs/routing.md#exact-prompt-tokens)."""
     if chat_template is not None:
         return {DEFAULT_TEMPLATE: Path(chat_template).read_text(encoding="utf-8")}
     named = {p.stem: p.read_text(encoding="utf-8")
@@ -387,7 +360,7 @@ def template_sources(folder: Path, config: Mapping[str, Any],
 def load_prompt_tokenizer(path: str | Path, chat_template: str | Path | None = None,
                           content_format: str = "auto") -> PromptTokenizer:
     """A model's :class:`PromptTokenizer` from ``path`` (``tokenizer.json`` or the model
-    folder; see the module docstring). Raises ImportError without ``tokenizers`` (or
+    folder; docs/routing.md#exact-prompt-tokens). Raises ImportError without ``tokenizers`` (or
     ``jinja2`` when there is a template), OSError / ValueError for unreadable files."""
     path = Path(path)
     file = path / TOKENIZER_FILE if path.is_dir() else path

@@ -13,7 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from gateway.app import create_app
 from gateway.cli.main import listening_socket, uvicorn_config
 from gateway.services import Gateway

@@ -31,11 +31,12 @@ from typing import Any
 
 import yaml
 
-from backends.registry.endpoints import EndpointRegistry, PollResult
-from config.fleet_file import Fleet, parse_fleet
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
+from config.fleet import Fleet, parse_fleet
 from gateway.access.admission import Admission, AdmissionConfig
 from gateway.app import build_router
-from gateway.request.body import Endpoint, ParsedRequest, parse_request
+from gateway.request.body import ApiPath, ParsedRequest, parse_request
 from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.telemetry.slos import slo_policy
 from ridge_bench.harness.turns import Dispatcher as Turns
@@ -148,7 +149,7 @@ class ReplayRouter:
             self._registry.record_poll(url, PollResult(self._clock(), True, metrics))
 
     async def route(self, body: bytes, session: str | None) -> Routed:
-        parsed = parse_request(Endpoint.CHAT, body)
+        parsed = parse_request(ApiPath.CHAT, body)
         sent = await self._dispatcher.dispatch(parsed, session, Attempts())
         plan, d = sent.plan, sent.plan.decision
         first = plan.prefill or plan.endpoint

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from tests.fakes.engine import FakeEngine
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, RunningRidge, running_ridge
 

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from backends.sim import start_fleet
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge
 
 FACTS = {"params": 8.03e9, "layers": 32, "hidden_size": 4096, "kv_heads": 8, "head_dim": 128,

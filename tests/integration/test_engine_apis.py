@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from backends.sim import start_fleet
 from backends.sim.pooling import EMBEDDING_DIMS
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.access.keys import KeyLimits, KeysFile, make_record, new_key
 from gateway.server.routes import ridge_version
 from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from config.fleet_file import FleetConfigError, parse_fleet
+from config.fleet import FleetConfigError, parse_fleet
 from gateway.app import create_app
 from tests.fakes.engine import FakeEngine
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, free_ports, quick_settings, running_ridge

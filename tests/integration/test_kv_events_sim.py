@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("tokenizers")
 
 from backends.sim import start_fleet  # noqa: E402
-from config.fleet_file import Fleet, parse_fleet  # noqa: E402
+from config.fleet import Fleet, parse_fleet  # noqa: E402
 from tests.fakes.harness import RunningRidge, free_ports, running_ridge  # noqa: E402
 from tests.fakes.tiny_model import model_folder  # noqa: E402
 

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from backends.sim import RunningFleet, start_fleet
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from tests.fakes.harness import RunningRidge, free_ports, quick_settings, running_ridge
 
 REPO = Path(__file__).resolve().parents[2]

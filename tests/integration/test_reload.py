@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from tests.fakes.engine import WORDS, FakeEngine
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, quick_settings, running_ridge
 

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from backends.sim import start_fleet
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from tests.fakes.harness import RunningRidge, free_ports, running_ridge
 
 MODEL = "llama-3-8b"

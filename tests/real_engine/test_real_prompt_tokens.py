@@ -22,7 +22,7 @@ from backends.engines.tokenizers import fleet_tokenizers, pool_tokenizer
 from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint
 from backends.sim.pd import KVTransferHub
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.app import build_extractor
 from routing.features import RequestInfo, canonical_prompt
 from tests.real_engine.conftest import MODEL, Engines

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from ridge_bench.fidelity.benchmark import FLEET, plan_for, simulated, spec_and_plain, verdict
 from ridge_bench.fidelity.cases import Side, measure
 from ridge_bench.fidelity.doc import markdown

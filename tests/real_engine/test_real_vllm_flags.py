@@ -14,7 +14,7 @@ import pytest
 
 from backends.launch.args import flag_name
 from backends.launch.vllm import FLAGS, LAUNCHER, LORA_FLAGS, SERVER_MODULE, vllm_args
-from config.fleet_file import Pool
+from config.pools import Pool
 from tests.real_engine.servers import MissingEngines, engine_paths
 from tests.unit.backends.launch.test_vllm import (
     HELP_FLAGS,

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from backends.engines.dialects import dialect_for
 from backends.engines.probe import HttpProbe
-from backends.registry.endpoints import EndpointRegistry, Poller
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.poller import Poller
 from gateway.app import build_router
 from gateway.telemetry.fleet_gauges import CircuitGauges
 from routing.features import FeatureExtractor, RequestInfo

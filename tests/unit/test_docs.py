@@ -45,7 +45,7 @@ from starlette.testclient import TestClient
 from backends.engines.dialects import EngineDialect
 from backends.engines.facts import Facts
 from backends.engines.probe import MetricsSource, ProbeError
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.app import create_app
 from gateway.settings import Settings
 from routing.decision import FALLBACK_SATURATED, FALLBACK_UNHEALTHY, FALLBACKS, REASONS

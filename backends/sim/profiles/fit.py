@@ -1,30 +1,15 @@
 """Fit a calibrated profile's free constants to a real engine's figures (``ridge bench calibrate``).
 
-Inputs, as ``ground_truth_cpu.json`` holds them (measured by
-``tests/real_engine/measure_ground_truth.py``): the decode rate r_1 [tokens/s] of one stream and
-the total rate R_B [tokens/s] of B concurrent streams (each ``max_tokens`` tokens after a prompt
-of P tokens), and the TTFTs t_i [s] of prefills of q_i uncached tokens over c_i cached ones.
-Held fixed: the model's shape, the bandwidth BW [B/s] (measured from the engine's own GEMV
-kernels: the decode figures cannot tell it from step_s) and the attention efficiency eff (1:
-attention at the GEMMs' effective peak; a free eff fits above 1, which is not physical).
+Inputs, as ``ground_truth_cpu.json`` holds them (:func:`figures_from_truth`): the decode rates
+of one stream and of B streams, and the TTFTs of prefills over cached prefixes. Held fixed
+(:class:`Machine`): the model's shape, the bandwidth and the attention efficiency. The
+simulator's step (:func:`routing.formulas.step_cost`) is roof(work) + step_s + seq_s · n.
 
-The simulator's step (:func:`routing.formulas.step_cost`) is roof(work) + step_s + seq_s · n,
-roof = max(FLOPs / peak, bytes / BW), n the sequences in the step. Then:
-
-* decode, one new token per sequence over the mean context P + max_tokens / 2: a step takes
-  T_1 = 1 / r_1 at batch 1 and T_B = B / R_B at batch B [s], so
-  seq_s = ((T_B − roof_B) − (T_1 − roof_1)) / (B − 1) and step_s = T_1 − roof_1 − seq_s;
-* prefill, one step: TTFT_i = request_s + step_s + seq_s + roof(q_i over c_i). peak and
-  request_s minimise the largest relative error max_i |TTFT_i / t_i − 1|. While every prefill
-  is compute-bound that error is a maximum of absolute values of functions affine in
-  (1 / peak, request_s), so convex: nested ternary searches find the minimum
-  (:data:`SEARCH_STEPS` each; request_s ≥ 0). A prefill that comes out memory-bound at the
-  fitted peak is refused (ValueError): the figures do not fit this model.
-
-Decode's roof depends on peak only if decode were compute-bound, prefill's fit on step_s +
-seq_s: the two fits alternate :data:`ROUNDS` times (they settle in one or two). Negative
-overheads (figures that contradict the model, e.g. four streams faster per step than one) are
-refused too. Worked numbers: the test applies the fit to ``ground_truth_cpu.json``.
+:func:`decode_overheads` gives step_s and seq_s from the two decode steps; :func:`prefill_fit`
+the peak FLOP/s and request_s minimising the largest relative TTFT error, by nested ternary
+searches (:data:`SEARCH_STEPS`; convex while every prefill is compute-bound); :func:`fit`
+alternates the two :data:`ROUNDS` times. Figures the model cannot fit (a memory-bound prefill,
+negative overheads) raise ValueError. See docs/simulator.md#fitting-a-profile.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """The capacity benchmark: a long multi-turn trace on 8 simulated GPUs, per fleet and router.
 
 ``python -m ridge_bench.capacity [--cells FLEET:ROUTER,...] [--trace FILE] [--speed 6]
-[--seed 0] [--max-requests N] [--out DIR] [--doc docs/benchmarks/capacity.md]``
+[--seed 0] [--max-requests N] [--out DIR] [--doc docs/benchmarks/capacity.md]``.
 
-Each cell replays the trace (default the shipped ``traces/long-sessions.jsonl``,
-:mod:`ridge_bench.replay.sessions`) through one router in front of one fleet
-(:data:`FLEETS`, ``deploy/bench/capacity-*.yaml``: the same 8 L40S replicas of Llama-3-8B as
-deployed, with an fp8 KV cache, with a host-memory KV tier, or with KV too large to evict) with
-the router comparison's cell runner (:func:`ridge_bench.compare.benchmark.run_cell`: a fresh
-simulator and
-gateway per cell, CPU metered). Routers: ``ridge`` (the fleet's own routing: ridge's defaults)
-and ``sglang_ca`` (the SGLang router's cache_aware policy over the same endpoints).
-
-The simulator runs ``--speed`` times faster than real time and the trace is replayed as fast;
-the report is in simulated seconds. Per cell: the engines' prefix-cache hit rate against two
-bounds computed from the trace (:mod:`ridge_bench.replay.bounds`): one unlimited cache shared
-by the fleet, and one LRU cache as large as the fleet's KV (device and host tiers); goodput at
-the SLOs, TTFT percentiles, max/mean requests per replica (the engines' own counters), the
-gateway's peak memory. A cell listed twice runs twice (same seed): the spread between the two
-is the run-to-run noise. Results go to ``DIR/results.json`` after each cell; ``--doc`` rewrites
-the generated block of the doc.
+Each cell replays the trace (default ``traces/long-sessions.jsonl``,
+:mod:`ridge_bench.replay.sessions`) through one router (``ridge`` or ``sglang_ca``) in front of
+one fleet of :data:`FLEETS`, with the router comparison's cell runner
+(:func:`ridge_bench.compare.benchmark.run_cell`). Per cell: the engines' prefix-cache hit rate
+against two bounds from the trace (:mod:`ridge_bench.replay.bounds`), goodput, TTFT, the spread
+over replicas and the gateway's memory, in simulated seconds. Results go to
+``DIR/results.json`` after each cell; ``--doc`` rewrites the doc's generated block.
+See docs/benchmarks/capacity.md#the-capacity-benchmarks-run.
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from backends.engines.kv_capacity import engine_cache_tokens
-from config.fleet_file import Fleet, load_fleet
+from config.fleet import Fleet, load_fleet
 from ridge_bench.capacity import doc as capacity_doc
 from ridge_bench.command import Options
 from ridge_bench.compare import benchmark as compare

@@ -1,65 +1,19 @@
 """The router comparison: every router × every workload on the same simulated GPUs.
 
-``python -m ridge_bench.compare [--workloads agent,rag,chat,mixed] [--routers ...]
-[--requests 400]
-[--duration 60] [--rate agent=12 ...] [--tokenizer MODEL_DIR [--kv-events]] [--out DIR]
-[--doc docs/benchmarks/router.md]``
+``python -m ridge_bench.compare [--workloads ...] [--routers ...] [--requests N] [--duration S]
+[--rate W=RPS ...] [--tokenizer DIR [--kv-events]] [--out DIR] [--doc FILE]``.
 
-Each cell (router, workload), in order, with nothing shared between cells:
+Each cell (router, workload) shares nothing with another (:func:`run_cell`): it renders the
+router's fleet on free ports (:mod:`ridge_bench.harness.fleets`), starts the simulator and the
+router's gateway (ridge, or the SGLang router), runs the workload in this process
+(:func:`ridge_bench.command.execute`), reads every process's CPU and the gateway's memory, and
+stops both, whatever happened. ``--speed S`` runs the simulator S times faster, with ridge's
+time settings divided by S (:data:`TIME_SETTINGS`); a process over
+:data:`SATURATED_CORE_FRACTION` of a core is flagged.
 
-1. render the router's fleet file on free 127.0.0.1 ports (:mod:`ridge_bench.harness.fleets`), with
-the
-   run's :class:`ridge_bench.harness.fleets.Extras`;
-2. start the simulator (``python -m backends.sim --config F --speed S --seed N``) and wait for
-   its ready line, then the router's gateway on a free 127.0.0.1 port: ``ridge serve --config
-   F``, waited for until ``/ready`` answers (:func:`ridge_bench.harness.procs.start_ridge`), or,
-   for an
-   SGLang router (``Router.gateway`` ``sglang:POLICY``), ``sglang_router.launch_router
-   --policy POLICY --worker-urls <every endpoint of F>`` from the benchmarks' own virtual
-   environment (installed there first if missing,
-   :func:`ridge_bench.harness.gateways.sglang_python`),
-   waited for until it answers a chat completion for the fleet's first model
-   (:func:`ridge_bench.harness.gateways.start`); each child has its own log in ``DIR/<cell>/``
-   (``sim.log``, ``ridge.log`` or ``sglang.log``);
-3. run the workload with :func:`ridge_bench.command.execute` in this process (open loop,
-   bounded, the engines' metrics scraped before and after; every request's record in
-   ``DIR/<cell>/requests.jsonl``, as ``ridge bench --requests-out`` writes it);
-4. read the CPU time the simulator, the gateway (key ``ridge`` or ``sglang``) and this client
-   used during the run, and the whole machine's; read the gateway's peak resident memory
-   (``VmHWM`` of its process, MB = 2^20 B) and, for ridge, its routing indexes' estimated
-   memory (the ``/metrics`` gauges of :data:`ridge_bench.compare.doc.INDEX_GAUGES`, bytes,
-   summed over labels) and the KV-cache events it applied (``kv_events_applied``: the sum of
-   ``ridge_kv_events_total`` over endpoints, None when it follows no engine's events);
-   stop the gateway, then the simulator (SIGTERM to each child's pid, then SIGKILL), whatever
-   happened before.
-
-Every cell's fleet may be extended (:class:`ridge_bench.harness.fleets.Extras`): ``--tokenizer
-MODEL_DIR``
-(a Hugging Face model folder) counts every served model's prompt tokens with that tokenizer, in
-the simulator and in ridge; ``--kv-events`` (only with ``--tokenizer``: the simulated engines'
-events carry token ids) makes every prefix-caching pool publish KV-cache events on free ports,
-which ridge follows. Both are in the results' ``meta`` (``tokenizer``: the folder's name,
-``kv_events``) and in the command line the doc prints.
-
-Routers: :data:`ridge_bench.harness.fleets.ROUTERS`, plus ``--extra-router NAME=FLEET_FILE`` (ridge
-with
-the file's own routing) or ``--extra-router NAME=FLEET_FILE@sglang:POLICY`` (the SGLang router
-over the file's endpoints; see :func:`ridge_bench.harness.fleets.custom_router`).
-
-``--speed S`` runs the simulator S times faster than real time: the workloads keep their
-rates and bounds in simulated time (sent S times faster on the wall clock), the report is in
-simulated seconds (:attr:`ridge_bench.command.Options.speed`), and ridge's time settings are
-divided by S (:data:`TIME_SETTINGS`). The SGLang router's are not (its routing has none; its
-tree's eviction interval bounds only its memory).
-
-A process over ``SATURATED_CORE_FRACTION`` of one core during a run is flagged: the simulator
-is one event loop (past that, simulated time slips and the GPUs look slower than they are),
-and a saturated client or gateway measures itself, not the router. Results go to
-``DIR/results.json`` after every cell; ``--doc`` rewrites the generated part of the doc
-(:mod:`ridge_bench.compare.doc`), and ``--from-results DIR/results.json --doc FILE`` rewrites it
-from saved results without running anything (repeated, a later run's cells replace the earlier
-ones of the same workload and router: :func:`ridge_bench.compare.doc.merged`). Ctrl-C stops the
-current cell cleanly and skips the rest.
+Results go to ``DIR/results.json`` after every cell; ``--doc`` (or ``--from-results``) rewrites
+the doc's generated part (:mod:`ridge_bench.compare.doc`). Ctrl-C stops the current cell
+cleanly. See docs/benchmarks/router.md#the-comparisons-cells.
 """
 
 from __future__ import annotations
@@ -82,7 +36,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.settings import AdmissionSettings, RegistrySettings, StateSettings
 from ridge_bench.command import DEFAULT_RATES, Options, execute
 from ridge_bench.compare import doc as compare_doc

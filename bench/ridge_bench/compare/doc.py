@@ -5,7 +5,7 @@
 rewrites only the text between :data:`BEGIN` and :data:`END`, so the hand-written discussion
 around it survives a re-run.
 
-Targets (issue 4), checked on goodput [req/s] for every full-router row (``ridge``,
+Targets, checked on goodput [req/s] for every full-router row (``ridge``,
 ``ridge_sglang``, ...): ≥ 1.5 × round-robin on agent and on mixed; ≥ cache-aware-only on mixed;
 ≥ 0.95 × round-robin on chat; and the speculative pool's share of the router's requests falls
 as load rises: from each load step of chat_ramp (decode-heavy requests only, so the share is

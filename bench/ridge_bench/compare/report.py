@@ -1,22 +1,12 @@
 """The router benchmark's report of one run: figures, JSON, and plain-text tables.
 
 A :class:`RunReport` gathers what one run measured (:mod:`ridge_bench.harness.goodput` for the
-arithmetic
-and its definitions): the whole run's :class:`~ridge_bench.harness.goodput.Summary`; one per load
-step
-(mixed), per request kind and per pool the requests went to (``-``: no route header); the
-workload's f by construction and over the prompts actually sent; the engines' prefix-cache hit
-rate and the requests each engine replica finished (:mod:`ridge_bench.harness.engines`); and the
-client's
-CPU time. Times are shown in seconds (TTFT, e2e) and milliseconds per token (TPOT); rates per
-second of the arrival window.
-
-Requests per replica come from the engines' own counters (``vllm:request_success_total``,
-``sglang:num_requests_total``), never from a router's response headers, so the figure means the
-same behind any router. ``max/mean requests per replica`` is taken over every endpoint of the
-fleet that both scrapes covered, in every pool, those of pools the workload never reached
-included as 0 (:func:`ridge_bench.harness.engines.max_mean_requests`); 1.0 is a perfectly even
-spread.
+arithmetic and its definitions): the whole run's ``Summary``, one per load step, request kind
+and pool; the workload's f by construction and as sent; the engines' prefix-cache hit rate and
+the requests each replica finished (:mod:`ridge_bench.harness.engines`, the engines' own
+counters, never a router's headers); and the client's CPU time. ``max/mean requests per
+replica`` covers every endpoint both scrapes covered, unreached ones as 0 (1.0: an even
+spread). See docs/benchmarks/router.md#one-runs-report.
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """``ridge bench fidelity``: the simulator against the real vLLM CPU engine, side by side.
 
-Usage::
+``ridge bench fidelity [--fleet FILE] [--repeats 3] [--doc FILE] [--json FILE] [--no-doc]
+[--max-seconds 3600]``. The fleet needs a "plain" pool and an n-gram "spec" pool serving one
+model (the real-demo fleet has them). Each step bounded: the simulated side
+(:func:`backends.sim.start_fleet`, speed 1, in this process) and then the real side
+(:func:`backends.launch.real_fleet.start_real_fleet`) answer the requests of
+:mod:`ridge_bench.fidelity.cases`; the report (:mod:`ridge_bench.fidelity.doc`) is printed and
+written into the doc's generated section, the raw figures to the JSON file.
 
-    ridge bench fidelity [--fleet gateway/demo/demo-real-fleet.yaml] [--repeats 3]
-        [--doc docs/benchmarks/fidelity.md] [--json docs/benchmarks/fidelity.json] [--no-doc]
-        [--max-seconds 3600]
-
-The fleet needs a pool with n-gram speculative decoding ("spec") and one without speculation
-("plain", the prefix-caching, chunked-prefill pool), serving one model; the real-demo fleet
-has exactly these. Steps, each bounded (engine start-up, every request, the whole run):
-
-1. simulated side: the fleet's pools simulated in this process (:func:`backends.sim.start_fleet`,
-   speed 1, seed 0, the fleet's tokenizer for exact prompt tokens) on free ports; the requests
-   of :mod:`ridge_bench.fidelity.cases`; stopped;
-2. real side: one real vLLM per pool (:func:`backends.launch.real_fleet.start_real_fleet`: the
-command
-   line the pool's levers render, each engine's threads pinned to its own core; about a minute
-   to start) on free ports; the same requests (the same texts: one tag per run); stopped;
-3. report: the tables (:mod:`ridge_bench.fidelity.doc`) printed and written into the doc's
-   generated section, the raw figures of both sides to the JSON file.
-
-Exit status: 0 when every lever effect is within the tolerance (25 %) and every prompt's token
-count is equal, 1 when not, 2 when a side could not be started or measured. Only vLLM runs
-here (SGLang needs CUDA), so the report covers the vLLM CPU engine alone.
+Exit status: 0 when every lever effect is within the tolerance and every prompt's token count
+is equal, 1 when not, 2 when a side could not be started or measured. vLLM only (SGLang needs
+CUDA). See docs/benchmarks/fidelity.md#the-fidelity-run.
 """
 
 from __future__ import annotations
@@ -42,7 +30,8 @@ import aiohttp
 
 from backends.launch.real_fleet import RealFleetError, start_real_fleet
 from backends.sim import start_fleet
-from config.fleet_file import Fleet, FleetConfigError, Pool, load_fleet
+from config.fleet import Fleet, FleetConfigError, load_fleet
+from config.pools import Pool
 from gateway.cli.demo_ports import endpoint_urls, free_engine_ports
 from ridge_bench.fidelity.cases import Plan, Results, Side, measure
 from ridge_bench.fidelity.client import FidelityError

@@ -1,33 +1,19 @@
 """``ridge bench calibrate``: measure the real vLLM CPU engine again and refit the simulator's
 ``cpu-smollm2`` profile, in one command.
 
-Usage::
+``ridge bench calibrate [--repeats 5] [--url URL] [--fit-only] [--dry-run]``:
 
-    ridge bench calibrate [--repeats 5] [--url URL] [--fit-only] [--dry-run]
+1. **Measure** (unless ``--fit-only``): ``tests/real_engine/measure_ground_truth.py`` rewrites
+   ``backends/sim/profiles/ground_truth_cpu.json`` from one real engine (or ``--url``).
+2. **Fit** the profile's free constants (:mod:`backends.sim.profiles.fit`), holding its
+   bandwidth and attention efficiency.
+3. **Write** them to ``backends/sim/profiles/cpu_smollm2.json`` and the rates into the real-demo
+   fleet file (``gateway/demo/demo-real-fleet.yaml``).
+4. **The answer style** of the n-gram pool's model, measured and fitted the same way
+   (:func:`backends.sim.style_fit.fitted`).
 
-1. **Measure** (unless ``--fit-only``): ``python -m tests.real_engine.measure_ground_truth``
-   from the checkout, which starts one real engine like the fleet's "plain" pool pinned to core
-   0 (or measures the engine at ``--url``) and writes its figures to
-   ``backends/sim/profiles/ground_truth_cpu.json`` (short-prompt TTFT, one- and four-stream
-   decode rates, a ~700-token prompt cold and cached). Bounded by ``--timeout`` seconds.
-2. **Fit** the profile's free constants to those figures (:mod:`backends.sim.profiles.fit`:
-   step_s and seq_s from the decode rates, peak FLOP/s and request_s minimising the largest
-   relative TTFT error), holding the profile's bandwidth and attention efficiency.
-3. **Write** them, to three significant digits, where the profile reads them
-   (``backends/sim/profiles/cpu_smollm2.json``), and the fitted rates into the hardware block
-   of the real-demo fleet file that names the profile (``gateway/demo/demo-real-fleet.yaml``:
-   the simulator takes a pool's rates from its fleet file, the overheads from the profile).
-
-4. **The answer style** of the n-gram pool's model, the same way: ``python -m
-   tests.real_engine.measure_ngram_style`` (the real engine with and without n-gram
-   speculation, the calibration questions and copy requests) writes
-   ``backends/sim/profiles/ground_truth_ngram.json``; :func:`backends.sim.style_fit.fitted`
-   fits ``copy_slip``, ``repeat_share``, ``repeat_run_tokens`` and ``repeat_after_tokens``,
-   written into the fleet file's ``x-smollm2-style`` mapping.
-
-``--dry-run`` measures into temporary copies and prints the fits, writing nothing. The old and
-new constants are printed side by side, with the fit's largest relative TTFT error. Exit
-status: 0 done, 1 the measurement failed, 2 figures the model cannot fit.
+``--dry-run`` writes nothing. Exit status: 0 done, 1 the measurement failed, 2 figures the model
+cannot fit. See docs/benchmarks/fidelity.md#calibration.
 """
 
 from __future__ import annotations

@@ -2,25 +2,12 @@
 (the real engines or the simulated ones) of a fleet with a "plain" pool (prefix caching,
 chunked prefill) and a "spec" pool (n-gram speculative decoding).
 
-Per repeat, each request alone unless stated, greedy, ``ignore_eos`` wherever a decode rate is
-timed (every answer is exactly ``max_tokens`` long on both sides):
-
-- ``short``: TTFT of a 50-token chat on plain;
-- ``long``: TTFT of a ~1,000-token prompt on plain, cold (its first line is unique);
-- ``prefix``: a ~800-token system prompt unique to the repeat with one question (cold), then
-  with another question (its full 128-token blocks cached): both TTFTs;
-- ``decode``: decode rate of one ``decode_tokens`` stream on plain;
-- ``concurrent`` (each N of ``concurrency``): N different new requests sent together to plain:
-  their TTFTs, sorted, and the sum of their decode rates;
-- ``copy`` and ``chat``: "Repeat the following code exactly:" + ~280 tokens of code
-  (``copy_tokens`` tokens) and an ordinary question (``chat_tokens``), each on plain, then on
-  spec: both decode rates and the spec run's answer length; around the spec runs the spec
-  engine's ``vllm:spec_decode_num_drafts`` and ``..._num_accepted_tokens_per_pos`` counters, per
-  run (acceptance by position = accepted at the position ÷ drafts, over every run).
-
-Once, after the repeats (``errors``): a prompt over the context, ``max_tokens`` over the context
-and a body without ``messages`` — status, error type, param and message. Every request's
-``usage.prompt_tokens`` is kept, in order, per case.
+Per repeat, greedy, ``ignore_eos`` wherever a decode rate is timed: ``short`` and ``long``
+TTFTs; ``prefix`` (cold, then with its blocks cached); ``decode`` (one stream's rate);
+``concurrent`` (N new requests at once, each N of ``concurrency``); ``copy`` and ``chat`` on
+plain, then on spec, with the spec engine's draft counters around the spec runs. Once, after
+the repeats: the three error cases (``errors``). Every request's ``usage.prompt_tokens`` is
+kept, in order, per case. See docs/benchmarks/fidelity.md#the-cases.
 """
 
 from __future__ import annotations

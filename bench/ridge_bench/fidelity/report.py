@@ -1,27 +1,15 @@
 """The fidelity report: real against simulated figures (:mod:`ridge_bench.fidelity.cases`), as
 rows with ratios and verdicts, as markdown, and as the generated section of a doc.
 
-Every figure is the median over repeats (a ratio per repeat first where the figure is a
-ratio of two requests of the same repeat: cached ÷ cold TTFT, spec ÷ plain decode rate);
-``ratio`` is simulated ÷ real. Verdicts:
-
-- **lever effects** (:func:`lever_rows`): prefix-cache TTFT ratio (cached ÷ cold), concurrency
-  scaling (N streams' total decode rate ÷ one stream's), n-gram speed-up on the copy task and on
-  the ordinary chat (decode rate on spec ÷ on plain) — ratios of times — and, from the spec
-  engine's counters, the n-gram tokens per decode step on each task: (c − 1) ÷ (c − 1 − a) for
-  an answer of c tokens with a accepted drafts (every decode step yields one token plus its
-  accepted drafts; the first token comes from the prefill). Each passes when |simulated ÷ real
-  − 1| ≤ ``tolerance`` (0.25). The ratios of times also depend on the host: two engines pinned
-  to two cores of a busy machine do not run at the same speed, and a single stream suffers more
-  from a neighbour than a batch. ``timed_factor`` (the real-engine test's 2.0) judges them
-  within that factor either way instead; the tokens per step are counts, judged at
-  ``tolerance`` always;
-- **prompt tokens** (:func:`token_mismatches`): every request's ``usage.prompt_tokens`` must be
-  equal on both sides, exactly;
-- absolute times and rates, acceptance by draft position and the error cases are reported
-  without a verdict: absolute figures depend on the host as much as on the simulator.
+Every figure is the median over repeats (a ratio per repeat first where it is a ratio of two
+requests of the same repeat); ``ratio`` is simulated ÷ real. Verdicts: the **lever effects**
+(:func:`lever_rows`: prefix-cache TTFT ratio, concurrency scaling, n-gram speed-up, n-gram
+tokens per decode step) pass within ``tolerance``, the ratios of times within ``timed_factor``
+when given; every request's **prompt tokens** must be equal on both sides
+(:func:`token_mismatches`); absolute figures are reported without a verdict.
 
 The markdown and the doc's generated section: :mod:`ridge_bench.fidelity.doc`.
+See docs/benchmarks/fidelity.md#verdicts-as-computed.
 """
 
 from __future__ import annotations

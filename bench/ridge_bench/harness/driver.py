@@ -1,28 +1,17 @@
 """The load driver: replays a workload against an OpenAI-compatible URL, open loop, bounded.
 
-Loop: for each arrival of the workload's schedule
-(:meth:`ridge_bench.harness.workloads.Workload.arrivals`),
-wait until its time, take a turn from the :class:`ridge_bench.harness.turns.Dispatcher` and send it
-as a
-streamed chat completion in its own task, without waiting for earlier requests (open loop: the
-client never queues; its connection pool is unbounded). Sending stops at the first of: the
-request bound, the duration bound, the end of the schedule, or ``stop`` (Ctrl-C). Then the
-driver waits up to ``drain_s`` for the requests in flight and cancels the rest (cancelled
-requests close their connection, so ridge and the engines abort them; they count as errors
-``unfinished``). A second ``stop`` during the drain cancels at once.
+:func:`run_workload` sends each arrival of the schedule at its time as a streamed chat
+completion in its own task (the client never queues), the turn taken from
+:class:`ridge_bench.harness.turns.Dispatcher`; it stops sending at the first of the request
+bound, the duration bound, the schedule's end or ``stop``, waits up to ``drain_s`` for the
+requests in flight and cancels the rest (counted ``unfinished``).
 
-Each request: ``stream: true`` with ``stream_options.include_usage`` (for the output token
-count), ``ignore_eos: true`` (the engine generates exactly ``max_tokens``, so every router
-serves the same token counts) and a ``seed`` fixed by (conversation, turn), so the replies, hence
-the next turns' prompts, are the same whichever replica answers. Measured on the client's
-monotonic clock (:mod:`ridge_bench.harness.goodput`): TTFT at the first chunk with non-empty
-``delta.content``, e2e at ``data: [DONE]`` (a refused request's e2e: until its error answer
-was read); the ``x-ridge-route`` header names the pool and ``x-ridge-endpoint`` the
-replica in it.
-
-The driver also tracks f over the prompts it actually sent
-(:class:`ridge_bench.harness.prefix.PrefixTracker`) and its own CPU time, to show whether the client
-kept up.
+Each request (:func:`request_body`) sets ``include_usage``, ``ignore_eos`` and a ``seed`` fixed
+by (conversation, turn), so every router serves the same tokens and the same next prompts. Times
+are the client's monotonic clock (:mod:`ridge_bench.harness.goodput`); the route headers name
+the pool and replica. The driver also tracks f over the prompts sent
+(:class:`ridge_bench.harness.prefix.PrefixTracker`) and its own CPU time.
+See docs/benchmarks/router.md#the-load-driver.
 """
 
 from __future__ import annotations

@@ -3,23 +3,13 @@
 
 Each endpoint of the fleet file is scraped before and after the run and read with ridge's
 engine dialects (:func:`backends.engines.dialects.dialect_for`,
-:func:`backends.engines.scrape.normalise`),
-which give the same counters for both engines. Prefix cache, in tokens:
+:func:`backends.engines.scrape.normalise`), which give the same counters for both engines:
+prompt tokens found in and looked up in the prefix cache, and finished requests. They come
+from the engines, not from any router's headers, so they count the same behind any router.
 
-- vLLM: ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``;
-- SGLang: ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total`` (every prompt token
-  is looked up in the radix cache).
-
-Finished requests (``EngineMetrics.requests_finished_total``), in requests: vLLM
-``vllm:request_success_total`` summed over ``finished_reason``; SGLang
-``sglang:num_requests_total``. These come from the engines, not from any router's response
-headers, so they count the same behind ridge or any other router.
-
-Hit rate = Σ Δhits / Σ Δqueries over the endpoints (per pool and for the whole fleet). An
-endpoint that cannot be scraped (either time) is left out and named in ``missing``. An
-endpoint's Δrequests is None when the after-scrape lacks the counter (the engine does not say);
-a before-scrape without it counts as 0 (SGLang writes a labelled counter only once it has
-counted a request).
+Hit rate = Σ Δhits / Σ Δqueries over the endpoints (per pool and for the fleet); an endpoint
+that cannot be scraped is left out and named in ``missing``; a counter a before-scrape lacks
+counts as 0. See docs/benchmarks/router.md#the-engines-counters.
 """
 
 from __future__ import annotations
@@ -32,7 +22,7 @@ import aiohttp
 
 from backends.engines.dialects import dialect_for
 from backends.engines.scrape import MetricsParseError, normalise
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from routing.snapshots import EngineMetrics
 
 Scrape = Mapping[str, EngineMetrics]  # endpoint URL -> its metrics

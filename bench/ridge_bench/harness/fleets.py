@@ -1,45 +1,17 @@
 """The router comparison's routers, and the fleet file each cell runs on.
 
-A *router* is a fleet file plus, optionally, the replica scheduler every pool uses (written as
-the fleet's ``routing.scheduler``, see :mod:`config.fleet_file`). The table :data:`ROUTERS`:
+A *router* is a fleet file plus, optionally, the replica scheduler every pool uses (the fleet's
+``routing.scheduler``, see :mod:`config.routing_section`). :data:`ROUTERS` holds the compared
+ones (round-robin, least-load and cache-aware over the homogeneous fleet, ridge over the lever
+fleets, the SGLang router's policies); :func:`custom_router` makes more from
+``NAME=FLEET_FILE`` or ``NAME=FLEET_FILE@sglang:POLICY`` (:data:`SGLANG_POLICIES`).
+``Router.gateway`` says what runs in front of the fleet: ``ridge`` or ``sglang:POLICY``.
 
-- ``round_robin``: the homogeneous fleet, no scorer, the ``round_robin`` picker (every replica
-  ties, so the picker rotates);
-- ``least_load``: the homogeneous fleet, the ``least_load`` scorer, ``max_score`` picker;
-- ``cache_aware``: the homogeneous fleet, the ``cache_aware`` scorer (fewest uncached prompt
-  tokens × (load ÷ 2 + 1)), ``max_score`` picker;
-- ``ridge``: the lever fleet with its own routing section (defaults unless the file sets them);
-- ``ridge_sglang``: the lever fleet with an SGLang (radix cache) prefix pool, default routing;
-- ``sglang_ca``, ``sglang_rr``: the homogeneous fleet behind the SGLang router (the
-  ``sglang-router`` package, not ridge) with its ``cache_aware`` or ``round_robin`` policy.
-
-A router's :attr:`Router.gateway` says what runs in front of the fleet: ``ridge`` (the
-default), or ``sglang:POLICY`` for the SGLang router with ``--policy POLICY`` over every
-endpoint of the fleet (its routing section and the scheduler do not apply then). POLICY is one
-of :data:`SGLANG_POLICIES`: the SGLang router's ``power_of_two`` polls each worker's
-``/get_load`` and ``manual`` needs routing keys, neither of which an OpenAI-compatible engine
-serves. The SGLang router does not route by model name, so its fleet should serve one model.
-
-More routers (fleet variants for experiments) come from :func:`custom_router`, whose spec is
-``NAME=FLEET_FILE`` (ridge with the file's own routing) or ``NAME=FLEET_FILE@sglang:POLICY``
-(the SGLang router over the file's endpoints), e.g. ``mine=deploy/bench/levers.yaml`` or
-``sg=deploy/bench/homogeneous.yaml@sglang:cache_aware``.
-
-:func:`render` writes a cell's fleet file: the router's file with every endpoint moved to a free
-127.0.0.1 port (so cells never collide with each other or anything else on the machine) and
-the scheduler set, validated by :func:`config.fleet_file.parse_fleet` before it is written.
-Every port it hands out in one fleet is distinct (:func:`distinct`).
-
-:class:`Extras` adds to every cell's fleet, whatever its router:
-
-- ``tokenizer``: a Hugging Face model folder (``tokenizer.json``, ``tokenizer_config.json``)
-  declared, required, for every model the fleet serves under ``routing.features.tokenizers``
-  (:func:`with_tokenizer`), so the simulator and ridge count exact prompt tokens;
-- ``kv_events``: every pool whose engines publish KV-cache events (a vLLM or SGLang pool with
-  prefix caching, :func:`publishes_kv_events`) gets ``kv_events`` on free ports
-  (:func:`with_kv_events`): one publish and one replay address per endpoint, since every
-  endpoint of a cell shares the host 127.0.0.1. The simulator publishes them only with the
-  model's tokenizer (the events carry token ids), so ``kv_events`` goes with ``tokenizer``.
+:func:`render` writes a cell's fleet file: every endpoint on a distinct free 127.0.0.1 port,
+the scheduler set, validated by :func:`config.fleet.parse_fleet`. :class:`Extras` adds a
+tokenizer to every model (:func:`with_tokenizer`) and KV-cache events on free ports to every
+pool that publishes them (:func:`with_kv_events`, which needs the tokenizer).
+See docs/benchmarks/router.md#routers-and-fleets.
 """
 
 from __future__ import annotations
@@ -53,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from config.fleet_file import KV_EVENT_ENGINES, Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
+from config.kv_events import KV_EVENT_ENGINES
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository root
 HOMOGENEOUS = ROOT / "deploy" / "bench" / "homogeneous.yaml"
@@ -203,7 +176,7 @@ def with_tokenizer(raw: Mapping[str, Any], folder: Path | None) -> dict[str, Any
 
 def publishes_kv_events(pool: Mapping[str, Any]) -> bool:
     """Whether a raw pool's engines can publish KV-cache events: an engine whose events ridge
-    reads (:data:`config.fleet_file.KV_EVENT_ENGINES`) with prefix caching on."""
+    reads (:data:`config.kv_events.KV_EVENT_ENGINES`) with prefix caching on."""
     engines = {e.value for e in KV_EVENT_ENGINES}
     levers = pool.get("levers") or {}
     return pool.get("engine") in engines and bool(levers.get("prefix_caching", False))

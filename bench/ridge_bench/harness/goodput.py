@@ -1,26 +1,15 @@
 """Per-request outcomes of a benchmark run, and the arithmetic over them: SLOs, goodput,
 throughput, percentiles, shares per pool.
 
-Per request (streamed chat completion), times in seconds from sending the request:
-- TTFT: until the first chunk carrying content;
-- e2e: until the end of the stream;
-- TPOT = (e2e − TTFT) / (output tokens − 1) [s/token], output tokens from the stream's usage
-  chunk; a request of one token or none has TPOT 0 (it meets any TPOT bound). This is
-  vLLM's own benchmark definition (``vllm/benchmarks/serve.py``, ``calculate_metrics``).
+Per request (a streamed chat completion), seconds from sending it: TTFT to the first chunk with
+content, e2e to the end of the stream, TPOT = (e2e − TTFT) / (output tokens − 1) (0 for one
+token or none: vLLM's benchmark definition). A request is *good* when it succeeded and meets
+every bound of its :class:`Slo`.
 
-A request is *good* when it succeeded (HTTP 200, stream ended with ``[DONE]``) and meets every
-SLO bound: TTFT ≤ ``ttft_s``, TPOT ≤ ``tpot_s``, e2e ≤ ``e2e_s``.
-
-Rates are per second of the arrival *window*: the time during which the open-loop schedule
-offered requests (from the start until the last request was sent, or the duration bound). Every
-request sent in the window counts, whenever it ends, so goodput = good requests / window is the
-offered rate × the fraction that met the SLOs; requests still running when the run stops were
-given at least ``e2e_s`` after being sent, so they would have missed the e2e bound anyway.
-- goodput [req/s] = good requests / window;
-- throughput [req/s] = successful requests / window; [tok/s] = their output tokens / window.
-
-Percentiles: nearest rank — the p-th percentile of n sorted values is value number ⌈p/100 · n⌉
-(1-based), so the p99 of fewer than 100 values is the largest. Over successful requests only.
+Rates are per second of the arrival *window* (while the open-loop schedule offered requests),
+and every request sent in it counts, whenever it ends: goodput = good requests / window,
+throughput = successful requests (or their output tokens) / window. Percentiles are nearest
+rank over successful requests. See docs/benchmarks/router.md#goodput-arithmetic.
 """
 
 from __future__ import annotations

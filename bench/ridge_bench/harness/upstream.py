@@ -1,33 +1,17 @@
 """The engine stand-in for the benchmarks: an OpenAI-style HTTP/1.1 server that costs next to
 nothing per request, so the gateway in front of it is always the bottleneck.
 
-``python -m ridge_bench.harness.upstream [--ports 0 0 ...] [--chunks 20]`` listens on 127.0.0.1 (one
-listener per ``--ports`` entry, 0 = a free port) and prints ``READY <port> <port> ...`` on
-stdout once all listen. It runs on uvloop when installed.
+``python -m ridge_bench.harness.upstream [--ports 0 0 ...] [--chunks 20]`` listens on 127.0.0.1
+(one listener per ``--ports`` entry, 0 = a free port), prints ``READY <port> ...`` once all
+listen, and runs on uvloop when installed. A raw ``asyncio.Protocol``, not a web framework: it
+parses only the request line, the headers and Content-Length, keeps connections alive and
+writes pre-built bytes.
 
-Why not a web framework: aiohttp.web costs ~200 µs of CPU per request, as much as a lean
-gateway; this server is a raw :class:`asyncio.Protocol` that parses only the request line, the
-header block and Content-Length (a chunked request body is refused with 501), keeps
-connections alive (HTTP/1.1; ``Connection: close`` is honoured) and writes pre-built bytes.
-
-Routes:
-
-- ``POST /v1/chat/completions`` and ``/v1/completions``; the body is not parsed as JSON, only
-  searched for bytes:
-
-  - without ``"stream": true``: one fixed small JSON completion, at once;
-  - with it, model :data:`MODEL` (back-to-back): response headers, ``chunks`` content chunks,
-    a usage chunk and ``data: [DONE]``, all in one write;
-  - with it, model :data:`PACED_MODEL` (paced, "20 ms + 10 ms/token"): headers at once, the
-    first content chunk :data:`FIRST_CHUNK_S` after them, then one every
-    :data:`INTER_CHUNK_S`, each against an absolute deadline so a late chunk does not delay
-    the next; the usage chunk and ``[DONE]`` follow the last content chunk at once.
-
-  Every content chunk carries ``x_sent_ns``, the sender's ``time.monotonic_ns()`` when it was
-  written (one clock for every process of the machine), so a client can compute each chunk's
-  delivery delay. Streams use chunked transfer encoding, as real engines do.
-- ``GET /health`` (200), ``GET /metrics`` (a minimal idle vLLM page for a poller),
-  ``GET /v1/models``; anything else 404.
+Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (one fixed JSON completion; a
+back-to-back stream for :data:`MODEL`; a paced stream for :data:`PACED_MODEL`, first chunk
+after :data:`FIRST_CHUNK_S`, then one every :data:`INTER_CHUNK_S`, each chunk stamped with
+``x_sent_ns``), ``GET /health``, ``/metrics`` and ``/v1/models``; anything else 404.
+See docs/benchmarks/overhead.md#the-engine-stand-in.
 """
 
 from __future__ import annotations

@@ -1,38 +1,17 @@
 """The router benchmark's named workloads: agent, rag, chat and mixed, deterministic for a seed.
 
-A workload is (a) conversation sources, one per kind, and (b) an open-loop arrival schedule.
+A workload is conversation sources, one per kind, and an open-loop arrival schedule. Conversation
+``i`` of a kind is drawn from its own ``random.Random`` (``"{seed}:{kind}:{i}"``): a fixed prefix
+and a list of user turns, the assistant's replies appended at run time. Kinds: **agent** (long
+shared system prompts with tool schemas, multi-turn, tool results fed back), **rag** (hot
+documents asked several questions), **chat** (unique short prompts, long answers),
+**mixed** (all three by :data:`MIXED_WEIGHTS`, in rising load steps) and **chat_ramp**
+(chat in rising load steps).
 
-Sources. Conversation ``i`` of a kind is drawn from its own ``random.Random`` seeded with
-``"{seed}:{kind}:{i}"``, so it is the same whatever the run's bounds or timing. A conversation is
-a fixed prefix (system prompt, document) and a list of user turns; the assistant's replies are
-the engine's real answers, appended by the driver, so histories grow as they do in production.
-
-- **agent**: ``systems`` (4) long system prompts, each ≥ 1,500 estimated tokens: instructions
-  (``system_tokens``) plus the agent's JSON tool schemas (``tool_tokens``). Many users, each a
-  multi-turn conversation of ``turns`` turns: a task, then tool results (``result_tokens`` of
-  JSON each) fed back after every reply; replies of ``max_tokens`` tokens. Designed for
-  f ≈ 0.8 (see :func:`theoretical_f`).
-- **rag**: documents of ``doc_tokens`` (≥ 2,000) each asked ``questions`` questions; the
-  documents are asked ``window`` at a time, their questions shuffled together (hot documents,
-  as a retriever returns them), the document inside the user message before the question.
-- **chat**: unique short prompts (``prompt_tokens``) asking for long answers
-  (``max_tokens`` 256–512); run at a low rate, so few requests are in flight.
-- **mixed**: all three, arrivals drawn agent/rag/chat with ``MIXED_WEIGHTS``, in load steps of
-  rising rate.
-- **chat_ramp**: chat's requests in load steps of rising rate, low to high concurrency (where
-  speculative decoding's batch climbs toward the compute ridge).
-
-Arrivals (open loop): a Poisson process per load step (exponential gaps with mean 1 / rate),
-from ``Random("{seed}:arrivals")``; their kinds follow the weights by smooth weighted
-round-robin (:func:`kind_sequence`), so every step gets the same mix. agent, rag and chat
-have one step at ``rate``; mixed and chat_ramp have ``steps`` steps of equal duration at
-rate × k / steps, k = 1..steps (light → heavy). Arrival times do not depend on how fast the
-fleet answers: that is what makes goodput honest (a slow router cannot slow its own load
-down). Which conversation fills an arrival is decided at run time
-(:mod:`ridge_bench.harness.turns`),
-since a conversation's next turn waits for its previous reply.
-
-Units: tokens are estimated tokens (4 characters each), rates requests/s, times seconds.
+Arrivals are a Poisson process per load step from ``Random("{seed}:arrivals")``, kinds by
+smooth weighted round-robin (:func:`kind_sequence`), independent of how fast the fleet answers.
+Units: estimated tokens (4 characters each), requests/s, seconds.
+See docs/benchmarks/router.md#workloads-in-detail.
 """
 
 from __future__ import annotations

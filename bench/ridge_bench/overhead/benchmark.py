@@ -1,44 +1,18 @@
 """The gateway overhead benchmark: CPU per request and per streamed chunk, req/s, latency.
 
 What each gateway costs, and the time to first token it adds, in front of an engine stand-in
-that costs next to nothing.
+that costs next to nothing (:mod:`ridge_bench.harness.upstream`). ``python -m
+ridge_bench.overhead`` (or ``ridge bench overhead``) ``[--rounds N] [--seconds S]
+[--gateways ...] [--ridge-src DIR] [--section NAME] [--out DIR] [--doc FILE]``;
+``--from-results FILE`` only rewrites the doc from saved results.
 
-``python -m ridge_bench.overhead`` (or ``ridge bench overhead``) ``[--rounds 3]
-[--seconds 4]
-[--gateways ridge,fastapi,aiohttp,sglang-rr,sglang-ca] [--ridge-src DIR] [--section NAME]
-[--out DIR] [--doc docs/benchmarks/overhead.md]``; ``--from-results FILE`` only rewrites the
-doc from saved results.
-
-Set-up (one machine, loopback): the engine stand-in (:mod:`ridge_bench.harness.upstream`, one
-process
-with ``--endpoints`` listeners) and the load generators share the client core; each gateway
-(:mod:`ridge_bench.harness.gateways`) runs alone on the gateway core (``taskset -c``; without two
-usable cores nothing is pinned and the results say so). This process pins itself to the client
-core and runs the Python stream client there.
-
-Each round starts every target once, in an order rotated by one per round, so slow drift in
-the machine's load spreads over all of them. A target is started, answers a completion, runs
-the scenarios below, and is stopped; ``direct`` is the stand-in itself (no gateway). Each
-scenario is an uncounted warm-up, then the measured window:
-
-- ``json32``, ``json256``: non-streamed completions, closed loop, 32 and 256 connections
-  (:mod:`ridge_bench.overhead.wrk`);
-- ``burst32``: back-to-back streams (all chunks written at once), 32 connections (wrk);
-- ``paced32``: paced streams (first chunk after 20 ms, then one per 10 ms), 32 concurrent
-  streams from the Python client (:mod:`ridge_bench.overhead.stream_client`), which checks every
-  stream whole.
-
-Per window: the gateway's CPU seconds (utime + stime of the process and its children, from
-``/proc`` before and after) ÷ requests answered (non-streamed) or ÷ SSE events relayed (one
-event = one content chunk, the usage chunk or ``[DONE]``; streamed) → µs per request or per
-chunk; requests/s = 200 answers ÷ window; latency p50/p99 [ms]; errors = every request that
-did not end in a 200 (and every incomplete stream); the gateway core's and the stand-in's
-busy share, and the whole machine's busy cores (other load shows there). Added TTFT = the
-gateway's TTFT percentile minus the direct one, in the same round. The summary is the median
-over rounds of each figure; errors are summed. Results go to ``OUT/results.json`` after every
-target; at the end the doc's generated block for ``--section`` is rewritten
-(:mod:`ridge_bench.overhead.doc`) and the results are kept beside it as
-``<doc>-<section>.json``, from which ``--from-results`` can render the block again.
+Each round starts every target once, in an order rotated by one per round, pinned to its own
+core where two are usable, and runs each scenario (``json32``, ``json256``, ``burst32``:
+:mod:`ridge_bench.overhead.wrk`; ``paced32``: :mod:`ridge_bench.overhead.stream_client`) as a
+warm-up and a measured window. A window gives the gateway's CPU per request or per relayed
+event (from ``/proc``), requests/s, latency, errors and busy shares; the summary is the median
+over rounds. The doc's block for ``--section`` is rewritten (:mod:`ridge_bench.overhead.doc`).
+See docs/benchmarks/overhead.md#the-overhead-benchmarks-run.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """The routing work alone, per request: ``python -m ridge_bench.overhead.routing_cost``.
 
-What ridge spends deciding, without HTTP: for each request, feature extraction (canonical
-prompt, block hashes, token estimate), the router state's ``place`` (its view, the lever
-policy, the pool's scheduler plugins, the reservation with the prompt's blocks recorded) and
-``finish`` (release and learn). The fleet is the overhead benchmark's: one vLLM pool of
-``--endpoints`` endpoints, every routing setting default, the in-memory state. Before timing,
-the prefix index is populated with ``--populate`` earlier requests' blocks spread over the
-endpoints. Each timed request is a chat of about ``--prompt-tokens`` tokens (4 characters per
-token): a system prompt shared by every request (half the prompt) and a unique user message,
-so each one matches half its blocks somewhere.
+What ridge spends deciding, without HTTP: feature extraction, the router state's ``place``
+(view, lever policy, scheduler plugins, reservation) and ``finish``, on the overhead
+benchmark's fleet with every routing setting default and the in-memory state, after
+``--populate`` earlier requests filled the prefix index. Each timed request is a chat of about
+``--prompt-tokens`` tokens, half of it a system prompt every request shares. Admission control
+is on unless ``--no-admission`` (:meth:`gateway.access.admission.Admission.place`, on its fast
+path: every endpoint's capacity known, none full).
 
-Admission control (on by default, as in ``ridge serve``; ``--no-admission``: off) places
-each request through :meth:`gateway.access.admission.Admission.place` and is told of each release,
-as
-the dispatcher does. Every endpoint reports 4 requests running and 10 % of its KV cache used,
-so each one's capacity is known (36 requests) and the full-check runs for every request, but
-nothing is ever full: the cost measured is admission's on its fast path.
-
-Reports the median and p99 [µs] of each step and of the whole, over ``--requests`` requests
-(single process, sequential; ``time.perf_counter_ns``; the garbage collector tuned as
-``ridge serve`` tunes it). It is a measurement to run and report,
-not a test.
+Reports the median and p99 [µs] of each step and of the whole over ``--requests`` requests
+(one process, sequential, ``time.perf_counter_ns``, the collector tuned as ``ridge serve``
+tunes it). A measurement to run and report, not a test.
+See docs/benchmarks/overhead.md#the-routing-cost-run.
 """
 
 from __future__ import annotations
@@ -35,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from backends.registry.endpoints import EndpointRegistry, PollResult
-from config.fleet_file import Fleet, parse_fleet
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
+from config.fleet import Fleet, parse_fleet
 from gateway.access.admission import Admission, Route
 from gateway.app import build_admission, build_extractor, build_router
 from gateway.cli.main import tune_gc

@@ -1,26 +1,15 @@
 """Worker scaling: ``ridge serve --workers N`` for several N, in front of the engine stand-in.
 
-``python -m ridge_bench.overhead.scaling [--workers 1,2] [--rounds 3] [--seconds 6] [--connections
-256]
-[--wrk-threads 2] [--doc docs/benchmarks/overhead.md]``
+``python -m ridge_bench.overhead.scaling [--workers 1,2] [--rounds 3] [--seconds 6]
+[--connections 256] [--wrk-threads 2] [--doc docs/benchmarks/overhead.md]``: the stand-in,
+ridge with its defaults and ``--workers N``, and wrk share every core (nothing pinned); each
+round starts ridge once per N in a rotated order, warms it up and measures one window.
 
-Set-up: the stand-in (:mod:`ridge_bench.harness.upstream`, 8 endpoints), ridge with its defaults and
-``--workers N`` (the overhead benchmark's fleet, :func:`ridge_bench.harness.gateways.fleet`), and
-wrk
-(``--wrk-threads`` threads, ``--connections`` connections, non-streamed completions, closed
-loop). Nothing is pinned: the workers, the stand-in and wrk share every core of the machine,
-as a gateway sharing its host would. Each round starts ridge once per N, in an order rotated by
-one per round, warms it up (1 s, uncounted) and measures one window.
-
-Per window: req/s (200 answers ÷ window), the gateway's CPU µs per request (user + system of
-the supervisor and every worker, from ``/proc``), the cores the gateway kept busy (its CPU ÷
-window), the machine's busy cores (every process), errors (every non-200 and socket error).
-Derived, per N: **speed-up** = req/s(N) ÷ req/s(1); **CPU scaling** = N × CPU µs/request(1) ÷
-CPU µs/request(N), the speed-up N workers would reach if each had a core of its own and nothing
-else ran there (what sharing state between workers costs shows as CPU scaling below N). The
-summary is the median over rounds. The doc block between ``<!-- overhead:workers:begin ... -->``
-and ``<!-- overhead:workers:end -->`` is rewritten; the results are kept beside the doc as
-``overhead-workers.json``. It is a measurement to run and report, not a test.
+Per window: req/s, the gateway's CPU per request (supervisor and workers, from ``/proc``), busy
+cores, errors. Derived per N: **speed-up** = req/s(N) ÷ req/s(1) and **CPU scaling** =
+N × CPU/request(1) ÷ CPU/request(N). The summary is the median over rounds; the doc's
+``overhead:workers`` block is rewritten and the results kept as ``overhead-workers.json``. A
+measurement to run and report, not a test. See docs/benchmarks/overhead.md#worker-scalings-run.
 """
 
 from __future__ import annotations

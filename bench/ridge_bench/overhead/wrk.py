@@ -1,5 +1,5 @@
-"""Closed-loop HTTP load with ``wrk`` (Debian package ``wrk``): fast enough (C, epoll, well
-under 10 µs of CPU per request) that the gateway, not the client, is the bottleneck.
+"""Closed-loop HTTP load with ``wrk`` (Debian package ``wrk``): fast enough (C, epoll) that
+the gateway, not the client, is the bottleneck.
 
 :func:`script` renders the Lua script: every request is the same POST (JSON body); a
 ``response`` hook counts every answer whose status is not 200 per thread, and ``done`` prints

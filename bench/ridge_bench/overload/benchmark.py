@@ -1,33 +1,17 @@
 """The overload benchmark: one pool pushed to a multiple of its capacity, admission control off
 and on. ``ridge bench overload [--rates 1,1.5,2,2.5] [--factor 4] [--duration 60] ...``.
 
-The fleet (``--fleet``, default ``deploy/bench/overload.yaml``): one pool of two simulated vLLM
-engines (Llama-3-8B on L4s) and the SLO of its ``slos`` entry ``*``. The workload: unique
-prompts of ``--prompt-tokens`` (default 2,300–2,500) asking for ``--max-tokens`` (default
-64–192, uniform) streamed tokens each (``ignore_eos``), Poisson arrivals, open loop
-(:mod:`ridge_bench.harness.driver`). Each run starts a fresh simulator and a fresh ridge on free
-ports
-(:mod:`ridge_bench.compare.benchmark`'s way) and stops both after it; nothing is shared between
-runs.
+The fleet (``--fleet``, default ``deploy/bench/overload.yaml``) is one pool of two simulated
+engines and its SLO; the workload unique prompts, Poisson arrivals, open loop; every run a
+fresh simulator and ridge. First the **capacity**, admission off: the ``--rates`` in
+increasing order until TTFT p99 exceeds the SLO or a request fails. Then the **overload**:
+``--factor`` × the capacity, admission off and on.
 
-1. **Capacity**, admission off (``RIDGE_ADMISSION__ENABLED=false``, ridge as it was): the
-   ``--rates`` in increasing order, until a run's TTFT p99 exceeds the SLO's TTFT or a
-   request fails. The capacity is the highest rate before that; its goodput is the *goodput
-   at capacity*.
-2. **Overload**: ``--factor`` × the capacity, once with admission off and once on (ridge's
-   defaults).
-
-Reported per run (:func:`ridge_bench.harness.goodput.summarise` and :func:`row`): requests sent,
-admitted (answered 200) and refused (503) — at once, or after waiting for a slot (ridge's
-``ridge_admission_rejected_total`` by reason, read before ridge stops); TTFT p50/p99 of the
-admitted requests; the time to the refusal, p50/p99 [ms]; goodput [requests/s meeting every
-SLO bound] and its fraction of the goodput at capacity; and what the engines held (their
-``/metrics`` read every ``WATCH_S`` during the arrival window: requests waiting per engine and
-KV cache used, means). Targets: admitted TTFT p99 ≤ the SLO, refusals within milliseconds,
-goodput ≥ 90 % of the goodput at capacity. ``--speed`` compresses the simulator's time; the
-SLO the client holds requests to is then divided by it, as are ridge's (the fleet file's
-``slos`` are rewritten). ``--json FILE`` saves every run. A measurement to run and report, not
-a test (minutes).
+Reported per run: requests sent, admitted and refused (at once, or after waiting), TTFT of the
+admitted, time to refusal, goodput against the goodput at capacity, and what the engines held
+(read every :data:`WATCH_S`). ``--speed`` compresses the simulator's time and the SLOs with it;
+``--json FILE`` saves every run. A measurement to run and report, not a test.
+See docs/benchmarks/overload.md#the-overload-benchmarks-run.
 """
 
 from __future__ import annotations
@@ -45,7 +29,7 @@ import aiohttp
 import yaml
 
 from backends.engines.scrape import MetricsParseError, parse_samples
-from config.fleet_file import Fleet, load_fleet
+from config.fleet import Fleet, load_fleet
 from ridge_bench.compare.benchmark import START_TIMEOUT_S, CpuMeter, start_sim
 from ridge_bench.harness import engines, fleets
 from ridge_bench.harness.driver import Bounds, Target, run_workload

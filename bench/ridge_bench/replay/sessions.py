@@ -1,22 +1,12 @@
 """A long multi-turn trace: sessions over large contexts that come back after minutes.
 
-The shape of production conversation and agent traffic that binds on KV capacity (the
-capacity benchmark, ``docs/benchmarks/capacity.md``), written in the Mooncake trace format
-(:mod:`ridge_bench.replay.trace`). Algorithm, with the parameters of :class:`SessionShape`:
-
-- sessions start as a Poisson process at ``session_rate`` per second for ``span_s`` seconds;
-- each session opens with one of ``system_prompts`` shared system prompts
-  (``system_blocks`` blocks, numbered 0 … ``system_prompts·system_blocks − 1``) and a context
-  of its own (a document, a code base) of ``context_tokens`` tokens, uniform;
-- it has ``turns`` turns, uniform; each turn's prompt is the previous prompt, the previous
-  reply (``output_tokens``, uniform) and a new message (``message_tokens``, uniform), so a
-  follow-up repeats its parent's blocks and adds its own;
-- between a reply and the next turn the user thinks ``quick_think_s`` (uniform) or, with
-  probability ``away_share``, returns after ``away_s`` (uniform): minutes later, when a small
-  cache may have evicted the session.
-
-Hash ids are numbered in first-seen order of generation; equal ids mean equal prefixes up to
-that block. Deterministic for a seed.
+The shape of traffic that binds on KV capacity (``docs/benchmarks/capacity.md``), written in the
+Mooncake trace format (:mod:`ridge_bench.replay.trace`), with the parameters of
+:class:`SessionShape`: Poisson session starts; each session a shared system prompt, a context
+of its own and several turns, each turn's prompt its parent's plus the reply and a new message;
+between turns a quick think, or with probability ``away_share`` minutes away, when a small
+cache may have evicted it. Hash ids in first-seen order; deterministic for a seed.
+See docs/benchmarks/capacity.md#the-long-session-trace.
 """
 
 from __future__ import annotations

@@ -2,23 +2,13 @@
 records (:mod:`gateway.telemetry.trace`; ``docs/benchmarks/trace.md``).
 
 A trace line is ``{"timestamp": ms, "input_length": tokens, "output_length": tokens,
-"hash_ids": [ints]}``, one hash id per block of ``block_tokens`` (512) prompt tokens, the last
-block possibly partial; equal ids mean equal prompt prefixes up to that block.
-
-Prompts are synthesised so the engines see the trace's sharing (:class:`BlockTexts`): hash id
-``h`` is always the same text of ``block_tokens`` estimated tokens (``block_tokens`` × 4
-characters, from ``Random("{seed}:block:{h}")``, opening with ``[h]`` so that two ids differ
-from their first characters on); a request's prompt is its blocks' texts in order, the last
-one cut so the prompt is ``input_length`` tokens (× 4 characters). It is sent as one user
-message of a streamed chat completion with ``max_tokens`` = ``output_length`` and
-``ignore_eos`` (the driver's request, :func:`ridge_bench.harness.driver.request_body`).
-
-Arrivals: the lines sorted by timestamp (a recorded trace is written in completion order),
-rebased to the first, divided by ``speedup``; the driver
-(:func:`ridge_bench.harness.driver.run_workload`)
-sends them open loop. The ideal prefix share of the trace (f by construction, the hit rate of
-an unbounded cache shared by the fleet): Σ over requests of the tokens of its leading blocks
-whose id an earlier request had / Σ input tokens (:func:`trace_f`).
+"hash_ids": [ints]}``, one hash id per block of ``block_tokens`` prompt tokens. Prompts are
+synthesised so the engines see the trace's sharing (:class:`BlockTexts`: a hash id is always
+the same text, a prompt its blocks' texts cut to ``input_length``), sent as a streamed chat
+completion of ``output_length`` tokens with ``ignore_eos``. Arrivals are the lines sorted by
+timestamp, rebased and divided by ``speedup``, sent open loop
+(:func:`ridge_bench.harness.driver.run_workload`); :func:`trace_f` is the trace's ideal prefix
+share. See docs/benchmarks/trace.md#replay-as-implemented.
 """
 
 from __future__ import annotations

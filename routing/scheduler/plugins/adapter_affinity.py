@@ -1,24 +1,18 @@
 """Filter ``adapter_affinity``: a request naming a LoRA adapter goes only to an endpoint that
 has it, to one where it is already loaded first.
 
-Algorithm, for the request's model ``m`` over the pool ``p`` (:func:`adapter_tiers`):
-
-- ``m`` is one of ``p.models`` (a base model): no restriction (one tier, every endpoint);
-- else ``m`` is an adapter, and the endpoints form two tiers, best first: *loaded*, the
-  endpoints whose engine lists ``m`` (``ep.adapters``: its ``/v1/models`` cards with a
-  ``parent``); *loadable*, the others, when the pool declares ``m`` (``p.adapters``: its
-  engines were launched with it, or load it on demand), none otherwise. Empty tiers are
-  dropped; an adapter neither declared nor listed anywhere leaves no tier.
-
-As a filter (:meth:`AdapterAffinity.filter`) it keeps, of the candidates left by the filters
-before it, those of the first tier that holds any. The router applies the same tiers to every
-request, whatever the pool's configured plugins (:mod:`routing.router`): the scheduler runs
-over the first tier, and over the next only when the first leaves no pick (every loaded
-endpoint unhealthy, saturated or already tried). Loading an adapter costs the engine a
-disk read and a slot among its active adapters (vLLM ``--max-loras``), so a loaded copy wins
-over a lighter-loaded endpoint without it; load balancing happens inside a tier.
+For the request's model ``m`` over the pool ``p`` (:func:`adapter_tiers`): a base model (one of
+``p.models``) has one tier, every endpoint; an adapter up to two, best first — *loaded*, the
+endpoints whose engine lists ``m`` (``ep.adapters``), and *loadable*, the others when the pool
+declares ``m`` (``p.adapters``). Empty tiers are dropped; an adapter neither declared nor
+listed leaves none. As a filter it keeps the candidates of the first tier that holds any; the
+router applies the same tiers to every adapter request (:mod:`routing.router`), trying the next
+tier only when one leaves no pick. A loaded copy wins over a lighter-loaded endpoint without
+it (loading costs a disk read and an adapter slot); load balancing happens inside a tier.
 
 Parameters: none.
+
+See docs/routing.md#adapter_affinity.
 """
 
 from __future__ import annotations

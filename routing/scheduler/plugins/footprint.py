@@ -1,40 +1,20 @@
 """Scorer ``footprint``: new work goes where the least recent work was sent, among the least
 loaded.
 
-Algorithm: let n be the request's prompt blocks and m the longest match over the candidates
-[blocks] (:func:`routing.cache_cost.best_match`). A request with m ≥ ``threshold`` × n continues
-something cached (a follow-up turn, a shared document): every candidate scores 1, and the
-other scorers place it. Otherwise it starts something new (a session's first turn). Let L_e
-[requests] be candidate e's load (:func:`routing.load.endpoint_load`, the ``cache_aware``
-scorer's: the larger of the router's in-flight count and the engine's running + waiting) and
-L_min the least. The eligible candidates are those with L_e ≤ L_min + ``slack``; with F_e the
-candidate's footprint and F_min, F_max the least and most over the eligible,
+A request whose longest match over the candidates is ≥ ``threshold`` × its prompt blocks
+continues something cached: every candidate scores 1. Else, with L_e candidate e's load
+[requests] (:func:`routing.load.endpoint_load`) and F_e its footprint (``by: requests``: the
+requests the prefix index recently recorded on e; ``by: blocks``: the blocks its entries stand
+for), the candidates with L_e ≤ L_min + ``slack`` are eligible, F_min and F_max over them:
 
     score_e = 1 − (F_e − F_min) / (F_max − F_min)   for e eligible (1 when all are equal)
     score_e = 0                                     otherwise          (in [0, 1])
 
-F_e is, with ``by: requests`` (the default), the requests the prefix index recently recorded
-on e (``StateView.recent_requests``, :meth:`routing.prefix_index.PrefixIndex.recent_requests`:
-both generations of the index), or with ``by: blocks`` the prompt blocks its entries stand for
-(``StateView.footprint``). Why: a session's replica is chosen at its first turn, and the
-requests in flight even out within seconds while its later turns come back over minutes; a
-replica serving long, active sessions has been sent more recently, so it draws fewer new
-sessions and the requests per replica even out over the sessions' lifetimes. The SGLang
-router's cache_aware policy sends a request matching less than its ``cache_threshold`` to the
-worker with the smallest radix tree for the same reason, unless the workers' loads differ by
-more than its ``balance_abs_threshold`` (32 requests); here that bound is ``slack``.
+A state keeping no footprint (None: Redis) scores 1 everywhere. Parameters: ``threshold``
+(fraction of the prompt's blocks, default 0.5); ``slack`` (requests, default 2); ``by``
+(``requests``, the default, or ``blocks``).
 
-Weighted beside ``cache_aware`` (the default: 3 against its 1), the pair places new work on the
-least recently used replica among the least loaded. A partial match below the threshold (a
-shared system prompt) weighs only through ``cache_aware``. The eligible candidate with the
-least footprint totals at least 3, an ineligible one at most 1, so new work always lands
-within ``slack`` requests of the least loaded endpoint — a burst of new requests spreads
-within ``slack`` of even whatever the footprints — and a follow-up keeps its cache whatever
-the footprints. A state that keeps no footprint (None: the Redis state) scores 1 everywhere.
-
-Parameters: ``threshold`` (fraction of the prompt's blocks, default 0.5: SGLang's
-``cache_threshold`` default); ``slack`` (requests, default 2); ``by`` (``requests`` or
-``blocks``, default ``requests``).
+See docs/routing.md#footprint.
 """
 
 from __future__ import annotations

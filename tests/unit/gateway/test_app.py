@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from config.fleet_file import FleetConfigError, load_fleet, parse_fleet
+from config.fleet import FleetConfigError, load_fleet, parse_fleet
 from gateway.app import build_extractor, build_router, create_app
-from gateway.request.body import Endpoint
+from gateway.request.body import ApiPath
 from gateway.request.proxy import PROXIED_PATHS
 from gateway.server.routes import ridge_version
 from gateway.settings import Settings
@@ -104,7 +104,7 @@ def http() -> Iterator[TestClient]:
 
 
 def test_every_api_an_engine_answers_is_proxied_by_its_path() -> None:
-    assert {PROXIED_PATHS[e.value] for e in Endpoint} == set(Endpoint)
+    assert {PROXIED_PATHS[e.value] for e in ApiPath} == set(ApiPath)
     assert {"/v1/embeddings", "/v1/responses", "/tokenize", "/detokenize", "/v1/score",
             "/score", "/rerank", "/v1/rerank", "/v2/rerank"} < set(PROXIED_PATHS)
 

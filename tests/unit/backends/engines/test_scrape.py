@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backends.engines.dialects import DIALECTS, Aggregate, Reading
 from backends.engines.scrape import MetricsParseError, Sample, normalise, parse_samples, read
-from config.fleet_file import Engine
+from config.engines import Engine
 from routing.snapshots import EngineMetrics
 
 DATA = Path(__file__).resolve().parents[3] / "data"

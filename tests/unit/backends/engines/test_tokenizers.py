@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from backends.engines.tokenizers import fleet_tokenizers, pool_tokenizer
-from config.fleet_file import FleetConfigError, parse_fleet
+from config.fleet import FleetConfigError, parse_fleet
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")

@@ -20,7 +20,8 @@ import zmq.asyncio
 
 from backends.kv_events.subscriber import KvEventSubscribers, SubscriberSettings, wanted_sources
 from backends.kv_events.wire import END_SEQ, Codec, EventCodec, SglangCodec, seq_bytes
-from config.fleet_file import KvEventSource, parse_fleet
+from config.fleet import parse_fleet
+from config.kv_events import KvEventSource
 from routing.kv_events.events import AllCleared, BlocksRemoved, BlocksStored, KvEvent
 
 TOPIC = "kv@test"

@@ -19,7 +19,7 @@ from backends.kv_events.wire import (
     seq_bytes,
     seq_of,
 )
-from config.fleet_file import KV_EVENT_ENGINES
+from config.kv_events import KV_EVENT_ENGINES
 from routing.kv_events.events import AllCleared, BlocksRemoved, BlocksStored, KvEvent
 
 DATA = Path(__file__).resolve().parents[3] / "data"

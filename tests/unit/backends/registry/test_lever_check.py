@@ -14,7 +14,8 @@ from backends.registry.lever_check import (
     check_levers,
     declared_facts,
 )
-from config.fleet_file import Pool, parse_fleet
+from config.fleet import parse_fleet
+from config.pools import Pool
 from routing.snapshots import (
     CHUNKED_PREFILL,
     FP8_KV_CACHE,

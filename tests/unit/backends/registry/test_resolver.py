@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from backends.registry.resolver import DnsResolver, address_url, system_lookup, target_port
-from config.fleet_file import Pool, parse_fleet
+from config.fleet import parse_fleet
+from config.pools import Pool
 
 
 class StubLookup:

@@ -12,7 +12,9 @@ from backends.sim.metric_tables import METRIC_TABLES, resolve_buckets
 from backends.sim.profiles import HARDWARE, MODELS
 from backends.sim.request import SimRequest
 from backends.sim.stats import EngineStats
-from config.fleet_file import ChunkedPrefill, Levers, Pool, SimulatorKnobs, Speculative
+from config.facts import SimulatorKnobs
+from config.levers import ChunkedPrefill, Levers, Speculative
+from config.pools import Pool
 
 
 def make_pool(

@@ -20,7 +20,9 @@ from backends.sim.profiles import (
     model_profile,
 )
 from config.builtin_facts import ACCELERATORS
-from config.fleet_file import Engine, FleetConfigError, Pool, Role, load_fleet, parse_fleet
+from config.engines import Engine, Role
+from config.fleet import FleetConfigError, load_fleet, parse_fleet
+from config.pools import Pool
 from routing.formulas import SeqWork
 from tests.unit.backends.sim.sim_helpers import make_pool, with_capacity
 

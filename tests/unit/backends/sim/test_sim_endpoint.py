@@ -13,7 +13,7 @@ from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint, TokenizedGeneration
 from backends.sim.openai_api import ApiError
 from backends.sim.pd import KVTransferHub
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from routing.tokens.exact import PromptTokenizer, load_prompt_tokenizer
 from tests.fakes.harness import free_ports
 from tests.unit.backends.sim.sim_helpers import make_pool

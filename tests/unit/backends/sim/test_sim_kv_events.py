@@ -40,7 +40,9 @@ from backends.sim.kv_publisher import ZmqPublisher
 from backends.sim.kvcache import BlockPool, chain_hashes
 from backends.sim.pd import KVTransferHub
 from backends.sim.request import SimRequest
-from config.fleet_file import Engine, FleetConfigError, Pool, parse_fleet
+from config.engines import Engine
+from config.fleet import FleetConfigError, parse_fleet
+from config.pools import Pool
 from routing.features import token_block_hashes
 from routing.kv_events.events import MEDIUM_DEVICE, BlocksRemoved, BlocksStored, KvEvent
 from routing.kv_events.index import KvEventIndex

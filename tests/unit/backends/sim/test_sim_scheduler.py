@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from backends.sim.engine import EngineCore
 from backends.sim.kvcache import BlockPool
-from backends.sim.scheduler import Scheduled, Scheduler, SchedulerConfig
+from backends.sim.scheduler import EngineScheduler, EngineSchedulerConfig, Scheduled
 from backends.sim.stats import EngineStats
 from backends.sim.virtual import Trace, simulate
-from config.fleet_file import Pool
+from config.pools import Pool
 from tests.unit.backends.sim.sim_helpers import make_core, make_pool, make_request
 
 BUDGET = 512  # tokens per step: the real-demo fleet's chunked-prefill budget
@@ -17,10 +17,10 @@ BUDGET = 512  # tokens per step: the real-demo fleet's chunked-prefill budget
 Step = list[tuple[str, int]]
 
 
-class RecordingScheduler(Scheduler):
+class RecordingScheduler(EngineScheduler):
     """The scheduler, keeping every non-empty batch as (request id, tokens) pairs."""
 
-    def __init__(self, config: SchedulerConfig, pool: BlockPool, stats: EngineStats) -> None:
+    def __init__(self, config: EngineSchedulerConfig, pool: BlockPool, stats: EngineStats) -> None:
         super().__init__(config, pool, stats)
         self.steps: list[Step] = []
 

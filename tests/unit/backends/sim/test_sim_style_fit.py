@@ -13,7 +13,7 @@ import pytest
 
 from backends.sim.answers import Style
 from backends.sim.style_fit import AFTERS, RUNS, free_error, measured, spec_figures
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 
 ROOT = Path(__file__).resolve().parents[4]
 TRUTH = json.loads((ROOT / "backends/sim/profiles/ground_truth_ngram.json").read_text())

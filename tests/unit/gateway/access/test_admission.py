@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry
 
-from backends.registry.endpoints import EndpointRegistry, PollResult
-from config.fleet_file import parse_fleet
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
+from config.fleet import parse_fleet
 from gateway.access.admission import Admission, AdmissionConfig, Placement, Route, cache_affine
 from gateway.app import build_admission, build_router
 from gateway.server.errors import GatewayError

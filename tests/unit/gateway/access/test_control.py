@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.access.control import Access
+from gateway.access.control import Access, Estimate
 from gateway.access.keys import KeyLimits, KeyRecord, KeyRing, make_record, new_key
 from gateway.access.limits import Grant, LocalLimiter
+from gateway.request.body import ApiPath, parse_request
 from tests.fakes.harness import ends_without_suspending
 
 
@@ -56,3 +57,11 @@ async def test_a_shared_grant_is_settled_even_when_the_requests_task_is_cancelle
             break
         await asyncio.sleep(0)
     assert limiter.settled == [grant]
+
+
+def test_the_charge_is_the_prompt_estimate_rounded_up_plus_the_output() -> None:
+    body = b'{"model": "m", "prompt": "x"}'  # 29 characters: ⌈29 / 4⌉ = 8 tokens (not 7)
+    access = Access(KeyRing(()), LocalLimiter(), Estimate(default_output_tokens=100))
+    assert access.charge(parse_request(ApiPath.COMPLETIONS, body)) == 8 + 100
+    with_max = parse_request(ApiPath.COMPLETIONS, body[:-1] + b', "max_tokens": 3}')
+    assert access.charge(with_max) == 12 + 3  # 46 characters: ⌈46 / 4⌉ = 12

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.access.keys import (
     KEY_PREFIX,
-    KeyBook,
+    KeyIndex,
     KeyLimits,
     KeyRecord,
     KeyRing,
@@ -54,12 +54,12 @@ def test_models_limit_what_a_key_may_use() -> None:
     assert only.allows("a") and not only.allows("b")
 
 
-def test_the_book_finds_a_key_by_its_digest() -> None:
+def test_the_index_finds_a_key_by_its_digest() -> None:
     key = new_key()
-    book = KeyBook([make_record(key, "k")])
-    found = book.lookup(key.encode())
+    index = KeyIndex([make_record(key, "k")])
+    found = index.lookup(key.encode())
     assert found is not None and found.name == "k"
-    assert book.lookup(b"rk-wrong") is None
+    assert index.lookup(b"rk-wrong") is None
 
 
 def test_the_keys_file_is_written_whole_with_mode_0600(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import pytest
 from gateway.access.keys import KeyLimits, KeyRecord, make_record, new_key
 from gateway.access.limits import (
     Bucket,
+    LimitDecision,
     LocalLimiter,
     RedisLimiter,
-    Verdict,
     corrected,
     duration,
     limit_headers,
@@ -48,7 +48,7 @@ def test_refill_worked_numbers() -> None:
 def test_take_checks_every_limit_together() -> None:
     limits = KeyLimits(rpm=2, tpm=100, max_concurrent=1)
     ok = take(limits, 40, 0.0, None, None, 0)
-    assert ok == Verdict(None, 1.0, 60.0)
+    assert ok == LimitDecision(None, 1.0, 60.0)
     assert take(limits, 40, 0.0, None, None, 1).refused == "concurrent"
     assert take(limits, 40, 0.0, Bucket(0.5, 0.0), None, 0).refused == "requests"
     tokens = take(limits, 40, 0.0, None, Bucket(10.0, 0.0), 0)
@@ -141,7 +141,7 @@ def test_a_worker_enforces_its_share_rounded_up() -> None:
 
 
 def test_limit_headers_name_the_levels_and_reset_times() -> None:
-    headers = dict(limit_headers(KeyLimits(rpm=60, tpm=6000), Verdict(None, 59.0, 5400.0)))
+    headers = dict(limit_headers(KeyLimits(rpm=60, tpm=6000), LimitDecision(None, 59.0, 5400.0)))
     assert headers == {
         b"x-ratelimit-limit-requests": b"60", b"x-ratelimit-remaining-requests": b"59",
         b"x-ratelimit-reset-requests": b"1s",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from backends.sim.fleet import RunningFleet, start_fleet
-from config.fleet_file import Fleet
+from config.fleet import Fleet
 from gateway.cli import main as cli
 from gateway.cli.demo_ports import (
     endpoint_urls,

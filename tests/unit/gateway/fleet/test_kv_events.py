@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from backends.engines.kv_capacity import host_tier_tokens
 from backends.kv_events.subscriber import KvEventSubscribers, SubscriberSettings
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from gateway.fleet.kv_events import (
     FALLBACK_BLOCKS,
     EngineEvents,

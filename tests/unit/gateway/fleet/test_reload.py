@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from gateway.app import ADMIN_PATHS, RidgeApp, create_app
 from gateway.fleet.reload import Reloader, ReloadRejected
 from gateway.services import Gateway

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from config.fleet_file import Fleet, load_fleet, parse_fleet
+from config.fleet import Fleet, load_fleet, parse_fleet
 from gateway.render.assets import Assets, find_assets
 
 ROOT = Path(__file__).resolve().parents[4]

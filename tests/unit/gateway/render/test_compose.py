@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from gateway.render.cli import TARGETS, write
 from gateway.render.plan import make_plan
 from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet

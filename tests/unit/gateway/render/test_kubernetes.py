@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
 from gateway.render.plan import Rendered, make_plan
 from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet, rich_raw

@@ -10,7 +10,7 @@ import pytest
 from backends.launch.args import EnvRef
 from backends.launch.sglang import sglang_args
 from backends.launch.vllm import DEPLOY_SETTINGS, vllm_args
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.render.plan import (
     DEFAULT_IMAGES,
     RenderError,

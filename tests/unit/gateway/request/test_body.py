@@ -4,66 +4,66 @@ import json
 
 import pytest
 
-from gateway.request.body import MAX_JSON_DEPTH, MAX_TOKENS, Endpoint, parse_request
+from gateway.request.body import MAX_JSON_DEPTH, MAX_TOKENS, ApiPath, parse_request
 from gateway.server.errors import GatewayError
 
 
-def parse(endpoint: Endpoint, payload: object) -> object:
-    return parse_request(endpoint, json.dumps(payload).encode())
+def parse(api_path: ApiPath, payload: object) -> object:
+    return parse_request(api_path, json.dumps(payload).encode())
 
 
 def test_chat_fields_are_read_and_the_body_kept() -> None:
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}],
                        "stream": True, "stream_options": {"include_usage": True},
                        "max_tokens": 7, "user": "u", "tools": [{"type": "function"}]}).encode()
-    req = parse_request(Endpoint.CHAT, body)
+    req = parse_request(ApiPath.CHAT, body)
     assert (req.model, req.stream, req.include_usage, req.max_tokens, req.user) == (
         "m", True, True, 7, "u")
     assert req.body is body
 
 
 def test_include_usage_only_counts_for_streams() -> None:
-    req = parse_request(Endpoint.CHAT, json.dumps({
+    req = parse_request(ApiPath.CHAT, json.dumps({
         "model": "m", "messages": [{"role": "user"}], "stream_options": {"include_usage": True},
     }).encode())
     assert req.include_usage is False
 
 
 def test_max_completion_tokens_wins_over_max_tokens() -> None:
-    req = parse_request(Endpoint.COMPLETIONS, json.dumps({
+    req = parse_request(ApiPath.COMPLETIONS, json.dumps({
         "model": "m", "prompt": "p", "max_tokens": 5, "max_completion_tokens": 9}).encode())
     assert req.max_tokens == 9
 
 
 @pytest.mark.parametrize("prompt", ["p", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])
 def test_valid_prompts(prompt: object) -> None:
-    parse(Endpoint.COMPLETIONS, {"model": "m", "prompt": prompt})
+    parse(ApiPath.COMPLETIONS, {"model": "m", "prompt": prompt})
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "payload", "param", "code"),
+    ("api_path", "payload", "param", "code"),
     [
-        (Endpoint.CHAT, {"messages": [{"role": "u"}]}, "model", "missing_required_parameter"),
-        (Endpoint.CHAT, {"model": "", "messages": [{"role": "u"}]}, "model", "invalid_type"),
-        (Endpoint.CHAT, {"model": "m", "messages": []}, "messages", "invalid_type"),
-        (Endpoint.CHAT, {"model": "m", "messages": [1]}, "messages[0]", "invalid_type"),
-        (Endpoint.CHAT, {"model": "m", "messages": [{"role": "u"}], "stream": 1}, "stream",
+        (ApiPath.CHAT, {"messages": [{"role": "u"}]}, "model", "missing_required_parameter"),
+        (ApiPath.CHAT, {"model": "", "messages": [{"role": "u"}]}, "model", "invalid_type"),
+        (ApiPath.CHAT, {"model": "m", "messages": []}, "messages", "invalid_type"),
+        (ApiPath.CHAT, {"model": "m", "messages": [1]}, "messages[0]", "invalid_type"),
+        (ApiPath.CHAT, {"model": "m", "messages": [{"role": "u"}], "stream": 1}, "stream",
          "invalid_type"),
-        (Endpoint.CHAT, {"model": "m", "messages": [{"role": "u"}], "max_tokens": True},
+        (ApiPath.CHAT, {"model": "m", "messages": [{"role": "u"}], "max_tokens": True},
          "max_tokens", "invalid_type"),
-        (Endpoint.CHAT, {"model": "m", "messages": [{"role": "u"}], "user": 5}, "user",
+        (ApiPath.CHAT, {"model": "m", "messages": [{"role": "u"}], "user": 5}, "user",
          "invalid_type"),
-        (Endpoint.CHAT, {"model": "m", "messages": [{"role": "u"}], "stream_options": []},
+        (ApiPath.CHAT, {"model": "m", "messages": [{"role": "u"}], "stream_options": []},
          "stream_options", "invalid_type"),
-        (Endpoint.COMPLETIONS, {"model": "m", "prompt": []}, "prompt", "invalid_type"),
-        (Endpoint.COMPLETIONS, {"model": "m", "prompt": [True]}, "prompt", "invalid_type"),
-        (Endpoint.COMPLETIONS, {"model": "m", "prompt": None}, "prompt", "invalid_type"),
+        (ApiPath.COMPLETIONS, {"model": "m", "prompt": []}, "prompt", "invalid_type"),
+        (ApiPath.COMPLETIONS, {"model": "m", "prompt": [True]}, "prompt", "invalid_type"),
+        (ApiPath.COMPLETIONS, {"model": "m", "prompt": None}, "prompt", "invalid_type"),
     ],
 )
-def test_bad_fields_are_named(endpoint: Endpoint, payload: object, param: str,
+def test_bad_fields_are_named(api_path: ApiPath, payload: object, param: str,
                               code: str) -> None:
     with pytest.raises(GatewayError) as info:
-        parse(endpoint, payload)
+        parse(api_path, payload)
     assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
     assert info.value.body()["error"]["type"] == "invalid_request_error"
 
@@ -71,7 +71,7 @@ def test_bad_fields_are_named(endpoint: Endpoint, payload: object, param: str,
 @pytest.mark.parametrize("body", [b"", b"  ", b"{", b"\xff\xfe", b"[]", b"null", b'"s"'])
 def test_bodies_that_are_not_json_objects(body: bytes) -> None:
     with pytest.raises(GatewayError) as info:
-        parse_request(Endpoint.CHAT, body)
+        parse_request(ApiPath.CHAT, body)
     assert (info.value.status, info.value.param, info.value.code) == (400, None, "invalid_json")
 
 
@@ -86,7 +86,7 @@ HEAD = b'{"model":"m","messages":[{"role":"user","content":"x"}],"extra":'
 ])
 def test_hostile_json_is_a_400_not_a_crash(body: bytes) -> None:
     with pytest.raises(GatewayError) as info:
-        parse_request(Endpoint.CHAT, body)
+        parse_request(ApiPath.CHAT, body)
     assert (info.value.status, info.value.code) == (400, "invalid_json")
 
 
@@ -96,13 +96,13 @@ def test_hostile_json_is_a_400_not_a_crash(body: bytes) -> None:
     HEAD + b"[" + b"[1]," * 200 + b"[1]]}",  # many brackets, shallow
 ])
 def test_bracket_rich_bodies_within_the_depth_limit_pass(body: bytes) -> None:
-    assert parse_request(Endpoint.CHAT, body).model == "m"
+    assert parse_request(ApiPath.CHAT, body).model == "m"
 
 
 @pytest.mark.parametrize("value", [0, -1, MAX_TOKENS + 1, 10**40])
 def test_max_tokens_out_of_range(value: int) -> None:
     with pytest.raises(GatewayError) as info:
-        parse(Endpoint.CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}],
+        parse(ApiPath.CHAT, {"model": "m", "messages": [{"role": "user", "content": "x"}],
                               "max_tokens": value})
     assert (info.value.status, info.value.param) == (400, "max_tokens")
 
@@ -114,84 +114,84 @@ def test_a_responses_stream_carries_its_usage_and_is_sent_as_is() -> None:
     body = json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}],
                        "instructions": "be brief", "stream": True, "max_output_tokens": 12,
                        "user": "u"}).encode()
-    req = parse_request(Endpoint.RESPONSES, body)
-    assert (req.endpoint, req.stream, req.include_usage, req.max_tokens, req.user) == (
-        Endpoint.RESPONSES, True, True, 12, "u")
+    req = parse_request(ApiPath.RESPONSES, body)
+    assert (req.api_path, req.stream, req.include_usage, req.max_tokens, req.user) == (
+        ApiPath.RESPONSES, True, True, 12, "u")
     assert req.body is body
 
 
-@pytest.mark.parametrize(("endpoint", "payload"), [
-    (Endpoint.EMBEDDINGS, {"input": "x"}),
-    (Endpoint.EMBEDDINGS, {"input": ["x", "y"], "stream": True}),
-    (Endpoint.EMBEDDINGS, {"input": [[1, 2], [3]]}),
-    (Endpoint.EMBEDDINGS, {"messages": [{"role": "user", "content": "x"}]}),
-    (Endpoint.TOKENIZE, {"prompt": "x"}),
-    (Endpoint.TOKENIZE, {"messages": [{"role": "user", "content": "x"}]}),
-    (Endpoint.DETOKENIZE, {"tokens": [1, 2, 3]}),
-    (Endpoint.DETOKENIZE, {"tokens": []}),
-    (Endpoint.SCORE, {"queries": "q", "documents": ["a", "b"]}),
-    (Endpoint.SCORE_V1, {"text_1": ["q"], "text_2": ["a"]}),
-    (Endpoint.SCORE, {"data_1": "q", "data_2": "a"}),
-    (Endpoint.RERANK, {"query": "q", "documents": ["a"]}),
-    (Endpoint.RERANK_V1, {"query": "q", "documents": "a", "top_n": 1}),
-    (Endpoint.RERANK_V2, {"query": "q", "documents": ["a"]}),
+@pytest.mark.parametrize(("api_path", "payload"), [
+    (ApiPath.EMBEDDINGS, {"input": "x"}),
+    (ApiPath.EMBEDDINGS, {"input": ["x", "y"], "stream": True}),
+    (ApiPath.EMBEDDINGS, {"input": [[1, 2], [3]]}),
+    (ApiPath.EMBEDDINGS, {"messages": [{"role": "user", "content": "x"}]}),
+    (ApiPath.TOKENIZE, {"prompt": "x"}),
+    (ApiPath.TOKENIZE, {"messages": [{"role": "user", "content": "x"}]}),
+    (ApiPath.DETOKENIZE, {"tokens": [1, 2, 3]}),
+    (ApiPath.DETOKENIZE, {"tokens": []}),
+    (ApiPath.SCORE, {"queries": "q", "documents": ["a", "b"]}),
+    (ApiPath.SCORE_V1, {"text_1": ["q"], "text_2": ["a"]}),
+    (ApiPath.SCORE, {"data_1": "q", "data_2": "a"}),
+    (ApiPath.RERANK, {"query": "q", "documents": ["a"]}),
+    (ApiPath.RERANK_V1, {"query": "q", "documents": "a", "top_n": 1}),
+    (ApiPath.RERANK_V2, {"query": "q", "documents": ["a"]}),
 ])
-def test_the_apis_that_generate_nothing_are_read_whole(endpoint: Endpoint,
+def test_the_apis_that_generate_nothing_are_read_whole(api_path: ApiPath,
                                                         payload: dict[str, object]) -> None:
-    req = parse_request(endpoint, json.dumps({"model": "m", **payload}).encode())
-    assert (req.endpoint, req.model, req.stream, req.include_usage, req.max_tokens) == (
-        endpoint, "m", False, False, None)
+    req = parse_request(api_path, json.dumps({"model": "m", **payload}).encode())
+    assert (req.api_path, req.model, req.stream, req.include_usage, req.max_tokens) == (
+        api_path, "m", False, False, None)
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "payload", "param", "code"),
+    ("api_path", "payload", "param", "code"),
     [
-        (Endpoint.RESPONSES, {"model": "m"}, "input", "missing_required_parameter"),
-        (Endpoint.RESPONSES, {"model": "m", "input": ""}, "input", "invalid_type"),
-        (Endpoint.RESPONSES, {"model": "m", "input": ["x"]}, "input[0]", "invalid_type"),
-        (Endpoint.RESPONSES, {"model": "m", "input": "x", "instructions": 1}, "instructions",
+        (ApiPath.RESPONSES, {"model": "m"}, "input", "missing_required_parameter"),
+        (ApiPath.RESPONSES, {"model": "m", "input": ""}, "input", "invalid_type"),
+        (ApiPath.RESPONSES, {"model": "m", "input": ["x"]}, "input[0]", "invalid_type"),
+        (ApiPath.RESPONSES, {"model": "m", "input": "x", "instructions": 1}, "instructions",
          "invalid_type"),
-        (Endpoint.RESPONSES, {"model": "m", "input": "x", "max_output_tokens": 0},
+        (ApiPath.RESPONSES, {"model": "m", "input": "x", "max_output_tokens": 0},
          "max_output_tokens", "invalid_value"),
-        (Endpoint.RESPONSES, {"model": "m", "input": "x", "stream": "yes"}, "stream",
+        (ApiPath.RESPONSES, {"model": "m", "input": "x", "stream": "yes"}, "stream",
          "invalid_type"),
-        (Endpoint.EMBEDDINGS, {"input": "x"}, "model", "missing_required_parameter"),
-        (Endpoint.EMBEDDINGS, {"model": "m"}, "input", "missing_required_parameter"),
-        (Endpoint.EMBEDDINGS, {"model": "m", "input": 3}, "input", "invalid_type"),
-        (Endpoint.EMBEDDINGS, {"model": "m", "messages": []}, "messages", "invalid_type"),
-        (Endpoint.TOKENIZE, {"model": "m"}, "prompt", "missing_required_parameter"),
-        (Endpoint.TOKENIZE, {"model": "m", "prompt": [1]}, "prompt", "invalid_type"),
-        (Endpoint.DETOKENIZE, {"model": "m"}, "tokens", "missing_required_parameter"),
-        (Endpoint.DETOKENIZE, {"model": "m", "tokens": [1, -2]}, "tokens", "invalid_type"),
-        (Endpoint.SCORE, {"model": "m", "queries": "q"}, "queries",
+        (ApiPath.EMBEDDINGS, {"input": "x"}, "model", "missing_required_parameter"),
+        (ApiPath.EMBEDDINGS, {"model": "m"}, "input", "missing_required_parameter"),
+        (ApiPath.EMBEDDINGS, {"model": "m", "input": 3}, "input", "invalid_type"),
+        (ApiPath.EMBEDDINGS, {"model": "m", "messages": []}, "messages", "invalid_type"),
+        (ApiPath.TOKENIZE, {"model": "m"}, "prompt", "missing_required_parameter"),
+        (ApiPath.TOKENIZE, {"model": "m", "prompt": [1]}, "prompt", "invalid_type"),
+        (ApiPath.DETOKENIZE, {"model": "m"}, "tokens", "missing_required_parameter"),
+        (ApiPath.DETOKENIZE, {"model": "m", "tokens": [1, -2]}, "tokens", "invalid_type"),
+        (ApiPath.SCORE, {"model": "m", "queries": "q"}, "queries",
          "missing_required_parameter"),
-        (Endpoint.SCORE_V1, {"model": "m", "queries": "q", "documents": []}, "documents",
+        (ApiPath.SCORE_V1, {"model": "m", "queries": "q", "documents": []}, "documents",
          "invalid_type"),
-        (Endpoint.RERANK, {"model": "m", "documents": ["a"]}, "query",
+        (ApiPath.RERANK, {"model": "m", "documents": ["a"]}, "query",
          "missing_required_parameter"),
-        (Endpoint.RERANK_V2, {"model": "m", "query": "q", "documents": {}}, "documents",
+        (ApiPath.RERANK_V2, {"model": "m", "query": "q", "documents": {}}, "documents",
          "invalid_type"),
-        (Endpoint.RERANK_V1, {"model": "m", "query": "q", "documents": ["a"], "user": 1},
+        (ApiPath.RERANK_V1, {"model": "m", "query": "q", "documents": ["a"], "user": 1},
          "user", "invalid_type"),
     ],
 )
-def test_bad_fields_of_the_other_apis_are_named(endpoint: Endpoint, payload: object,
+def test_bad_fields_of_the_other_apis_are_named(api_path: ApiPath, payload: object,
                                                 param: str, code: str) -> None:
     with pytest.raises(GatewayError) as info:
-        parse(endpoint, payload)
+        parse(api_path, payload)
     assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
 
 
 def test_every_api_is_parsed() -> None:
-    for endpoint in Endpoint:
+    for api_path in ApiPath:
         with pytest.raises(GatewayError) as info:
-            parse(endpoint, {"model": "m"})
+            parse(api_path, {"model": "m"})
         assert info.value.code == "missing_required_parameter"
 
 
 def test_a_member_is_added_to_the_body_bytes_without_encoding_it_again() -> None:
     body = b'{"model": "m",\n "messages": [{"role": "user", "content": "caf\\u00e9"}]} \n'
-    req = parse_request(Endpoint.CHAT, body)
+    req = parse_request(ApiPath.CHAT, body)
     added = req.with_member("stream_options", {"include_usage": True})
     assert added.body == (b'{"model": "m",\n "messages": [{"role": "user", "content": '
                           b'"caf\\u00e9"}],"stream_options": {"include_usage": true}}')
@@ -203,14 +203,14 @@ def test_a_member_is_added_to_the_body_bytes_without_encoding_it_again() -> None
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
 def test_a_body_not_in_plain_utf8_is_encoded_again_with_the_member(encoding: str) -> None:
     body = json.dumps({"model": "m", "messages": [{"role": "user"}]}).encode(encoding)
-    added = parse_request(Endpoint.CHAT, body).with_member("stream", True)
+    added = parse_request(ApiPath.CHAT, body).with_member("stream", True)
     assert added.body == json.dumps(added.payload).encode()
     assert json.loads(added.body) == {"model": "m", "messages": [{"role": "user"}],
                                       "stream": True}
 
 
 def test_a_member_already_in_the_request_is_not_added_twice() -> None:
-    req = parse_request(Endpoint.CHAT, json.dumps(
+    req = parse_request(ApiPath.CHAT, json.dumps(
         {"model": "m", "messages": [{"role": "user"}], "stream": True}).encode())
     with pytest.raises(ValueError, match="stream"):
         req.with_member("stream", False)

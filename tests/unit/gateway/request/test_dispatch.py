@@ -10,12 +10,15 @@ from typing import Any, cast
 
 import pytest
 
-from backends.registry.endpoints import CircuitState, EndpointRegistry, PollResult
+from backends.registry.breaker import CircuitState
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
 from backends.upstream.client import UpstreamConnectError, UpstreamTimeout
-from config.fleet_file import Adapter, parse_fleet
+from config.fleet import parse_fleet
+from config.pools import Adapter
 from gateway.access.admission import Admission, AdmissionConfig, Route
 from gateway.app import build_router
-from gateway.request.body import GENERATION, Endpoint, parse_request
+from gateway.request.body import GENERATION, ApiPath, parse_request
 from gateway.request.dispatch import (
     FEATURE_KINDS,
     Attempts,
@@ -126,7 +129,7 @@ def setup(modes: dict[str, str] | None = None, healthy: tuple[str, ...] = (A, B)
 async def test_a_request_is_measured_once_placed_and_released_on_finish() -> None:
     dispatcher, client, state, _, extractor = setup()
     await state.finish(Reservation("x", A, 0), Outcome("m", (), 10, 0, 77, None, True))
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     sent = await dispatcher.dispatch(parsed, None, Attempts())
     assert len(extractor.calls) == 1 and extractor.calls[0].learned_output_tokens == 77
     assert sent.features.expected_output_tokens == 77  # learned: no max_tokens was given
@@ -141,7 +144,7 @@ async def test_a_finish_that_never_suspends_runs_in_the_callers_task() -> None:
     """The in-memory state and a response that closes at once: the finish ends on its first
     step (no task to shield it, no turn of the event loop)."""
     dispatcher, _, state, _, _ = setup()
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     sent = await dispatcher.dispatch(parsed, None, Attempts())
     assert ends_without_suspending(dispatcher.finish(sent, parsed, succeeded=True,
                                                      output_tokens=5, prompt_tokens=None))
@@ -153,7 +156,7 @@ async def test_a_finish_that_awaits_is_seen_through_when_its_task_is_cancelled()
     leaves as its response ends cancels the request's task, not the release."""
     state = GatedState()
     dispatcher, _, _, _, _ = setup(state=cast(RouterState, state))
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     sent = await dispatcher.dispatch(parsed, None, Attempts())
     finishing = asyncio.ensure_future(dispatcher.finish(sent, parsed, succeeded=True,
                                                         output_tokens=5, prompt_tokens=None))
@@ -173,7 +176,7 @@ async def test_a_finish_that_awaits_is_seen_through_when_its_task_is_cancelled()
 async def test_a_refused_endpoint_is_marked_failed_and_the_request_goes_elsewhere() -> None:
     dispatcher, client, state, registry, _ = setup({A: "refuse"})
     attempts = Attempts()
-    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, attempts)
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, attempts)
     assert [u.split("/v1")[0] for u in client.sent] == [A, B]
     assert attempts.failures == 1 and attempts.tried == {A, B}
     assert not registry.status(A).healthy and sent.plan.endpoint.url == B
@@ -183,7 +186,7 @@ async def test_a_refused_endpoint_is_marked_failed_and_the_request_goes_elsewher
 async def test_every_endpoint_refusing_is_a_502_with_nothing_held() -> None:
     dispatcher, _, state, _, _ = setup({A: "refuse", B: "refuse"})
     with pytest.raises(GatewayError) as info:
-        await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
+        await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, Attempts())
     assert info.value.status == 502 and info.value.code == "upstream_unreachable"
     assert state.in_flight() == {}
     assert "http://" not in info.value.message and "refused" in (info.value.detail or "")
@@ -194,7 +197,7 @@ async def test_an_invalid_status_is_a_failed_endpoint_and_the_request_goes_elsew
         status: str) -> None:
     dispatcher, client, state, registry, _ = setup({A: status})
     attempts = Attempts()
-    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, attempts)
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, attempts)
     assert sent.plan.endpoint.url == B and sent.response.status == 200
     assert not registry.status(A).healthy and attempts.failures == 1
     assert set(state.in_flight()) == {B}
@@ -202,17 +205,17 @@ async def test_an_invalid_status_is_a_failed_endpoint_and_the_request_goes_elsew
 
 async def test_an_overloaded_engine_is_passed_over_while_retries_remain() -> None:
     dispatcher, client, state, registry, _ = setup({A: "503"})
-    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, Attempts())
     assert sent.plan.endpoint.url == B and registry.status(A).healthy  # busy, not down
     dispatcher, client, state, registry, _ = setup({A: "503", B: "503"})
-    sent = await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, Attempts())
     assert sent.response.status == 503 and len(client.sent) == 2  # the last one's 503 stands
 
 
 async def test_no_response_in_time_is_a_504_with_nothing_held() -> None:
     dispatcher, _, state, _, _ = setup({A: "timeout"})
     with pytest.raises(GatewayError) as info:
-        await dispatcher.dispatch(parse_request(Endpoint.CHAT, BODY), None, Attempts())
+        await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, Attempts())
     assert info.value.status == 504 and state.in_flight() == {}
     assert info.value.message == "the engine did not answer in time"
 
@@ -225,7 +228,7 @@ async def test_unknown_model_and_no_healthy_endpoint(body: bytes, healthy: tuple
                                                      status: int, code: str) -> None:
     dispatcher, client, _, _, _ = setup(healthy=healthy)
     with pytest.raises(GatewayError) as info:
-        await dispatcher.dispatch(parse_request(Endpoint.COMPLETIONS, body), None, Attempts())
+        await dispatcher.dispatch(parse_request(ApiPath.COMPLETIONS, body), None, Attempts())
     assert (info.value.status, info.value.code) == (status, code) and client.sent == []
 
 
@@ -234,7 +237,7 @@ async def test_a_completed_request_is_reported_to_its_endpoints_breaker() -> Non
     for _ in range(2):
         registry.mark_failed(A, "refused")
         registry.record_poll(A, PollResult(registry.now(), healthy=True))
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     sent = await dispatcher.dispatch(parsed, None, Attempts())
     assert sent.response.status == 200 and registry.status(A).request_failures == 2
     await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=1, prompt_tokens=None)
@@ -243,7 +246,7 @@ async def test_a_completed_request_is_reported_to_its_endpoints_breaker() -> Non
 
 async def test_an_engine_answering_200_then_breaking_its_streams_opens_its_breaker() -> None:
     dispatcher, _, _, registry, _ = setup(healthy=(A,))
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     for _ in range(3):  # its health probe passes between the requests every time
         sent = await dispatcher.dispatch(parsed, None, Attempts())
         assert sent.response.status == 200
@@ -275,7 +278,7 @@ def admitted_setup(slo_ttft_s: float = 1.0) -> tuple[Dispatcher, MemoryState, Ad
 
 async def test_admission_holds_a_request_until_a_finished_one_frees_its_slot() -> None:
     dispatcher, state, admission = admitted_setup()
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     earlier = await dispatcher.dispatch(parsed, None, Attempts())
     await dispatcher.finish(earlier, parsed, succeeded=True, output_tokens=5,
                             prompt_tokens=None)  # a slot freed once: the release rate is known
@@ -296,7 +299,7 @@ async def test_admission_holds_a_request_until_a_finished_one_frees_its_slot() -
 async def test_admission_refuses_with_a_503_and_retry_after_when_no_wait_can_meet_the_slo(
 ) -> None:
     dispatcher, state, admission = admitted_setup(slo_ttft_s=0.5)
-    parsed = parse_request(Endpoint.CHAT, BODY)
+    parsed = parse_request(ApiPath.CHAT, BODY)
     first = await dispatcher.dispatch(parsed, None, Attempts())
     dispatcher.first_token(first, 0.4)  # the engine alone takes 0.4 s: floor 0.4 + 2 × 0.2
     await dispatcher.finish(first, parsed, succeeded=True, output_tokens=5, prompt_tokens=None)
@@ -325,7 +328,7 @@ async def test_prefill_pacing_holds_a_stream_until_an_earlier_prompt_has_its_fir
     admission = Admission(AdmissionConfig(recheck_s=30.0), slos, registry.snapshot)
     dispatcher = Dispatcher(registry, Client(), build_router(fleet), MemoryState(),
                             FeatureExtractor(), retries=1, admission=admission)
-    parsed = parse_request(Endpoint.CHAT, STREAM)
+    parsed = parse_request(ApiPath.CHAT, STREAM)
     learn = await dispatcher.dispatch(parsed, None, Attempts())
     assert learn.prefill_ahead == learn.features.prompt_tokens > 0
     dispatcher.first_token(learn, 0.2)
@@ -379,7 +382,7 @@ async def test_dispatch_tells_admission_the_key_releases_and_the_ttft_after_the_
     dispatcher = Dispatcher(registry, Client(), build_router(fleet), MemoryState(),
                             FeatureExtractor(), retries=1, admission=cast(Admission, fake))
     body = b'{"model": "m", "user": "u1", "messages": [{"role": "user", "content": "hi"}]}'
-    parsed = parse_request(Endpoint.CHAT, body)
+    parsed = parse_request(ApiPath.CHAT, body)
     sent = await dispatcher.dispatch(parsed, None, Attempts())
     await dispatcher.dispatch(parsed, None, Attempts(), key="team-a")
     assert fake.keys == ["u1", "team-a"]  # no API key: the request's `user`
@@ -396,14 +399,14 @@ EMBED_BODY = b'{"model": "m", "input": ["one text", "another"]}'
 
 async def test_an_embeddings_request_is_routed_by_load_alone() -> None:
     dispatcher, client, state, _, extractor = setup()
-    parsed = parse_request(Endpoint.EMBEDDINGS, EMBED_BODY)
+    parsed = parse_request(ApiPath.EMBEDDINGS, EMBED_BODY)
     first = await dispatcher.dispatch(parsed, "session-1", Attempts())
     second = await dispatcher.dispatch(parsed, "session-1", Attempts())
     assert extractor.calls == []  # no prompt is read: its size is all the router sees
     features = first.features
     assert (features.block_hashes, features.session, features.expected_output_tokens) == (
         (), None, 0)
-    assert features.prompt_tokens == len(EMBED_BODY) // 4
+    assert features.prompt_tokens == 12  # ⌈48 characters of body / 4⌉ (routing's estimate)
     assert (first.plan.decision.lever, first.plan.decision.reason) == ("none", "only_pool")
     assert client.sent == [A + "/v1/embeddings", B + "/v1/embeddings"]  # the less loaded
     assert state.in_flight()[A].requests == state.in_flight()[B].requests == 1
@@ -431,36 +434,36 @@ def pd_setup() -> tuple[Dispatcher, Client]:
                       retries=1), client
 
 
-@pytest.mark.parametrize(("endpoint", "body"), [
-    (Endpoint.EMBEDDINGS, EMBED_BODY),
-    (Endpoint.TOKENIZE, b'{"model": "m", "prompt": "x"}'),
-    (Endpoint.RERANK, b'{"model": "m", "query": "q", "documents": ["d"]}'),
+@pytest.mark.parametrize(("api_path", "body"), [
+    (ApiPath.EMBEDDINGS, EMBED_BODY),
+    (ApiPath.TOKENIZE, b'{"model": "m", "prompt": "x"}'),
+    (ApiPath.RERANK, b'{"model": "m", "query": "q", "documents": ["d"]}'),
 ])
-async def test_prefill_and_decode_engines_answer_them_directly(endpoint: Endpoint,
+async def test_prefill_and_decode_engines_answer_them_directly(api_path: ApiPath,
                                                                 body: bytes) -> None:
     dispatcher, client = pd_setup()
-    sent = await dispatcher.dispatch(parse_request(endpoint, body), None, Attempts())
+    sent = await dispatcher.dispatch(parse_request(api_path, body), None, Attempts())
     assert sent.handoff is None and sent.plan.prefill is None
-    assert len(client.sent) == 1 and client.sent[0].endswith(endpoint.value)
+    assert len(client.sent) == 1 and client.sent[0].endswith(api_path.value)
 
 
 async def test_tokenize_teaches_the_router_state_nothing() -> None:
     dispatcher, _, state, _, _ = setup()
-    for endpoint, body in ((Endpoint.TOKENIZE, b'{"model": "m", "prompt": "some text"}'),
-                           (Endpoint.EMBEDDINGS, EMBED_BODY)):
-        parsed = parse_request(endpoint, body)
+    for api_path, body in ((ApiPath.TOKENIZE, b'{"model": "m", "prompt": "some text"}'),
+                           (ApiPath.EMBEDDINGS, EMBED_BODY)):
+        parsed = parse_request(api_path, body)
         sent = await dispatcher.dispatch(parsed, None, Attempts())
         await dispatcher.finish(sent, parsed, succeeded=True, output_tokens=3,
                                 prompt_tokens=5)
         taught = state.measures().overall.requests
-        assert taught == (0 if endpoint is Endpoint.TOKENIZE else 1)
+        assert taught == (0 if api_path is ApiPath.TOKENIZE else 1)
 
 
 async def test_a_responses_request_is_read_as_one_and_routed_by_the_lever_policy() -> None:
     dispatcher, client, _, _, extractor = setup()
     body = (b'{"model": "m", "instructions": "Be brief.", "input": "hi", '
             b'"max_output_tokens": 9}')
-    sent = await dispatcher.dispatch(parse_request(Endpoint.RESPONSES, body), "s", Attempts())
+    sent = await dispatcher.dispatch(parse_request(ApiPath.RESPONSES, body), "s", Attempts())
     assert [(c.kind, c.max_tokens, c.session_hint) for c in extractor.calls] == [
         ("responses", 9, "s")]
     assert sent.features.session is not None and sent.features.expected_output_tokens == 9
@@ -508,5 +511,5 @@ async def test_an_sglang_engine_gets_a_lora_adapter_as_base_colon_adapter(
                             FeatureExtractor(), retries=1, model_names=engine_model_names(fleet))
     for model, expected in (("sql", sent_as), ("m", "m")):
         body = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}]}' % model.encode()
-        await dispatcher.dispatch(parse_request(Endpoint.CHAT, body), None, Attempts())
+        await dispatcher.dispatch(parse_request(ApiPath.CHAT, body), None, Attempts())
         assert json.loads(client.bodies[-1])["model"] == expected

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from backends.registry.endpoints import EndpointRegistry, PollResult
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
 from backends.upstream.client import UpstreamStreamError, too_large
 from gateway.access.control import Access
 from gateway.access.keys import KeyLimits, KeyRecord, KeyRing, make_record, new_key
 from gateway.access.limits import LocalLimiter
 from gateway.app import build_router
-from gateway.request.body import Endpoint, ParsedRequest
+from gateway.request.body import ApiPath, ParsedRequest
 from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.request.proxy import (
     _USAGE_MEMBER,
@@ -126,10 +127,10 @@ def open_access() -> Access:
 async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
                headers: list[tuple[bytes, bytes]] | None = None,
                limits: BodyLimits | None = None, access: Access | None = None,
-               stay: bool = False, endpoint: Endpoint = Endpoint.CHAT,
+               stay: bool = False, api_path: ApiPath = ApiPath.CHAT,
                before_headers: GatewayError | None = None,
                ) -> tuple[Exchange, FakeDispatcher, Telemetry]:
-    """One request to ``endpoint`` through a Proxy; ``stay``: the client stays connected after
+    """One request to ``api_path`` through a Proxy; ``stay``: the client stays connected after
     its body (else it is gone at once, as soon as the handler listens for it);
     ``before_headers``: the dispatcher's error after placing it."""
     dispatcher = FakeDispatcher(upstream, before_headers=before_headers)
@@ -151,13 +152,13 @@ async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
         else:
             out.body += message.get("body", b"")
 
-    scope = {"type": "http", "method": "POST", "path": endpoint.value, "headers": headers or []}
-    await proxy(scope, receive, send, endpoint)  # type: ignore[arg-type]
+    scope = {"type": "http", "method": "POST", "path": api_path.value, "headers": headers or []}
+    await proxy(scope, receive, send, api_path)  # type: ignore[arg-type]
     return out, dispatcher, telemetry
 
 
 def recorded(telemetry: Telemetry) -> float:
-    value = telemetry.registry.get_sample_value("ridge_requests_total",
+    value = telemetry.metrics_registry.get_sample_value("ridge_requests_total",
                                                 {"model": "m", "pool": "p", "status": "200"})
     return value or 0.0
 
@@ -277,7 +278,7 @@ async def test_a_request_without_a_key_is_refused_before_its_body_is_read() -> N
             out.body += message.get("body", b"")
 
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    await proxy(scope, receive, send, Endpoint.CHAT)  # type: ignore[arg-type]
+    await proxy(scope, receive, send, ApiPath.CHAT)  # type: ignore[arg-type]
     assert out.status == 401 and out.json()["error"]["code"] == "invalid_api_key"
     assert out.headers[b"www-authenticate"] == b"Bearer"
     assert dispatcher.sent_bodies == []
@@ -343,13 +344,13 @@ RESPONSES_STREAM = [
 
 
 def sample(telemetry: Telemetry, name: str, **labels: str) -> float | None:
-    return telemetry.registry.get_sample_value(name, {"model": "m", "pool": "p", **labels})
+    return telemetry.metrics_registry.get_sample_value(name, {"model": "m", "pool": "p", **labels})
 
 
 async def test_a_responses_stream_is_relayed_untouched_and_measured() -> None:
     payload = {"model": "m", "input": "hi", "stream": True}
     out, dispatcher, telemetry = await call(Upstream(chunks_=RESPONSES_STREAM), payload,
-                                            endpoint=Endpoint.RESPONSES)
+                                            api_path=ApiPath.RESPONSES)
     assert out.status == 200 and out.body == b"".join(RESPONSES_STREAM)
     assert out.headers[b"content-type"] == b"text/event-stream"
     assert dispatcher.sent_bodies == [json.dumps(payload).encode()]  # no stream_options added
@@ -364,7 +365,7 @@ async def test_a_whole_responses_answer_is_counted_by_its_usage() -> None:
             b'"input_tokens_details":{"cached_tokens":1},"output_tokens":6,'
             b'"total_tokens":10},"user":null}')
     out, _, telemetry = await call(Upstream(body=body), {"model": "m", "input": "hi"},
-                                   endpoint=Endpoint.RESPONSES)
+                                   api_path=ApiPath.RESPONSES)
     assert out.status == 200 and out.body == body
     assert sample(telemetry, "ridge_prompt_tokens_total", lever="none") == 4
     assert sample(telemetry, "ridge_completion_tokens_total", lever="none") == 6
@@ -377,7 +378,7 @@ async def test_embeddings_are_relayed_whole_with_their_prompt_tokens() -> None:
             b'"completion_tokens":0}}')
     out, _, telemetry = await call(Upstream(body=body), {"model": "m", "input": "x",
                                                          "stream": True},
-                                   endpoint=Endpoint.EMBEDDINGS)
+                                   api_path=ApiPath.EMBEDDINGS)
     assert out.status == 200 and out.body == body
     assert out.headers[b"content-type"] == b"application/json"  # whole, stream or not
     assert sample(telemetry, "ridge_prompt_tokens_total", lever="none") == 7
@@ -387,11 +388,11 @@ async def test_embeddings_are_relayed_whole_with_their_prompt_tokens() -> None:
 async def test_tokenize_is_counted_and_nothing_else() -> None:
     body = b'{"count":1,"max_model_len":2048,"tokens":[42],"token_strs":null}'
     out, _, telemetry = await call(Upstream(body=body), {"model": "m", "prompt": "x"},
-                                   endpoint=Endpoint.TOKENIZE)
+                                   api_path=ApiPath.TOKENIZE)
     assert out.status == 200 and out.body == body
     assert recorded(telemetry) == 1.0
     assert sample(telemetry, "ridge_request_duration_seconds_count", lever="none") is None
-    assert telemetry.registry.get_sample_value(
+    assert telemetry.metrics_registry.get_sample_value(
         "ridge_slo_evaluated_requests_total",
         {"model": "m", "pool": "p", "lever": "none", "slo_class": "default"}) is None
 
@@ -402,7 +403,7 @@ async def test_tokenize_uses_none_of_a_keys_tokens() -> None:
     for _ in range(3):  # each charged ~260 at admission (no usage to settle by), given back
         out, _, _ = await call(Upstream(body=b'{"count":1,"tokens":[1]}'),
                                {"model": "m", "prompt": "x"}, access=access, headers=auth,
-                               endpoint=Endpoint.TOKENIZE)
+                               api_path=ApiPath.TOKENIZE)
         assert out.status == 200
 
 
@@ -424,7 +425,7 @@ async def test_a_failure_before_any_engines_headers_counts_under_the_chosen_pool
     error = GatewayError(502, "no engine could take the request", code="upstream_unreachable")
     out, dispatcher, telemetry = await call(Upstream(), before_headers=error)
     assert out.status == 502 and dispatcher.finished == []
-    get = telemetry.registry.get_sample_value
+    get = telemetry.metrics_registry.get_sample_value
     assert get("ridge_requests_total", {"model": "m", "pool": "p", "status": "502"}) == 1
     assert get("ridge_requests_total", {"model": "m", "pool": "none", "status": "502"}) is None
     assert get("ridge_route_decisions_total",
@@ -474,10 +475,11 @@ async def test_a_non_streamed_request_is_in_flight_from_dispatch_to_finish() -> 
         return None
 
     def in_flight() -> float | None:
-        return telemetry.registry.get_sample_value("ridge_requests_in_flight", {"pool": "p"})
+        return telemetry.metrics_registry.get_sample_value("ridge_requests_in_flight",
+                                                           {"pool": "p"})
 
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    task = asyncio.ensure_future(proxy(scope, receive, send, Endpoint.CHAT))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(proxy(scope, receive, send, ApiPath.CHAT))  # type: ignore[arg-type]
     await asyncio.wait_for(upstream.reading.wait(), 10)
     assert in_flight() == 1  # the engine has it, its answer not yet in
     upstream.release.set()

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from backends.registry.endpoints import EndpointRegistry, PollResult
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
 from backends.sim.engine import EngineCore
 from backends.sim.request import SimRequest
-from config.fleet_file import Pool, parse_fleet
+from config.fleet import parse_fleet
+from config.pools import Pool
 from gateway.telemetry.efficiency import (
     WINDOW_S,
     EfficiencyCollector,
@@ -149,9 +151,9 @@ class FakeRegistry:
         return (PoolSnapshot("p", "vllm", "mixed", ("m",), eps),)
 
 
-def _gauges(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
+def _gauges(metrics: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
     out: dict[tuple[str, ...], float] = {}
-    for family in registry.collect():
+    for family in metrics.collect():
         for s in family.samples:
             if s.name == name:
                 out[tuple(s.labels[k] for k in sorted(s.labels))] = s.value
@@ -161,44 +163,44 @@ def _gauges(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], flo
 def test_collector_exports_both_sources_and_pool_aggregates() -> None:
     clock, fake = Clock(), FakeRegistry()
     ledger = TokenLedger(_facts(), window_s=10.0, clock=clock)
-    registry = CollectorRegistry()
-    registry.register(EfficiencyCollector(ledger, fake.snapshot))
+    metrics = CollectorRegistry()
+    metrics.register(EfficiencyCollector(ledger, fake.snapshot))
     clock.now = 10.0
     fake.engine[A] = EngineMetrics(estimated_flops_total=1e12, estimated_read_bytes_total=1e11,
                                    estimated_write_bytes_total=1e10)
-    registry.collect()  # first sample of the engine's totals
-    list(registry.collect())
+    metrics.collect()  # first sample of the engine's totals
+    list(metrics.collect())
     clock.now = 20.0
     fake.engine[A] = EngineMetrics(estimated_flops_total=6e12, estimated_read_bytes_total=3e11,
                                    estimated_write_bytes_total=2e10)
     # 5e12 FLOP in 10 s = 5e11 FLOP/s of a 1e12 peak; (2e11 + 1e10) B in 10 s of 1e11 B/s
-    mfu = _gauges(registry, "ridge_mfu_ratio")
+    mfu = _gauges(metrics, "ridge_mfu_ratio")
     assert mfu[(A, "p", "engine")] == pytest.approx(0.5)
     assert mfu[(A, "p", "ridge")] == 0.0 and mfu[(B, "p", "ridge")] == 0.0
     assert (B, "p", "engine") not in mfu  # B does not estimate
-    assert _gauges(registry, "ridge_mbu_ratio")[(A, "p", "engine")] == pytest.approx(0.21)
-    pool = _gauges(registry, "ridge_pool_mfu_ratio")
+    assert _gauges(metrics, "ridge_mbu_ratio")[(A, "p", "engine")] == pytest.approx(0.21)
+    pool = _gauges(metrics, "ridge_pool_mfu_ratio")
     assert pool[("p", "engine")] == pytest.approx(0.5)  # only A has the engine source
     assert pool[("p", "ridge")] == 0.0
-    flops = _gauges(registry, "ridge_estimated_flops_total")
+    flops = _gauges(metrics, "ridge_estimated_flops_total")
     assert flops[(A, "p", "engine")] == 6e12
-    assert _gauges(registry, "ridge_hardware_peak_flops_per_second") == {("p",): 1e12}
+    assert _gauges(metrics, "ridge_hardware_peak_flops_per_second") == {("p",): 1e12}
 
 
 def test_zeros_are_no_estimate_but_a_zero_baseline_counts() -> None:
     clock, fake = Clock(), FakeRegistry()
     ledger = TokenLedger(_facts(), window_s=60.0, clock=clock)
-    registry = CollectorRegistry()
-    registry.register(EfficiencyCollector(ledger, fake.snapshot))
+    metrics = CollectorRegistry()
+    metrics.register(EfficiencyCollector(ledger, fake.snapshot))
     zero = EngineMetrics(estimated_flops_total=0.0, estimated_read_bytes_total=0.0,
                          estimated_write_bytes_total=0.0)
     fake.engine = {A: zero, B: zero}  # both idle, or not estimating: cannot tell yet
     for t in (0.0, 10.0):
         clock.now = t
-        assert (A, "p", "engine") not in _gauges(registry, "ridge_mfu_ratio")
+        assert (A, "p", "engine") not in _gauges(metrics, "ridge_mfu_ratio")
     clock.now = 20.0
     fake.engine[A] = EngineMetrics(estimated_flops_total=2e12, estimated_read_bytes_total=0.0)
-    mfu = _gauges(registry, "ridge_mfu_ratio")
+    mfu = _gauges(metrics, "ridge_mfu_ratio")
     assert mfu[(A, "p", "engine")] == pytest.approx(2e12 / 20 / 1e12)  # from the t=0 zero
     assert (B, "p", "engine") not in mfu  # still all zeros: vLLM without --enable-mfu-metrics
 
@@ -206,13 +208,13 @@ def test_zeros_are_no_estimate_but_a_zero_baseline_counts() -> None:
 def test_pool_mfu_is_total_achieved_over_total_peak() -> None:
     clock = Clock()
     ledger = TokenLedger(_facts(), window_s=10.0, clock=clock)
-    registry = CollectorRegistry()
-    registry.register(EfficiencyCollector(ledger, FakeRegistry().snapshot))
-    list(registry.collect())  # the first scrape, at 0: the gauges' span starts here
+    metrics = CollectorRegistry()
+    metrics.register(EfficiencyCollector(ledger, FakeRegistry().snapshot))
+    list(metrics.collect())  # the first scrape, at 0: the gauges' span starts here
     clock.now = 10.0
     ledger.observe(A, RequestTokens(10, 4, 3), 2.0, 1.0, at=10.0)
-    mfu = _gauges(registry, "ridge_mfu_ratio")
-    pool = _gauges(registry, "ridge_pool_mfu_ratio")
+    mfu = _gauges(metrics, "ridge_mfu_ratio")
+    pool = _gauges(metrics, "ridge_pool_mfu_ratio")
     assert mfu[(A, "p", "ridge")] == pytest.approx((PREFILL_FLOPS + DECODE_FLOPS) / 10 / 1e12)
     assert pool[("p", "ridge")] == pytest.approx(mfu[(A, "p", "ridge")] / 2)
 
@@ -327,16 +329,16 @@ def test_mfu_and_mbu_gauges_agree_with_the_simulators_over_a_window() -> None:
     window = end / 2
     clock, engine = Clock(), FakeRegistry()
     ledger = _ledger_for(pool, clock, window_s=window)
-    registry = CollectorRegistry()
-    registry.register(EfficiencyCollector(ledger, engine.snapshot))
+    metrics = CollectorRegistry()
+    metrics.register(EfficiencyCollector(ledger, engine.snapshot))
     clock.now = end - window  # a first scrape, half way: the engine's totals then
     engine.engine[A] = _metrics(run.engine_at(clock.now))
-    list(registry.collect())
+    list(metrics.collect())
     clock.now = end  # the second, after every request finished and was recorded
     _feed(ledger, run)
     engine.engine[A] = _metrics(run.engine_at(end))
     # the gauges cover the last half of the run: [end - window, end]
-    mfu, mbu = _gauges(registry, "ridge_mfu_ratio"), _gauges(registry, "ridge_mbu_ratio")
+    mfu, mbu = _gauges(metrics, "ridge_mfu_ratio"), _gauges(metrics, "ridge_mbu_ratio")
     assert mfu[(A, "p", "ridge")] == pytest.approx(mfu[(A, "p", "engine")], rel=0.10)
     assert mbu[(A, "p", "ridge")] == pytest.approx(mbu[(A, "p", "engine")], rel=0.10)
     assert 0.0 < mbu[(A, "p", "engine")] < 1.0
@@ -387,10 +389,10 @@ def test_a_pool_without_facts_routes_and_is_skipped_with_one_log_line(
     clock = Clock()
     ledger = TokenLedger(facts, clock=clock)
     ledger.observe(B, RequestTokens.clamped(100, 0, 10), 1.0, 0.1)  # not priced, no error
-    registry = CollectorRegistry()
-    registry.register(EfficiencyCollector(ledger, endpoints.snapshot))
+    metrics = CollectorRegistry()
+    metrics.register(EfficiencyCollector(ledger, endpoints.snapshot))
     clock.now = 1.0
-    pools_seen = {s.labels.get("pool") for f in registry.collect() for s in f.samples}
+    pools_seen = {s.labels.get("pool") for f in metrics.collect() for s in f.samples}
     assert pools_seen == {"full"}
 
 
@@ -398,15 +400,15 @@ def test_the_first_scrape_after_traffic_reads_it_and_idle_falls_to_0_after_a_win
     clock = Clock()
     ledger = TokenLedger(_facts(), clock=clock)
     assert ledger.window_s == WINDOW_S == 30.0
-    registry = CollectorRegistry()
-    registry.register(EfficiencyCollector(ledger, FakeRegistry().snapshot))
+    metrics = CollectorRegistry()
+    metrics.register(EfficiencyCollector(ledger, FakeRegistry().snapshot))
     clock.now = 20.0
     ledger.observe(A, RequestTokens(10, 4, 3), 2.0, 1.0, at=20.0)
     clock.now = 21.0  # never scraped before, traffic over: since the request came, at 18 s
-    first = _gauges(registry, "ridge_mfu_ratio")[(A, "p", "ridge")]
+    first = _gauges(metrics, "ridge_mfu_ratio")[(A, "p", "ridge")]
     assert first == pytest.approx((PREFILL_FLOPS + DECODE_FLOPS) / 3 / 1e12)
     clock.now = 48.5  # a window since it came, idle since 20 s: the work in [18.5, 48.5]
-    assert _gauges(registry, "ridge_mfu_ratio")[(A, "p", "ridge")] == pytest.approx(
+    assert _gauges(metrics, "ridge_mfu_ratio")[(A, "p", "ridge")] == pytest.approx(
         (PREFILL_FLOPS + DECODE_FLOPS) / 30 / 1e12)
     clock.now = 50.5  # one window after the last work
-    assert _gauges(registry, "ridge_mfu_ratio")[(A, "p", "ridge")] == 0.0
+    assert _gauges(metrics, "ridge_mfu_ratio")[(A, "p", "ridge")] == 0.0

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from backends.registry.endpoints import BreakerConfig, EndpointRegistry, PollResult
+from backends.registry.breaker import BreakerConfig
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
 from gateway.telemetry.fleet_gauges import CircuitGauges, FleetGauges
 from routing.state.memory import MemoryState
 from routing.state.protocol import Ask, Outcome
-from tests.unit.backends.registry.test_endpoints import (
+from tests.unit.backends.registry.fakes import (
     A1,
     A2,
     B1,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from gateway.telemetry.prometheus import RequestRecord, Telemetry, UnknownClasses
 from gateway.telemetry.slos import ModelSlo, SloClass, SloPolicy
 from routing.decision import RouteDecision

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from config.fleet_file import ANY_MODEL, DEFAULT_CLASS, parse_fleet
+from config.fleet import parse_fleet
+from config.slos import ANY_MODEL, DEFAULT_CLASS
 from gateway.telemetry.slos import ModelSlo, SloClass, SloPolicy, slo_policy
 from routing.formulas import Bounds
 

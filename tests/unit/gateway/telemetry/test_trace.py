@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from gateway.request.body import Endpoint, parse_request
+from gateway.request.body import ApiPath, parse_request
 from gateway.settings import TraceSettings
 from gateway.telemetry.trace import (
     HashIds,
@@ -22,9 +22,9 @@ from gateway.telemetry.trace import (
 )
 from routing.features import FeatureConfig, FeatureExtractor, RequestFeatures, RequestInfo
 
-CHAT = parse_request(Endpoint.CHAT,
+CHAT = parse_request(ApiPath.CHAT,
                      b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}')
-EMBED = parse_request(Endpoint.EMBEDDINGS, b'{"model": "m", "input": "x"}')
+EMBED = parse_request(ApiPath.EMBEDDINGS, b'{"model": "m", "input": "x"}')
 
 
 def features(text: str, max_tokens: int | None = None) -> RequestFeatures:

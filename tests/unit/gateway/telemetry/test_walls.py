@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from config.fleet_file import Fleet, parse_fleet
+from config.fleet import Fleet, parse_fleet
 from gateway.telemetry.efficiency import EndpointFacts, TokenLedger, pool_utilisation
 from gateway.telemetry.walls import History, PoolCounts, PoolWalls, capacity, kv_facts
 from routing.binding_wall import WALLS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from ridge_bench.capacity import benchmark as capacity
 from ridge_bench.replay.trace import TRACE
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.fleet_file import FleetConfigError, load_fleet, parse_fleet
+from config.fleet import FleetConfigError, load_fleet, parse_fleet
 from ridge_bench.fidelity.benchmark import (
     FLEET,
     meta,

@@ -4,7 +4,7 @@ the figures do not matter here, only that every case is measured and recorded)."
 from __future__ import annotations
 
 from backends.sim import start_fleet
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from ridge_bench.fidelity.benchmark import FLEET, on_free_ports, plan_for, side_of
 from ridge_bench.fidelity.cases import measure
 

@@ -8,7 +8,7 @@ import pytest
 
 from backends.engines.dialects import dialect_for
 from backends.engines.scrape import normalise
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from ridge_bench.harness.engines import CacheUse, cache_use, max_mean_requests
 from routing.snapshots import EngineMetrics
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from config.fleet_file import Fleet, address_port, load_fleet
+from config.fleet import Fleet, load_fleet
+from config.kv_events import address_port
 from ridge_bench.harness.fleets import (
     HOMOGENEOUS,
     LEVERS,

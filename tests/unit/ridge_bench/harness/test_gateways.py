@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config.fleet_file import parse_fleet
+from config.fleet import parse_fleet
 from ridge_bench.harness.gateways import BY_KEY, GATEWAYS, Launch, command, fleet
 from ridge_bench.harness.procs import ROOT
 from ridge_bench.harness.upstream import MODEL, PACED_MODEL

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config.fleet_file import load_fleet
+from config.fleet import load_fleet
 from ridge_bench import command
 from ridge_bench.harness.goodput import RequestResult, Slo
 from ridge_bench.overload import benchmark as overload

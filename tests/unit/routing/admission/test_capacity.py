@@ -8,8 +8,8 @@ import pytest
 
 from routing.admission.capacity import (
     NOTHING,
-    CapacityBook,
     CapacityConfig,
+    CapacityTracker,
     Ceiling,
     Limits,
     ReleaseRate,
@@ -88,40 +88,40 @@ def test_nothing_full_returns_the_shared_empty_set() -> None:
 
 
 def test_the_book_learns_once_per_reading_and_keeps_the_smaller_capacity() -> None:
-    book = CapacityBook(CapacityConfig(kv_target=0.9), clock=lambda: 0.0)
+    tracker = CapacityTracker(CapacityConfig(kv_target=0.9), clock=lambda: 0.0)
     queued = engine(16, 1, 0.95)  # KV: 0.9 × 16 ÷ 0.95 → 15
     first = pools(queued)
-    assert book.limits(first).at == {"http://e0": 15}
-    assert book.limits(first) is book.limits(first)  # same snapshot: nothing recomputed
-    assert book.ceiling("http://e0") is None
-    book.limits(pools(queued))  # a new snapshot of the same reading: still one reading
-    assert book.ceiling("http://e0") is None
-    book.limits(pools(engine(12, 2, 0.95)))  # the second reading with a queue
-    assert book.ceiling("http://e0") == Ceiling(12, 0.0)
-    assert book.limits(pools(engine(12, 0, 0.5))).at == {"http://e0": 12}  # KV says 21
-    assert book.pool_of("http://e0") == "p" and book.pool_of("http://x") is None
+    assert tracker.limits(first).at == {"http://e0": 15}
+    assert tracker.limits(first) is tracker.limits(first)  # same snapshot: nothing recomputed
+    assert tracker.ceiling("http://e0") is None
+    tracker.limits(pools(queued))  # a new snapshot of the same reading: still one reading
+    assert tracker.ceiling("http://e0") is None
+    tracker.limits(pools(engine(12, 2, 0.95)))  # the second reading with a queue
+    assert tracker.ceiling("http://e0") == Ceiling(12, 0.0)
+    assert tracker.limits(pools(engine(12, 0, 0.5))).at == {"http://e0": 12}  # KV says 21
+    assert tracker.pool_of("http://e0") == "p" and tracker.pool_of("http://x") is None
 
 
 def test_the_book_forgets_endpoints_that_left_the_fleet() -> None:
-    book = CapacityBook(CapacityConfig(kv_target=0.9), clock=lambda: 0.0)
+    tracker = CapacityTracker(CapacityConfig(kv_target=0.9), clock=lambda: 0.0)
     for waiting in (2, 2):  # a standing queue on both: both learn a ceiling
-        book.limits(pools(engine(12, waiting, 0.95), engine(12, waiting, 0.95)))
-    assert book.ceiling("http://e1") == Ceiling(12, 0.0)
-    book.limits(pools(engine(12, 0, 0.95)))  # e1 left the fleet
-    assert book.ceiling("http://e1") is None and book.pool_of("http://e1") is None
-    assert book.ceiling("http://e0") == Ceiling(12, 0.0)
+        tracker.limits(pools(engine(12, waiting, 0.95), engine(12, waiting, 0.95)))
+    assert tracker.ceiling("http://e1") == Ceiling(12, 0.0)
+    tracker.limits(pools(engine(12, 0, 0.95)))  # e1 left the fleet
+    assert tracker.ceiling("http://e1") is None and tracker.pool_of("http://e1") is None
+    assert tracker.ceiling("http://e0") == Ceiling(12, 0.0)
 
 
 def test_the_book_uses_the_kv_size_while_the_engine_runs_nothing() -> None:
     idle = EngineMetrics(running=0, waiting=0, kv_cache_usage=0.0, kv_blocks_total=2500,
                          kv_block_size=16)
-    limits = CapacityBook().limits(pools(idle, engine(0, 0)))
+    limits = CapacityTracker().limits(pools(idle, engine(0, 0)))
     assert limits.at == {} and limits.kv_tokens == {"http://e0": 40_000}
 
 
 def test_the_book_adds_the_allowance() -> None:
-    book = CapacityBook(CapacityConfig(allowance=2, kv_target=1.0))
-    assert book.limits(pools(engine(10, 0, 0.5))).at == {"http://e0": 22}
+    tracker = CapacityTracker(CapacityConfig(allowance=2, kv_target=1.0))
+    assert tracker.limits(pools(engine(10, 0, 0.5))).at == {"http://e0": 22}
 
 
 def test_the_release_rate_is_the_inverse_mean_gap_slowed_by_silence() -> None:

@@ -7,9 +7,11 @@ import pytest
 
 from routing.features import FeatureConfig, FeatureExtractor, RequestInfo
 from routing.tokens.counters import (
+    CHARS_PER_TOKEN,
     CharEstimate,
     HFTokenizerCounter,
     TokenCounter,
+    estimate_tokens,
     tokenizers_available,
 )
 
@@ -24,6 +26,13 @@ def test_char_estimate_is_ceil_of_chars_over_chars_per_token(
 ) -> None:
     counter: TokenCounter = CharEstimate(chars_per_token)
     assert counter.count(text) == expected
+
+
+def test_the_estimate_rounds_characters_up_to_whole_tokens() -> None:
+    assert CHARS_PER_TOKEN == 4.0
+    assert [estimate_tokens(n) for n in (0, 1, 4, 5, 8, 9, 48, 49)] == [0, 1, 1, 2, 2, 3, 12, 13]
+    assert estimate_tokens(10, 2.5) == 4 and estimate_tokens(11, 2.5) == 5
+    assert CharEstimate().count("x" * 49) == estimate_tokens(49) == 13  # the same estimate
 
 
 def test_char_estimate_refuses_a_non_positive_ratio() -> None:

@@ -1,115 +1,34 @@
-"""EndpointRegistry and Poller when the endpoints change at runtime: a ``resolve: dns`` pool
-follows its name (stub look-ups), a fleet applied again adds, removes and changes pools, and an
-endpoint that leaves drains: never chosen again, its request in flight released normally, gone
-once idle or after the drain timeout."""
+"""Fleet changes: an endpoint that joins is unhealthy until probed, one that leaves drains (never
+chosen again, its request in flight released normally, gone once idle or after the drain
+timeout), and a fleet applied again adds, removes and changes pools."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from backends.registry.endpoints import EndpointRegistry, Poller, PollResult
-from backends.registry.resolver import DnsResolver
-from config.fleet_file import Fleet, parse_fleet
+from backends.registry.endpoints import EndpointRegistry
+from backends.registry.status import PollResult
+from config.fleet import Fleet, parse_fleet
 from gateway.app import build_router
 from routing.features import FeatureExtractor, RequestInfo
 from routing.load import LoadCounts
 from routing.router import RoutePlan
 from routing.state.memory import MemoryState
 from routing.state.protocol import Ask, Outcome
-from tests.unit.backends.registry.test_endpoints import FakeClock, FakeSource, pool, up
-
-NAME = "http://engine-a.ns.svc:8000"
-B1 = "http://b1:8000"
-
-
-def ip(n: int) -> str:
-    return f"http://10.0.0.{n}:8000"
-
-
-class StubLookup:
-    """The look-up of every name: a list of addresses, or an exception."""
-
-    def __init__(self) -> None:
-        self.answer: Sequence[str] | Exception = []
-        self.gate = asyncio.Event()
-        self.gate.set()
-
-    async def __call__(self, host: str, port: int) -> Sequence[str]:
-        await self.gate.wait()
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-    def addresses(self, *last_octets: int) -> None:
-        self.answer = [f"10.0.0.{n}" for n in last_octets]
-
-
-def dns_fleet(**extra: Any) -> Fleet:
-    return parse_fleet({"pools": [pool("a", "vllm", ["m"], [NAME], resolve="dns", **extra),
-                                  pool("b", "vllm", ["m"], [B1])]})
-
-
-def urls_of(registry: EndpointRegistry, pool_name: str) -> list[str]:
-    return [e.url for p in registry.snapshot() if p.name == pool_name for e in p.endpoints]
-
-
-@pytest.fixture
-def lookup() -> StubLookup:
-    return StubLookup()
-
-
-@pytest.fixture
-def source() -> FakeSource:
-    fake = FakeSource()
-    for url in [*(ip(n) for n in range(1, 10)), B1]:
-        up(fake, url)
-    return fake
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-def poller_of(registry: EndpointRegistry, source: FakeSource, lookup: StubLookup,
-              in_flight: Any = None) -> Poller:
-    return Poller(registry, source, resolver=DnsResolver(lookup), in_flight=in_flight)
-
-
-async def test_a_dns_pool_grows_and_shrinks_with_its_name_without_a_restart(
-        lookup: StubLookup, source: FakeSource, clock: FakeClock) -> None:
-    registry = EndpointRegistry(dns_fleet(), clock=clock)
-    assert urls_of(registry, "a") == []  # unknown until its first look-up
-    poller = poller_of(registry, source, lookup)
-    lookup.addresses(2, 1)
-    await poller.poll_once()
-    assert urls_of(registry, "a") == [ip(1), ip(2)]
-    assert all(e.healthy for p in registry.snapshot() for e in p.endpoints)
-    lookup.addresses(1, 2, 3)  # scaled up
-    await poller.poll_once()
-    assert urls_of(registry, "a") == [ip(1), ip(2), ip(3)]
-    assert registry.status(ip(3)).healthy  # probed in the round that found it
-    lookup.addresses(3)  # scaled down: nothing in flight, so they go in the same round
-    await poller.poll_once()
-    assert urls_of(registry, "a") == [ip(3)]
-    assert registry.urls == (ip(3), B1) and registry.draining == ()
-    assert ("health", ip(1), "vllm") in source.calls
-
-
-async def test_the_state_is_told_of_each_endpoint_that_is_gone(
-        lookup: StubLookup, source: FakeSource, clock: FakeClock) -> None:
-    registry, gone = EndpointRegistry(dns_fleet(), clock=clock), []
-    poller = Poller(registry, source, resolver=DnsResolver(lookup), on_gone=gone.append)
-    lookup.addresses(1, 2)
-    await poller.poll_once()
-    lookup.addresses(2)
-    await poller.poll_once()
-    assert gone == [ip(1)]  # its prefixes are forgotten: a new pod may take the address
+from tests.unit.backends.registry.fakes import (
+    B1,
+    FakeClock,
+    FakeSource,
+    StubLookup,
+    dns_fleet,
+    ip,
+    poller_of,
+    pool,
+    urls_of,
+)
 
 
 def test_an_endpoint_that_joins_is_unhealthy_until_probed(clock: FakeClock) -> None:
@@ -123,23 +42,6 @@ def test_an_endpoint_that_joins_is_unhealthy_until_probed(clock: FakeClock) -> N
     assert registry.models_available() == ["m"]
     assert not registry.set_endpoints("a", [ip(1), ip(2)])  # the same set: no change
     assert not registry.set_endpoints("gone", [ip(1)])  # no such pool
-
-
-async def test_a_failed_look_up_keeps_the_last_set(
-        lookup: StubLookup, source: FakeSource, clock: FakeClock,
-        caplog: pytest.LogCaptureFixture) -> None:
-    registry = EndpointRegistry(dns_fleet(), clock=clock)
-    poller = poller_of(registry, source, lookup)
-    lookup.addresses(1, 2)
-    await poller.poll_once()
-    caplog.set_level(logging.WARNING)
-    lookup.answer = OSError("Temporary failure in name resolution")
-    for _ in range(3):
-        await poller.poll_once()
-    assert urls_of(registry, "a") == [ip(1), ip(2)]
-    assert registry.draining == ()
-    failures = [r for r in caplog.records if "cannot resolve" in r.getMessage()]
-    assert len(failures) == 1  # once, not once per poll
 
 
 async def test_a_vanished_endpoint_drains_not_chosen_and_its_request_released(
@@ -231,7 +133,7 @@ def test_listeners_hear_of_every_change_of_the_endpoint_set(clock: FakeClock) ->
     assert heard == [(ip(1), B1), (B1, ip(1)), (B1,)]
 
 
-# -- a fleet applied again ----------------------------------------------------------------------
+# -- a fleet applied again -------------------------------------------------------------------------
 
 
 def fleet(*pools: dict[str, Any]) -> Fleet:
@@ -273,19 +175,3 @@ def test_a_dns_pool_keeps_its_addresses_when_its_names_stay(clock: FakeClock) ->
     changes = registry.apply_fleet(renamed, {"a": [ip(5)]})  # looked up by the reload
     assert changes.added == (ip(5),) and set(changes.drained) == {ip(1), ip(2)}
     assert urls_of(registry, "a") == [ip(5)]
-
-
-async def test_a_look_up_under_way_does_not_set_a_pool_a_reload_replaced(
-        lookup: StubLookup, source: FakeSource, clock: FakeClock) -> None:
-    registry = EndpointRegistry(dns_fleet(), clock=clock)
-    poller = poller_of(registry, source, lookup)
-    lookup.addresses(1)
-    lookup.gate.clear()
-    task = asyncio.create_task(poller.resolve_pools())
-    await asyncio.sleep(0)
-    registry.apply_fleet(dns_fleet(levers={"prefix_caching": True}), {"a": [ip(7)]})
-    lookup.gate.set()
-    await asyncio.wait_for(task, 30)
-    assert urls_of(registry, "a") == [ip(7)]  # the older look-up is not applied
-    await poller.resolve_pools()
-    assert urls_of(registry, "a") == [ip(1)]

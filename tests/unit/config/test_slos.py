@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from config.fleet_file import FleetConfigError, parse_fleet
+from config.fleet import FleetConfigError, parse_fleet
 
 FACTS = {"params": 1e9, "layers": 2, "hidden_size": 64, "kv_heads": 1, "head_dim": 64,
          "dtype_bytes": 2}
