@@ -1,5 +1,7 @@
 """The documentation (README.md and docs/**/*.md) names only what the code has, and documents
-what the code has: metric names, route reasons and ``RIDGE_*`` settings.
+what the code has: metric names, route reasons and ``RIDGE_*`` settings; its links and the
+module paths it names lead somewhere, docs/README.md indexes every page, and the README stays a
+front page.
 
 Metrics. The names the code exposes are read from a live registry, not grepped from the
 sources: some families are built at scrape time by custom collectors, and a grep cannot tell
@@ -17,14 +19,21 @@ recording-rule names (``level:ridge_metric:operation``) must be recorded by
 type where a table has a type column.
 
 Route reasons come from :mod:`routing.decision` (the names) and
-:data:`routing.policy.DEFAULT_RULES` (which rule can fall back how). docs/architecture.md's
+:data:`routing.policy.DEFAULT_RULES` (which rule can fall back how). docs/routing-rules.md's
 "Route reasons" table documents each; a reason named anywhere in the docs (``reason=NAME``,
 ``RULE>fallback_NAME``, a row of that table) is one the code can give.
 
 Settings are derived from :class:`gateway.settings.Settings` recursively: ``RIDGE_`` + the
 field name upper-cased, a nested model's fields joined by ``__``. Every one has a row in the
-README's settings table; every ``RIDGE_*`` name in the docs is a setting (``RIDGE_STATE__*``
+table of docs/settings.md; every ``RIDGE_*`` name in the docs is a setting (``RIDGE_STATE__*``
 stands for the names it prefixes) or one of :data:`OTHER_VARIABLES`, which are read elsewhere.
+
+Links and paths. Every relative link outside code blocks leads to a file that exists, and a
+``#fragment`` to a heading of its page (GitHub's anchors). Every path into the project's folders
+that the docs write as inline code outside code blocks exists (a ``*`` in it must match a
+file). docs/README.md links every page under docs/. The README is a
+front page: under :data:`README_MAX_LINES` lines, opening with ``make demo`` and ``make test``,
+and linking the index and docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -54,8 +63,14 @@ from routing.snapshots import EngineMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-TELEMETRY = ROOT / "docs" / "telemetry.md"
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+DOCS = ROOT / "docs"
+INDEX = DOCS / "README.md"
+TELEMETRY = DOCS / "telemetry.md"
+ARCHITECTURE = DOCS / "architecture.md"
+ROUTING_RULES = DOCS / "routing-rules.md"
+SETTINGS = DOCS / "settings.md"
+SETTINGS_HEADING = "## Environment variables"
+README_MAX_LINES = 250
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 
 NOT_METRICS = {
@@ -238,8 +253,8 @@ def test_every_recording_rule_the_docs_name_is_recorded() -> None:
 
 
 def reason_table() -> list[str]:
-    """The backticked names in the first column of docs/architecture.md's reason table."""
-    rows = table_rows(section(ARCHITECTURE.read_text(), "## Route reasons"))
+    """The backticked names in the first column of docs/routing-rules.md's reason table."""
+    rows = table_rows(section(ROUTING_RULES.read_text(), "## Route reasons"))
     assert rows and rows[0][0] == "reason", "no table headed `| reason | ...` under the heading"
     return [name for cells in rows[2:] for name in backticked(cells[0])]
 
@@ -266,14 +281,14 @@ def test_every_reason_the_code_gives_has_a_row() -> None:
     table = reason_table()
     plain = [r for r in sorted(REASONS) if r not in table
              and not any(t.endswith(f">{r}") for t in table)]
-    assert not plain, f"reasons missing from the table in docs/architecture.md: {plain}"
+    assert not plain, f"reasons missing from the table in docs/routing-rules.md: {plain}"
     compound = [r for r in sorted(compound_reasons()) if not documented(r, table)]
     assert not compound, f"fallback reasons missing from the table: {compound}"
 
 
 def detail_cells() -> dict[str, str]:
     """Each reason row's detail column (the last cell), by the row's backticked names."""
-    rows = table_rows(section(ARCHITECTURE.read_text(), "## Route reasons"))
+    rows = table_rows(section(ROUTING_RULES.read_text(), "## Route reasons"))
     return {name: cells[-1] for cells in rows[2:] for name in backticked(cells[0])}
 
 
@@ -337,7 +352,9 @@ def setting_names(model: type[BaseModel] = Settings, prefix: str = "RIDGE_") -> 
 
 
 def settings_table() -> set[str]:
-    rows = table_rows(section(README.read_text(), "## Settings"))
+    """The variables in the first column of docs/settings.md's table."""
+    rows = table_rows(section(SETTINGS.read_text(), SETTINGS_HEADING))
+    assert rows and rows[0][0] == "variable", "no table headed `| variable | ...` under the heading"
     return {name for cells in rows[2:] for name in VARIABLE.findall(cells[0])}
 
 
@@ -348,9 +365,14 @@ def test_setting_names_follow_the_model() -> None:
     assert len(names) == len(set(names))
 
 
-def test_every_setting_has_a_row_in_the_readme() -> None:
+def test_every_setting_has_a_row_in_settings_md() -> None:
     missing = [n for n in setting_names() if n not in settings_table()]
-    assert not missing, f"settings missing from the README's settings table: {missing}"
+    assert not missing, f"settings missing from the table in docs/settings.md: {missing}"
+
+
+def test_the_settings_table_names_only_settings() -> None:
+    extra = sorted(settings_table() - set(setting_names()))
+    assert not extra, f"rows of docs/settings.md for variables ridge does not read: {extra}"
 
 
 def known_variable(name: str, settings: set[str]) -> bool:
@@ -369,3 +391,100 @@ def test_every_variable_the_docs_name_is_a_setting() -> None:
 @pytest.mark.parametrize(("name", "reader"), sorted(OTHER_VARIABLES.items()))
 def test_the_other_variables_are_read_where_listed(name: str, reader: str) -> None:
     assert name in (ROOT / reader).read_text()
+
+
+# --- links, paths, the index, the front page ----------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\(([^()\s]+)\)")
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+PROJECT_PATH = re.compile(
+    r"(?:gateway|routing|backends|config|bench|deploy|tests|grafana)/[\w.*/-]*")
+FENCE = re.compile(r"^\s*```")
+
+
+def prose_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of ``path`` outside fenced code blocks."""
+    fenced = False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            yield number, line
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of ``path`` (a repeated one gets ``-1``, ``-2``…)."""
+    found: set[str] = set()
+    repeats: dict[str, int] = {}
+    for _, line in prose_lines(path):
+        if re.match(r"#{1,6} ", line):
+            text = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            count = repeats.get(text, 0)
+            repeats[text] = count + 1
+            found.add(f"{text}-{count}" if count else text)
+    return found
+
+
+def test_anchors_follow_github() -> None:
+    assert {"the-path-of-one-request", "compiled-routing-modules",
+            "packages"} <= anchors(ARCHITECTURE)
+    assert "api-keys-limits-deadlines" in anchors(DOCS / "api.md")
+
+
+def broken_links() -> Iterator[str]:
+    for path in doc_files():
+        for number, line in prose_lines(path):
+            for target in LINK.findall(line):
+                if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                    continue  # https:, mailto:
+                name, _, fragment = target.partition("#")
+                linked = (path.parent / name).resolve() if name else path
+                where = f"{path.relative_to(ROOT)}:{number}: {target}"
+                if not linked.exists():
+                    yield f"{where} (no such file)"
+                elif fragment and linked.suffix == ".md" and fragment not in anchors(linked):
+                    yield f"{where} (no such heading)"
+
+
+def test_every_link_in_the_docs_leads_somewhere() -> None:
+    broken = list(broken_links())
+    assert not broken, "links to nothing:\n" + "\n".join(broken)
+
+
+def named_paths() -> Iterator[tuple[str, str]]:
+    """(where, path) of every project path the docs write as inline code."""
+    for path in doc_files():
+        for number, line in prose_lines(path):
+            for code in INLINE_CODE.findall(line):
+                if PROJECT_PATH.fullmatch(code.strip()):
+                    yield f"{path.relative_to(ROOT)}:{number}", code.strip().rstrip("/.")
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    names = list(named_paths())
+    assert any(name == "routing/policy.py" for _, name in names)  # the pattern still finds some
+    missing = [f"{where}: {name}" for where, name in names
+               if not (list(ROOT.glob(name)) if "*" in name else (ROOT / name).exists())]
+    assert not missing, "paths in the docs that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_index_links_every_page() -> None:
+    linked = {(INDEX.parent / target.partition("#")[0]).resolve()
+              for _, line in prose_lines(INDEX) for target in LINK.findall(line)}
+    pages = {p.resolve() for p in DOCS.rglob("*.md")} - {INDEX.resolve()}
+    missing = sorted(str(p.relative_to(ROOT)) for p in pages - linked)
+    assert not missing, f"pages docs/README.md does not list: {missing}"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines"
+    preamble = text.split("\n## ", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in preamble.splitlines()]
+    assert {"make demo", "make test"} <= set(commands), "the README must open with both"
+    linked = {target.partition("#")[0] for _, line in prose_lines(README)
+              for target in LINK.findall(line)}
+    assert {"docs/README.md", "docs/architecture.md", "docs/settings.md",
+            "docs/fleet-file.md", "docs/routing-rules.md"} <= linked
+
