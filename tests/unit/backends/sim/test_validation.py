@@ -1,5 +1,5 @@
 """Bodies checked as vLLM 0.32's pydantic models check them, and its rendering of the errors
-(the whole path against the real server's answers: ``test_sim_openai_api.py``)."""
+(the whole path against the real server's answers: ``test_openai_api.py``)."""
 
 from __future__ import annotations
 
