@@ -40,7 +40,6 @@ from backends.registry.resolver import DnsResolver
 from backends.upstream.aiohttp_transport import AiohttpClient
 from backends.upstream.client import BackendClient, Timeouts
 from backends.upstream.http1 import Http1Client
-from backends.upstream.httpx_transport import HttpxClient
 from config.fleet import Fleet
 from gateway.access.admission import REASONS, Admission, AdmissionConfig
 from gateway.access.control import Access, Estimate
@@ -97,7 +96,6 @@ def http_probe(session: aiohttp.ClientSession, timeout_s: float,
 TRANSPORTS: Mapping[str, Callable[[Timeouts, int], BackendClient]] = MappingProxyType({
     "http1": Http1Client,
     "aiohttp": AiohttpClient,
-    "httpx": HttpxClient,
 })
 
 

@@ -14,9 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class UpstreamSettings(BaseModel):
     """How ridge talks to engines. Times in seconds."""
 
-    transport: Literal["http1", "aiohttp", "httpx"] = Field(
+    transport: Literal["http1", "aiohttp"] = Field(
         default="http1", description="upstream HTTP transport: ridge's own HTTP/1.1 client "
-        "(backends/upstream/http1.py, measured the cheapest), or aiohttp's or httpx's"
+        "(backends/upstream/http1.py), or aiohttp's; the overhead benchmark measures both"
     )
     connect_timeout_s: float = Field(default=3.0, gt=0)
     first_byte_timeout_s: float = Field(

@@ -7,7 +7,7 @@ with ``Input should be ...``; an operator set ``RIDGE_UPSTREAM__TRANSPORT`` or `
 
     RIDGE_PORT=abc: must be a valid integer, unable to parse string as an integer
     --port 99999: must be less than or equal to 65535
-    RIDGE_UPSTREAM__TRANSPORT=h3: must be 'http1', 'aiohttp' or 'httpx'
+    RIDGE_UPSTREAM__TRANSPORT=h3: must be 'http1' or 'aiohttp'
 
 A value given as JSON for a whole group (``RIDGE_UPSTREAM='{"transport": "h3"}'``) is named by
 its variable and the field inside it; a variable that is not valid JSON where JSON is needed

@@ -7,7 +7,7 @@ import pytest
 from tests.fakes.engine import FakeEngine
 
 
-@pytest.fixture(params=["http1", "aiohttp", "httpx"])
+@pytest.fixture(params=["http1", "aiohttp"])
 def transport(request: pytest.FixtureRequest) -> str:
     """Every upstream transport goes through the tests that depend on transport behaviour."""
     value: str = request.param

@@ -113,7 +113,7 @@ def test_a_port_in_use_is_one_line_naming_it(command: list[str], taken_port: int
     ([], {"RIDGE_PORT": "abc"},
      "ridge: RIDGE_PORT=abc: must be a valid integer, unable to parse string as an integer"),
     ([], {"RIDGE_UPSTREAM__TRANSPORT": "h3"},
-     "ridge: RIDGE_UPSTREAM__TRANSPORT=h3: must be 'http1', 'aiohttp' or 'httpx'"),
+     "ridge: RIDGE_UPSTREAM__TRANSPORT=h3: must be 'http1' or 'aiohttp'"),
 ])  # fmt: skip
 def test_a_bad_setting_is_one_line(argv: list[str], env: dict[str, str],
                                    expected: str) -> None:

@@ -3,8 +3,9 @@ started (one process each, pinned to the gateway core by the caller).
 
 - ``ridge``: ``ridge serve --config FLEET --port P`` with every default setting (no ``RIDGE_*``
   variable reaches it) and a fleet of one vLLM pool over the stand-in's endpoints
-  (:func:`fleet`). ``ridge_src`` runs another source tree instead (``python -m gateway.cli.main
+  (:func:`fleet`). ``ridge_src`` runs another source tree instead (``python -m gateway.cli
   serve`` there, with it first on the import path), e.g. an older commit in a git worktree.
+  ``ridge-aiohttp`` (not run by default): the same with the aiohttp upstream transport.
 - ``fastapi``, ``aiohttp``: the bare pass-throughs of :mod:`ridge_bench.overhead.passthrough`;
   ``asgi-uvicorn``, ``asgi-granian`` (not run by default): its bare ASGI app on two servers.
 - ``sglang-rr``, ``sglang-ca``: the SGLang router (``sglang-router`` from PyPI, pinned to
@@ -49,7 +50,7 @@ class Gateway:
     key: str
     label: str
     kind: str  # "ridge" | "passthrough" | "sglang"
-    arg: str = ""  # the pass-through's server, or the SGLang router's policy
+    arg: str = ""  # the pass-through's server, the SGLang router's policy, ridge's transport
     workers: int = 1  # ridge: ``--workers``
 
 
@@ -67,7 +68,12 @@ SERVER_COMPARISON: tuple[Gateway, ...] = (
             "asgi-granian"),
 )
 """Not run by default (``--gateways asgi-uvicorn,asgi-granian``): the HTTP servers compared."""
-BY_KEY: Mapping[str, Gateway] = {g.key: g for g in (*GATEWAYS, *SERVER_COMPARISON)}
+TRANSPORT_COMPARISON: tuple[Gateway, ...] = (
+    Gateway("ridge-aiohttp", "ridge, aiohttp upstream transport", "ridge", "aiohttp"),
+)
+"""Not run by default (``--gateways ridge,ridge-aiohttp``): ridge's other upstream transport."""
+BY_KEY: Mapping[str, Gateway] = {
+    g.key: g for g in (*GATEWAYS, *SERVER_COMPARISON, *TRANSPORT_COMPARISON)}
 
 
 @dataclass(frozen=True)
@@ -99,11 +105,12 @@ def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
         config = workdir / "fleet.yaml"
         config.write_text(yaml.safe_dump(fleet(urls), sort_keys=False))
         extra = ["--workers", str(gateway.workers)] if gateway.workers != 1 else []
+        env = {"RIDGE_UPSTREAM__TRANSPORT": gateway.arg} if gateway.arg else {}
         if launch.ridge_src is None:
-            return [*ridge_command(config, port), *extra], {}, ROOT
-        argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config),
+            return [*ridge_command(config, port), *extra], env, ROOT
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config),
                 "--port", str(port), *extra]
-        return argv, {"PYTHONPATH": str(launch.ridge_src)}, launch.ridge_src
+        return argv, {**env, "PYTHONPATH": str(launch.ridge_src)}, launch.ridge_src
     if gateway.kind == "passthrough":
         argv = [sys.executable, "-m", "ridge_bench.overhead.passthrough", "--server", gateway.arg,
                 "--port", str(port), "--upstream", *urls]

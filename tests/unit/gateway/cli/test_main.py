@@ -193,7 +193,7 @@ def _error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
     ([], {"RIDGE_PORT": "abc"},
      "ridge: RIDGE_PORT=abc: must be a valid integer, unable to parse string as an integer"),
     ([], {"RIDGE_UPSTREAM__TRANSPORT": "h3"},
-     "ridge: RIDGE_UPSTREAM__TRANSPORT=h3: must be 'http1', 'aiohttp' or 'httpx'"),
+     "ridge: RIDGE_UPSTREAM__TRANSPORT=h3: must be 'http1' or 'aiohttp'"),
     ([], {"RIDGE_LOG_LEVEL": "loud"}, "ridge: RIDGE_LOG_LEVEL=loud: must be one of critical, "
                                       "error, warning, info, debug, trace"),
     ([], {"RIDGE_CORS_ORIGINS": "*"}, 'ridge: RIDGE_CORS_ORIGINS=\'*\': must be a JSON list, '

@@ -48,7 +48,7 @@ def test_a_variable_is_named_as_set(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
     assert _errors(env) == [
         "RIDGE_PORT=abc: must be a valid integer, unable to parse string as an integer",
-        "ridge_upstream__transport=h3: must be 'http1', 'aiohttp' or 'httpx'",
+        "ridge_upstream__transport=h3: must be 'http1' or 'aiohttp'",
     ]
 
 

@@ -34,8 +34,15 @@ def test_installed_ridge_serves_the_rendered_fleet(tmp_path: Path) -> None:
 def test_ridge_from_another_source_tree_runs_there(tmp_path: Path) -> None:
     src = tmp_path / "old"
     argv, env, cwd = command(BY_KEY["ridge"], Launch(ridge_src=src), 1, URLS, tmp_path)
-    assert argv[:3] == [sys.executable, "-m", "gateway.cli.main"]
+    assert argv[:3] == [sys.executable, "-m", "gateway.cli"]  # as older trees run it too
     assert env == {"PYTHONPATH": str(src)} and cwd == src
+
+
+def test_ridge_with_the_aiohttp_transport_is_told_so(tmp_path: Path) -> None:
+    argv, env, _ = command(BY_KEY["ridge-aiohttp"], Launch(), 8123, URLS, tmp_path)
+    assert argv[-5:] == ["serve", "--config", str(tmp_path / "fleet.yaml"), "--port", "8123"]
+    assert env == {"RIDGE_UPSTREAM__TRANSPORT": "aiohttp"}
+    assert "ridge-aiohttp" not in {g.key for g in GATEWAYS}  # run only when asked for
 
 
 def test_floors_and_the_sglang_router(tmp_path: Path) -> None:
