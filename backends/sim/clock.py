@@ -4,6 +4,9 @@ All engine times are *simulated* seconds. :class:`ScaledClock` maps them onto th
 simulated time = (monotonic time − start) · ``speed``, and sleeping T simulated seconds sleeps
 T / ``speed`` real seconds (``speed`` = 1: real time; 10: ten times faster). :class:`VirtualClock`
 never sleeps: time only moves when the code under test sleeps or waits with a timeout.
+:class:`LoopClock` is the running event loop's own clock, so that the engines keep the time of
+a :class:`~backends.sim.virtual_loop.VirtualTimeLoop` (virtual time for a whole asyncio
+program: the engines, and whatever else runs on that loop).
 """
 
 from __future__ import annotations
@@ -87,3 +90,19 @@ class VirtualClock:
     def real_seconds(self, seconds: float) -> float:
         """Timers (KV hold and bootstrap timeouts) still run on the wall clock, unscaled."""
         return seconds
+
+
+class LoopClock(ScaledClock):
+    """The running event loop's clock, from the first reading on [s]: on a real loop it is the
+    wall clock (``speed`` 1), on a :class:`~backends.sim.virtual_loop.VirtualTimeLoop` its
+    virtual time, which sleeps and timeouts advance without waiting."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0)
+        self._loop_start: float | None = None
+
+    def now(self) -> float:
+        now = asyncio.get_running_loop().time()
+        if self._loop_start is None:
+            self._loop_start = now
+        return now - self._loop_start
