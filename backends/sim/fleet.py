@@ -133,9 +133,13 @@ class RunningFleet:
                 await s.stop()
 
 
-async def start_fleet(fleet: Fleet, *, speed: float = 1.0, seed: int = 0) -> RunningFleet:
-    """Start every endpoint of ``fleet``; ``speed`` compresses time, ``seed`` fixes randomness."""
-    clock = ScaledClock(speed)
+async def start_fleet(fleet: Fleet, *, speed: float = 1.0, seed: int = 0,
+                      clock: Clock | None = None) -> RunningFleet:
+    """Start every endpoint of ``fleet``; ``speed`` compresses time, ``seed`` fixes randomness.
+    ``clock``: the engines' clock instead of the wall clock scaled by ``speed`` (a
+    :class:`~backends.sim.clock.LoopClock` on a virtual-time loop runs the fleet on virtual
+    time)."""
+    clock = clock or ScaledClock(speed)
     hub = KVTransferHub()
     running = RunningFleet([], clock, hub)
     tokenizers = fleet_tokenizers(fleet, report=False)  # the gateway's, for the same models
