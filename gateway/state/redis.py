@@ -495,6 +495,9 @@ class RedisState:
             await asyncio.sleep(self._probe_s)
             if not await self._ping():
                 continue
+            # the pool's idle connections date from before the outage: a restarted server
+            # closed them, and each would fail the first call made on it
+            await self._client.connection_pool.disconnect(inuse_connections=False)
             self._up, self._slow = True, 0
             pending = list(self._unreleased)
             self._unreleased.clear()

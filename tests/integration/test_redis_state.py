@@ -215,6 +215,30 @@ async def test_redis_down_is_served_locally_and_recovers(
             await state.aclose()
 
 
+async def test_a_restarted_server_is_one_outage_whatever_the_pool_held(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pool's connections from before a restart are not reused after it: each would fail
+    its first call and start an outage of its own."""
+    with running_redis() as server:
+        state = new_state(server, StateLimits(), probe_interval_s=0.05)
+        try:
+            held = await asyncio.gather(*(reserve(state, A, 1) for _ in range(8)))  # 8 open
+            with caplog.at_level(logging.WARNING, "ridge.state"):
+                server.stop()
+                server.start()
+                await reserve(state, B, 1)  # sees the outage, or already the new server
+                await asyncio.wait_for(_until_up(state), 10.0)
+                await asyncio.gather(*(state.finish(r, outcome()) for r in held))
+                await asyncio.gather(*(reserve(state, C, 1) for _ in range(8)))
+            assert state.up
+            warnings = [r.getMessage() for r in caplog.records]
+            assert sum("Redis unavailable" in w for w in warnings) <= 1, warnings
+            assert sum("Redis answers again" in w for w in warnings) <= 1, warnings
+        finally:
+            await state.aclose()
+
+
 async def test_a_state_started_without_redis_runs_locally() -> None:
     server = RedisServer()  # never started: nothing listens on its port
     flips: list[bool] = []
