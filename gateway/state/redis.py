@@ -440,6 +440,10 @@ class RedisState:
         the script may have reserved, are queued for release)."""
         if not self._up:
             return None
+        return await self._run(args, rids)
+
+    async def _run(self, args: dict[str, Any], rids: Sequence[str]) -> dict[str, Any] | None:
+        """:meth:`_call` whether or not Redis is marked up (the probe releases through it)."""
         args.update(p=self._prefix, now=self._clock(), lim=self._lim)
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -498,11 +502,12 @@ class RedisState:
             # the pool's idle connections date from before the outage: a restarted server
             # closed them, and each would fail the first call made on it
             await self._client.connection_pool.disconnect(inuse_connections=False)
-            self._up, self._slow = True, 0
             pending = list(self._unreleased)
             self._unreleased.clear()
-            if pending and await self._call({"op": "release", "rids": pending}, pending) is None:
+            if pending and await self._run({"op": "release", "rids": pending}, pending) is None:
                 continue
+            # up and reported in one step: no caller sees the state up but not yet reported
+            self._up, self._slow = True, 0
             self._on_backend(True)
             log.warning("router state: Redis answers again; sharing routing state again")
             return
