@@ -3,7 +3,7 @@
 Off the request path: nothing the gateway serves with imports this package; only the ``ridge``
 command does, when asked to render. The pieces:
 
-- :mod:`gateway.render.plan`: what to deploy, independent of the target (names, replicas,
+- :mod:`gateway.render.blueprint`: what to deploy, independent of the target (names, replicas,
   every engine's command line from :mod:`backends.launch.recipes` — the same functions the
   real-engine tests launch vLLM with — GPUs, probes, the fleet file with in-deployment
   endpoints);

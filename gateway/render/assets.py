@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.render.plan import RenderError
+from gateway.render.blueprint import RenderError
 
 PROMETHEUS_CONFIG = "deploy/prometheus/prometheus.yml"
 PROMETHEUS_RULES = "deploy/prometheus/rules"

@@ -17,22 +17,22 @@ from types import MappingProxyType
 
 from config.fleet import FleetConfigError, load_fleet
 from gateway.render.assets import Assets, find_assets
-from gateway.render.compose import ENV_EXAMPLE, render_compose
-from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
-from gateway.render.plan import (
+from gateway.render.blueprint import (
     DEFAULT_IMAGES,
-    Plan,
+    Blueprint,
     Rendered,
     RenderError,
     RenderOptions,
-    make_plan,
+    make_blueprint,
 )
+from gateway.render.compose import ENV_EXAMPLE, render_compose
+from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
 
-Target = Callable[[Plan, Assets, Path], Rendered]
+Target = Callable[[Blueprint, Assets, Path], Rendered]
 TARGETS: Mapping[str, Target] = MappingProxyType({
-    "compose": lambda plan, assets, out: render_compose(
-        plan, assets, os.path.relpath(assets.root, out.resolve())),
-    "k8s": lambda plan, assets, out: render_kubernetes(plan, assets),
+    "compose": lambda blueprint, assets, out: render_compose(
+        blueprint, assets, os.path.relpath(assets.root, out.resolve())),
+    "k8s": lambda blueprint, assets, out: render_kubernetes(blueprint, assets),
 })  # fmt: skip
 """Target name → its renderer (the output folder gives compose its build context)."""
 
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         options = RenderOptions(ridge_replicas=args.ridge_replicas,
                                 namespace=getattr(args, "namespace", _DEFAULTS.namespace),
                                 images=parse_images(args.image))
-        plan = make_plan(load_fleet(args.fleet), options)
-        rendered = TARGETS[args.target](plan, find_assets(args.assets), out)
+        blueprint = make_blueprint(load_fleet(args.fleet), options)
+        rendered = TARGETS[args.target](blueprint, find_assets(args.assets), out)
         write(out, rendered.files)
     except (FleetConfigError, RenderError, OSError) as exc:
         print(f"ridge render: {exc}", file=sys.stderr)

@@ -26,8 +26,7 @@ from typing import Any
 
 from backends.launch.args import Arg, EnvRef
 from gateway.render.assets import Assets
-from gateway.render.monitoring import compose_config
-from gateway.render.plan import (
+from gateway.render.blueprint import (
     FLEET_DIR,
     FLEET_FILE,
     GRAFANA_PORT,
@@ -37,12 +36,13 @@ from gateway.render.plan import (
     REDIS_PORT,
     RIDGE_ADMIN_PORT,
     RIDGE_PORT,
-    EnginePlan,
-    Plan,
+    Blueprint,
+    EngineBlueprint,
     Rendered,
     rendered_fleet,
     to_yaml,
 )
+from gateway.render.monitoring import compose_config
 
 COMPOSE_FILE = "compose.yaml"
 ENV_EXAMPLE = ".env.example"
@@ -52,57 +52,57 @@ DASHBOARDS_MOUNT = "/var/lib/grafana/dashboards/ridge"
 ENGINE_START_PERIOD = "900s"  # a first start downloads the checkpoint
 
 
-def engine_services(plan: Plan) -> dict[str, list[str]]:
+def engine_services(blueprint: Blueprint) -> dict[str, list[str]]:
     """Pool name → the names of its engine services, one per endpoint."""
-    return {e.pool.name: [f"{e.name}-{i}" for i in range(e.replicas)] for e in plan.engines}
+    return {e.pool.name: [f"{e.name}-{i}" for i in range(e.replicas)] for e in blueprint.engines}
 
 
-def render_compose(plan: Plan, assets: Assets, build_context: str | None) -> Rendered:
-    """The compose deployment of ``plan``; ``build_context`` is the checkout, relative to the
+def render_compose(blueprint: Blueprint, assets: Assets, build_context: str | None) -> Rendered:
+    """The compose deployment of ``blueprint``; ``build_context`` is the checkout, relative to the
     output folder, from which compose builds the ridge image (None: only pull ``image``)."""
-    services = engine_services(plan)
+    services = engine_services(blueprint)
     endpoints = {e.pool.name: [f"http://{s}:{e.port}" for s in services[e.pool.name]]
-                 for e in plan.engines}
-    fleet, warnings = rendered_fleet(plan, endpoints)
+                 for e in blueprint.engines}
+    fleet, warnings = rendered_fleet(blueprint, endpoints)
     files = {
-        COMPOSE_FILE: to_yaml(compose_project(plan, services, build_context)),
+        COMPOSE_FILE: to_yaml(compose_project(blueprint, services, build_context)),
         FLEET_FILE: to_yaml(fleet),
-        ENV_EXAMPLE: env_example(plan.secrets()),
-        "prometheus/prometheus.yml": to_yaml(compose_config(assets, plan, services, RIDGE)),
+        ENV_EXAMPLE: env_example(blueprint.secrets()),
+        "prometheus/prometheus.yml": to_yaml(compose_config(assets, blueprint, services, RIDGE)),
         **{f"prometheus/rules/{p.name}": p.read_text() for p in assets.rule_files()},
         **{f"grafana/provisioning/{kind}/ridge.yml": p.read_text()
            for kind, p in assets.provisioning().items()},
         **{f"grafana/dashboards/{p.name}": p.read_text() for p in assets.dashboards()},
     }
-    return Rendered(files, warnings, plan.secrets())
+    return Rendered(files, warnings, blueprint.secrets())
 
 
-def compose_project(plan: Plan, services: dict[str, list[str]],
+def compose_project(blueprint: Blueprint, services: dict[str, list[str]],
                     build_context: str | None) -> dict[str, Any]:
     """The ``compose.yaml`` document."""
     engines: dict[str, Any] = {}
     next_gpu = 0
-    for engine in plan.engines:
+    for engine in blueprint.engines:
         for name in services[engine.pool.name]:
             gpus = [str(g) for g in range(next_gpu, next_gpu + engine.gpus)]
             next_gpu += engine.gpus
             engines[name] = engine_service(engine, gpus)
     return {"name": PROJECT, "services": {
-        REDIS: redis_service(plan), RIDGE: ridge_service(plan, build_context), **engines,
-        PROMETHEUS: prometheus_service(plan), GRAFANA: grafana_service(plan),
+        REDIS: redis_service(blueprint), RIDGE: ridge_service(blueprint, build_context), **engines,
+        PROMETHEUS: prometheus_service(blueprint), GRAFANA: grafana_service(blueprint),
     }, "volumes": {"hf-cache": {}, "prometheus-data": {}, "grafana-data": {}}}  # fmt: skip
 
 
-def ridge_service(plan: Plan, build_context: str | None) -> dict[str, Any]:
+def ridge_service(blueprint: Blueprint, build_context: str | None) -> dict[str, Any]:
     """The gateway: replicas sharing Redis, each its own host port."""
-    replicas = plan.options.ridge_replicas
+    replicas = blueprint.options.ridge_replicas
     ports = f"{RIDGE_PORT}-{RIDGE_PORT + replicas - 1}" if replicas > 1 else str(RIDGE_PORT)
     service: dict[str, Any] = {
-        "image": plan.options.image("ridge"),
+        "image": blueprint.options.image("ridge"),
         "command": ["serve", "--config", f"{FLEET_DIR}/{FLEET_FILE}", "--host", "0.0.0.0"],
         "environment": {"RIDGE_REDIS_URL": f"redis://{REDIS}:{REDIS_PORT}/0",
                         "RIDGE_ADMIN_PORT": str(RIDGE_ADMIN_PORT),
-                        **{n: _required(n) for n in plan.secrets()}},
+                        **{n: _required(n) for n in blueprint.secrets()}},
         "volumes": [f"./{FLEET_FILE}:{FLEET_DIR}/{FLEET_FILE}:ro"],
         "ports": [f"{ports}:{RIDGE_PORT}"],
         "depends_on": {REDIS: {"condition": "service_healthy"}},
@@ -114,7 +114,7 @@ def ridge_service(plan: Plan, build_context: str | None) -> dict[str, Any]:
     return service
 
 
-def engine_service(engine: EnginePlan, gpu_ids: Sequence[str]) -> dict[str, Any]:
+def engine_service(engine: EngineBlueprint, gpu_ids: Sequence[str]) -> dict[str, Any]:
     """One engine of a pool, on the GPUs ``gpu_ids``."""
     argv = compose_args(engine.argv)
     env = {HF_TOKEN: f"${{{HF_TOKEN}:-}}", **{n: _required(n) for n in engine.secrets()}}
@@ -133,15 +133,15 @@ def engine_service(engine: EnginePlan, gpu_ids: Sequence[str]) -> dict[str, Any]
     return service
 
 
-def redis_service(plan: Plan) -> dict[str, Any]:
-    return {"image": plan.options.image("redis"), "restart": "unless-stopped",
+def redis_service(blueprint: Blueprint) -> dict[str, Any]:
+    return {"image": blueprint.options.image("redis"), "restart": "unless-stopped",
             "healthcheck": {"test": ["CMD", "redis-cli", "ping"], "interval": "5s",
                             "timeout": "3s", "retries": 5}}
 
 
-def prometheus_service(plan: Plan) -> dict[str, Any]:
+def prometheus_service(blueprint: Blueprint) -> dict[str, Any]:
     return {
-        "image": plan.options.image("prometheus"),
+        "image": blueprint.options.image("prometheus"),
         "command": ["--config.file=/etc/prometheus/prometheus.yml",
                     "--storage.tsdb.path=/prometheus"],
         "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
@@ -150,9 +150,9 @@ def prometheus_service(plan: Plan) -> dict[str, Any]:
     }
 
 
-def grafana_service(plan: Plan) -> dict[str, Any]:
+def grafana_service(blueprint: Blueprint) -> dict[str, Any]:
     return {
-        "image": plan.options.image("grafana"),
+        "image": blueprint.options.image("grafana"),
         "environment": {"RIDGE_PROMETHEUS_URL": f"http://{PROMETHEUS}:{PROMETHEUS_PORT}",
                         "RIDGE_DASHBOARDS": DASHBOARDS_MOUNT},
         "volumes": ["./grafana/provisioning:/etc/grafana/provisioning:ro",

@@ -20,8 +20,7 @@ from backends.launch.args import Arg, EnvRef
 from backends.registry.resolver import DNS
 from config.fleet import parse_fleet
 from gateway.render.assets import Assets
-from gateway.render.monitoring import METRICS_PORT_NAME, POOL_ANNOTATION, kubernetes_config
-from gateway.render.plan import (
+from gateway.render.blueprint import (
     FLEET_DIR,
     FLEET_FILE,
     GRAFANA_PORT,
@@ -31,12 +30,13 @@ from gateway.render.plan import (
     REDIS_PORT,
     RIDGE_ADMIN_PORT,
     RIDGE_PORT,
-    EnginePlan,
-    Plan,
+    Blueprint,
+    EngineBlueprint,
     Rendered,
     rendered_fleet,
     to_yaml,
 )
+from gateway.render.monitoring import METRICS_PORT_NAME, POOL_ANNOTATION, kubernetes_config
 
 KEYS_SECRET = "ridge-engine-keys"
 RIDGE_METRICS = "ridge-metrics"  # headless: one DNS record per gateway replica, for Prometheus
@@ -49,47 +49,47 @@ ENGINE_STARTUP_S = 1800  # how long an engine may take to download and load its 
 Obj = dict[str, Any]
 
 
-def render_kubernetes(plan: Plan, assets: Assets) -> Rendered:
-    """The manifests of ``plan``, by file (applied in file-name order)."""
-    fleet, warnings = resolved_fleet(plan)
+def render_kubernetes(blueprint: Blueprint, assets: Assets) -> Rendered:
+    """The manifests of ``blueprint``, by file (applied in file-name order)."""
+    fleet, warnings = resolved_fleet(blueprint)
     groups = {
-        "00-namespace.yaml": [namespace(plan)],
-        "10-redis.yaml": redis(plan),
-        **{f"20-{e.name}.yaml": engine_objects(plan, e) for e in plan.engines},
-        "30-ridge.yaml": ridge_objects(plan, to_yaml(fleet)),
-        "40-prometheus.yaml": prometheus_objects(plan, assets),
-        "50-grafana.yaml": grafana_objects(plan, assets),
+        "00-namespace.yaml": [namespace(blueprint)],
+        "10-redis.yaml": redis(blueprint),
+        **{f"20-{e.name}.yaml": engine_objects(blueprint, e) for e in blueprint.engines},
+        "30-ridge.yaml": ridge_objects(blueprint, to_yaml(fleet)),
+        "40-prometheus.yaml": prometheus_objects(blueprint, assets),
+        "50-grafana.yaml": grafana_objects(blueprint, assets),
     }
     files = {name: to_yaml(*objs) for name, objs in groups.items()}
     files[KUSTOMIZATION] = to_yaml({"apiVersion": "kustomize.config.k8s.io/v1beta1",
                                   "kind": "Kustomization", "resources": sorted(files)})
-    return Rendered(files, warnings, plan.secrets())
+    return Rendered(files, warnings, blueprint.secrets())
 
 
-def resolved_fleet(plan: Plan) -> tuple[dict[str, Any], list[str]]:
+def resolved_fleet(blueprint: Blueprint) -> tuple[dict[str, Any], list[str]]:
     """The deployed gateway's fleet file: every pool one endpoint, its headless Service's URL,
     resolved at every poll into one endpoint per ready pod (``resolve: dns``); and warnings."""
-    fleet, warnings = rendered_fleet(plan, {e.pool.name: [service_url(plan, e)]
-                                            for e in plan.engines})
+    fleet, warnings = rendered_fleet(blueprint, {e.pool.name: [service_url(blueprint, e)]
+                                            for e in blueprint.engines})
     for pool in fleet["pools"]:
         pool["resolve"] = DNS
     parse_fleet(fleet, source="rendered fleet")  # the deployed gateway must accept it
     return fleet, warnings
 
 
-def service_host(plan: Plan, name: str) -> str:
+def service_host(blueprint: Blueprint, name: str) -> str:
     """The cluster DNS name of the Service ``name``."""
-    return f"{name}.{plan.options.namespace}.svc.cluster.local"
+    return f"{name}.{blueprint.options.namespace}.svc.cluster.local"
 
 
-def service_url(plan: Plan, engine: EnginePlan) -> str:
+def service_url(blueprint: Blueprint, engine: EngineBlueprint) -> str:
     """The in-cluster URL of a pool's headless Service."""
-    return f"http://{service_host(plan, engine.name)}:{engine.port}"
+    return f"http://{service_host(blueprint, engine.name)}:{engine.port}"
 
 
-def meta(plan: Plan, name: str, component: str) -> Obj:
+def meta(blueprint: Blueprint, name: str, component: str) -> Obj:
     """``metadata`` of the object ``name`` of ``component``."""
-    return {"name": name, "namespace": plan.options.namespace,
+    return {"name": name, "namespace": blueprint.options.namespace,
             "labels": {**selector(component, name), "app.kubernetes.io/part-of": PART_OF}}
 
 
@@ -97,13 +97,13 @@ def selector(component: str, name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component}
 
 
-def namespace(plan: Plan) -> Obj:
+def namespace(blueprint: Blueprint) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": plan.options.namespace,
+            "metadata": {"name": blueprint.options.namespace,
                          "labels": {"app.kubernetes.io/part-of": PART_OF}}}
 
 
-def deployment(plan: Plan, name: str, component: str, replicas: int, pod: Obj,
+def deployment(blueprint: Blueprint, name: str, component: str, replicas: int, pod: Obj,
                pod_meta: Mapping[str, Mapping[str, str]] | None = None,
                strategy: Obj | None = None) -> Obj:
     """A Deployment of ``replicas`` pods ``pod`` (a PodSpec)."""
@@ -116,29 +116,29 @@ def deployment(plan: Plan, name: str, component: str, replicas: int, pod: Obj,
     if strategy is not None:
         spec["strategy"] = strategy
     return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": meta(plan, name, component), "spec": spec}
+            "metadata": meta(blueprint, name, component), "spec": spec}
 
 
-def service(plan: Plan, name: str, component: str, ports: Mapping[str, int],
+def service(blueprint: Blueprint, name: str, component: str, ports: Mapping[str, int],
             headless: bool = False, pods: str | None = None) -> Obj:
     """A Service of the pods of ``pods`` (default: of ``name``)."""
     spec: Obj = {"selector": selector(component, pods or name),
                  "ports": [{"name": n, "port": p, "targetPort": n} for n, p in ports.items()]}
     if headless:
         spec["clusterIP"] = "None"
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta(plan, name, component),
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta(blueprint, name, component),
             "spec": spec}
 
 
-def disruption_budget(plan: Plan, name: str, component: str) -> Obj:
+def disruption_budget(blueprint: Blueprint, name: str, component: str) -> Obj:
     """At most one pod of ``name`` voluntarily down at a time (drains, node upgrades)."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": meta(plan, name, component),
+            "metadata": meta(blueprint, name, component),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(component, name)}}}
 
 
-def config_map(plan: Plan, name: str, component: str, data: Mapping[str, str]) -> Obj:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(plan, name, component),
+def config_map(blueprint: Blueprint, name: str, component: str, data: Mapping[str, str]) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(blueprint, name, component),
             "data": dict(data)}
 
 
@@ -167,7 +167,7 @@ def scrape_annotations(port: int, path: str) -> dict[str, str]:
             "prometheus.io/path": path}
 
 
-def engine_objects(plan: Plan, engine: EnginePlan) -> list[Obj]:
+def engine_objects(blueprint: Blueprint, engine: EngineBlueprint) -> list[Obj]:
     """A pool's Deployment, headless Service and PodDisruptionBudget."""
     ports = {METRICS_PORT_NAME["engine"]: engine.port, **engine.side_ports}
     pod_meta = {"labels": {POOL_LABEL: engine.name.removeprefix("engine-")},
@@ -175,14 +175,14 @@ def engine_objects(plan: Plan, engine: EnginePlan) -> list[Obj]:
                                 POOL_ANNOTATION: engine.pool.name}}
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     return [
-        deployment(plan, engine.name, "engine", engine.replicas, engine_pod(engine, ports),
+        deployment(blueprint, engine.name, "engine", engine.replicas, engine_pod(engine, ports),
                    pod_meta, rolling),
-        service(plan, engine.name, "engine", ports, headless=True),
-        disruption_budget(plan, engine.name, "engine"),
+        service(blueprint, engine.name, "engine", ports, headless=True),
+        disruption_budget(blueprint, engine.name, "engine"),
     ]
 
 
-def engine_pod(engine: EnginePlan, ports: Mapping[str, int]) -> Obj:
+def engine_pod(engine: EngineBlueprint, ports: Mapping[str, int]) -> Obj:
     """The PodSpec of one engine: its command, GPUs, probes, cache and shared memory."""
     argv = kubernetes_args(engine.argv)
     hf_token = {"name": HF_TOKEN, "valueFrom": {"secretKeyRef": {
@@ -206,31 +206,31 @@ def engine_pod(engine: EnginePlan, ports: Mapping[str, int]) -> Obj:
                         {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
 
 
-def ridge_objects(plan: Plan, fleet_yaml: str) -> list[Obj]:
+def ridge_objects(blueprint: Blueprint, fleet_yaml: str) -> list[Obj]:
     """The fleet ConfigMap, ridge's Deployment, Service and PodDisruptionBudget."""
     checksum = hashlib.sha256(fleet_yaml.encode()).hexdigest()
     pod_meta = {"annotations": {**scrape_annotations(RIDGE_ADMIN_PORT, "/metrics"),
                                 "ridge/fleet-sha256": checksum}}
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     return [
-        config_map(plan, "ridge-fleet", "gateway", {FLEET_FILE: fleet_yaml}),
-        deployment(plan, "ridge", "gateway", plan.options.ridge_replicas, ridge_pod(plan),
-                   pod_meta, rolling),
-        service(plan, "ridge", "gateway", {"http": RIDGE_PORT}),
-        service(plan, RIDGE_METRICS, "gateway",
+        config_map(blueprint, "ridge-fleet", "gateway", {FLEET_FILE: fleet_yaml}),
+        deployment(blueprint, "ridge", "gateway", blueprint.options.ridge_replicas,
+                   ridge_pod(blueprint), pod_meta, rolling),
+        service(blueprint, "ridge", "gateway", {"http": RIDGE_PORT}),
+        service(blueprint, RIDGE_METRICS, "gateway",
                 {METRICS_PORT_NAME["gateway"]: RIDGE_ADMIN_PORT}, headless=True, pods="ridge"),
-        disruption_budget(plan, "ridge", "gateway"),
+        disruption_budget(blueprint, "ridge", "gateway"),
     ]
 
 
-def ridge_pod(plan: Plan) -> Obj:
+def ridge_pod(blueprint: Blueprint) -> Obj:
     """The gateway's PodSpec (non-root; drains on SIGTERM within the grace period)."""
     env = [{"name": "RIDGE_REDIS_URL", "value": f"redis://redis:{REDIS_PORT}/0"},
            {"name": "RIDGE_ADMIN_PORT", "value": str(RIDGE_ADMIN_PORT)},
            {"name": "RIDGE_CONFIG", "value": f"{FLEET_DIR}/{FLEET_FILE}"},
-           *secret_env(plan.secrets())]
+           *secret_env(blueprint.secrets())]
     container: Obj = {
-        "name": "ridge", "image": plan.options.image("ridge"),
+        "name": "ridge", "image": blueprint.options.image("ridge"),
         "args": ["serve", "--config", f"{FLEET_DIR}/{FLEET_FILE}", "--host", "0.0.0.0"],
         "env": env,
         "ports": container_ports({"http": RIDGE_PORT,
@@ -248,33 +248,35 @@ def ridge_pod(plan: Plan) -> Obj:
             "volumes": [{"name": "fleet", "configMap": {"name": "ridge-fleet"}}]}
 
 
-def redis(plan: Plan) -> list[Obj]:
+def redis(blueprint: Blueprint) -> list[Obj]:
     """Redis: the router state the gateway replicas share (soft state: no volume)."""
-    container = {"name": "redis", "image": plan.options.image("redis"),
+    container = {"name": "redis", "image": blueprint.options.image("redis"),
                  "ports": container_ports({"redis": REDIS_PORT}),
                  "readinessProbe": {"exec": {"command": ["redis-cli", "ping"]},
                                     "periodSeconds": 5}}
-    return [deployment(plan, "redis", "state", 1, {"containers": [container]}),
-            service(plan, "redis", "state", {"redis": REDIS_PORT})]
+    return [deployment(blueprint, "redis", "state", 1, {"containers": [container]}),
+            service(blueprint, "redis", "state", {"redis": REDIS_PORT})]
 
 
-def prometheus_objects(plan: Plan, assets: Assets) -> list[Obj]:
+def prometheus_objects(blueprint: Blueprint, assets: Assets) -> list[Obj]:
     """Prometheus with the project's rules, scraping the pods behind the headless Services."""
-    hosts = {e.pool.name: service_host(plan, e.name) for e in plan.engines}
-    config = kubernetes_config(assets, plan, service_host(plan, RIDGE_METRICS), hosts)
+    hosts = {e.pool.name: service_host(blueprint, e.name) for e in blueprint.engines}
+    config = kubernetes_config(assets, blueprint, service_host(blueprint, RIDGE_METRICS), hosts)
     rules = {p.name: p.read_text() for p in assets.rule_files()}
     return [
-        config_map(plan, "prometheus", "monitoring", {"prometheus.yml": to_yaml(config), **rules}),
-        deployment(plan, "prometheus", "monitoring", 1, prometheus_pod(plan, sorted(rules))),
-        service(plan, "prometheus", "monitoring", {"web": PROMETHEUS_PORT}),
+        config_map(blueprint, "prometheus", "monitoring",
+                   {"prometheus.yml": to_yaml(config), **rules}),
+        deployment(blueprint, "prometheus", "monitoring", 1,
+                   prometheus_pod(blueprint, sorted(rules))),
+        service(blueprint, "prometheus", "monitoring", {"web": PROMETHEUS_PORT}),
     ]
 
 
-def prometheus_pod(plan: Plan, rules: Sequence[str]) -> Obj:
+def prometheus_pod(blueprint: Blueprint, rules: Sequence[str]) -> Obj:
     items = [{"key": "prometheus.yml", "path": "prometheus.yml"},
              *({"key": r, "path": f"rules/{r}"} for r in rules)]
     container = {
-        "name": "prometheus", "image": plan.options.image("prometheus"),
+        "name": "prometheus", "image": blueprint.options.image("prometheus"),
         "args": ["--config.file=/etc/prometheus/prometheus.yml",
                  "--storage.tsdb.path=/prometheus"],
         "ports": container_ports({"web": PROMETHEUS_PORT}),
@@ -287,25 +289,26 @@ def prometheus_pod(plan: Plan, rules: Sequence[str]) -> Obj:
                         {"name": "data", "emptyDir": {}}]}
 
 
-def grafana_objects(plan: Plan, assets: Assets) -> list[Obj]:
+def grafana_objects(blueprint: Blueprint, assets: Assets) -> list[Obj]:
     """Grafana with the project's provisioning and dashboards as ConfigMaps."""
     provisioning = assets.provisioning()
     maps = {f"grafana-{kind}": {"ridge.yml": path.read_text()}
             for kind, path in provisioning.items()}
     maps["grafana-ridge-dashboards"] = {p.name: p.read_text() for p in assets.dashboards()}
     return [
-        *(config_map(plan, name, "dashboards", data) for name, data in maps.items()),
-        deployment(plan, "grafana", "dashboards", 1, grafana_pod(plan, sorted(provisioning))),
-        service(plan, "grafana", "dashboards", {"web": GRAFANA_PORT}),
+        *(config_map(blueprint, name, "dashboards", data) for name, data in maps.items()),
+        deployment(blueprint, "grafana", "dashboards", 1,
+                   grafana_pod(blueprint, sorted(provisioning))),
+        service(blueprint, "grafana", "dashboards", {"web": GRAFANA_PORT}),
     ]
 
 
-def grafana_pod(plan: Plan, kinds: Sequence[str]) -> Obj:
+def grafana_pod(blueprint: Blueprint, kinds: Sequence[str]) -> Obj:
     mounts = [{"name": f"grafana-{k}", "mountPath": f"/etc/grafana/provisioning/{k}"}
               for k in kinds]
     mounts.append({"name": "grafana-ridge-dashboards", "mountPath": DASHBOARDS_MOUNT})
     container = {
-        "name": "grafana", "image": plan.options.image("grafana"),
+        "name": "grafana", "image": blueprint.options.image("grafana"),
         "env": [{"name": "RIDGE_PROMETHEUS_URL",
                  "value": f"http://prometheus:{PROMETHEUS_PORT}"},
                 {"name": "RIDGE_DASHBOARDS", "value": DASHBOARDS_MOUNT}],

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from gateway.render.assets import Assets
-from gateway.render.plan import RIDGE_ADMIN_PORT, Plan
+from gateway.render.blueprint import RIDGE_ADMIN_PORT, Blueprint
 
 RIDGE_JOB = "ridge"
 ENGINES_JOB = "ridge-engines"
@@ -40,13 +40,13 @@ def base_config(assets: Assets) -> dict[str, Any]:
     return config
 
 
-def compose_config(assets: Assets, plan: Plan, services: Mapping[str, Sequence[str]],
+def compose_config(assets: Assets, blueprint: Blueprint, services: Mapping[str, Sequence[str]],
                    ridge_service: str) -> dict[str, Any]:
     """Prometheus for compose; ``services``: pool name → its engine services."""
     engines = [
         {"targets": [f"{s}:{e.port}" for s in services[e.pool.name]],
          "labels": {"pool": e.pool.name, "__metrics_path__": e.metrics_path}}
-        for e in plan.engines
+        for e in blueprint.engines
     ]
     ridge = {"names": [ridge_service], "type": "A", "port": RIDGE_ADMIN_PORT}
     return {**base_config(assets), "scrape_configs": [
@@ -55,13 +55,13 @@ def compose_config(assets: Assets, plan: Plan, services: Mapping[str, Sequence[s
     ]}  # fmt: skip
 
 
-def kubernetes_config(assets: Assets, plan: Plan, ridge_host: str,
+def kubernetes_config(assets: Assets, blueprint: Blueprint, ridge_host: str,
                       engine_hosts: Mapping[str, str]) -> dict[str, Any]:
     """Prometheus for Kubernetes: every pod behind the headless Services, found through the
     cluster DNS; ``engine_hosts``: pool name → its Service's DNS name."""
     engines = [{"names": [engine_hosts[e.pool.name]], "type": "A", "port": e.port}
-               for e in plan.engines]
-    relabel = [rule for e in plan.engines for rule in (
+               for e in blueprint.engines]
+    relabel = [rule for e in blueprint.engines for rule in (
         _by_host(engine_hosts[e.pool.name], "pool", e.pool.name),
         _by_host(engine_hosts[e.pool.name], "__metrics_path__", e.metrics_path))]
     ridge = {"names": [ridge_host], "type": "A", "port": RIDGE_ADMIN_PORT}

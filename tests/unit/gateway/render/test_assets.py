@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.render.assets import default_root, find_assets
-from gateway.render.plan import RenderError
+from gateway.render.blueprint import RenderError
 from tests.unit.gateway.render.fleets import ROOT
 
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from config.fleet import Fleet, parse_fleet
+from gateway.render.blueprint import make_blueprint
 from gateway.render.cli import TARGETS, write
-from gateway.render.plan import make_plan
 from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,7 +43,7 @@ def compose(out: Path, *args: str,
 
 
 def render(fleet: Fleet, out: Path) -> Path:
-    rendered = TARGETS["compose"](make_plan(fleet), assets(), out)
+    rendered = TARGETS["compose"](make_blueprint(fleet), assets(), out)
     write(out, rendered.files)
     return out
 

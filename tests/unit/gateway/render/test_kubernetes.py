@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from config.fleet import Fleet, parse_fleet
+from gateway.render.blueprint import Rendered, make_blueprint
 from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
-from gateway.render.plan import Rendered, make_plan
 from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet, rich_raw
 
 KUBERNETES_VERSION = "1.37.0"
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def render(fleet: Fleet) -> Rendered:
-    return render_kubernetes(make_plan(fleet), assets())
+    return render_kubernetes(make_blueprint(fleet), assets())
 
 
 def objects(rendered: Rendered) -> list[dict[str, Any]]:

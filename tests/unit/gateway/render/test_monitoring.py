@@ -7,6 +7,7 @@ import re
 
 import yaml
 
+from gateway.render.blueprint import make_blueprint
 from gateway.render.compose import engine_services
 from gateway.render.monitoring import (
     ENGINES_JOB,
@@ -15,7 +16,6 @@ from gateway.render.monitoring import (
     compose_config,
     kubernetes_config,
 )
-from gateway.render.plan import make_plan
 from tests.unit.gateway.render.fleets import ROOT, assets, rich_fleet
 
 
@@ -28,11 +28,11 @@ def test_the_job_names_are_the_projects() -> None:
 
 
 def test_global_settings_and_rules_are_kept() -> None:
-    plan = make_plan(rich_fleet())
+    blueprint = make_blueprint(rich_fleet())
     base = base_config(assets())
     assert "scrape_configs" not in base and base["rule_files"]
-    hosts = {e.pool.name: f"{e.name}.ns" for e in plan.engines}
-    for config in (compose_config(assets(), plan, engine_services(plan), "ridge"),
-                   kubernetes_config(assets(), plan, "ridge-metrics.ns", hosts)):
+    hosts = {e.pool.name: f"{e.name}.ns" for e in blueprint.engines}
+    for config in (compose_config(assets(), blueprint, engine_services(blueprint), "ridge"),
+                   kubernetes_config(assets(), blueprint, "ridge-metrics.ns", hosts)):
         assert {k: v for k, v in config.items() if k != "scrape_configs"} == base
         assert [j["job_name"] for j in config["scrape_configs"]] == [RIDGE_JOB, ENGINES_JOB]

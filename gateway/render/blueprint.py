@@ -1,6 +1,6 @@
 """What a rendered deployment holds, before it is written for compose or Kubernetes.
 
-:func:`make_plan` turns a fleet into an :class:`EnginePlan` per pool — a DNS-safe name,
+:func:`make_blueprint` turns a fleet into an :class:`EngineBlueprint` per pool — a DNS-safe name,
 replicas, image, command line (:mod:`backends.launch.recipes`), ports, GPUs, health and metrics
 paths (:mod:`backends.engines.dialects`) — plus the gateway's :class:`RenderOptions`;
 :func:`rendered_fleet` writes the fleet file the deployed gateway reads, its endpoints
@@ -8,7 +8,7 @@ rewritten to the deployment's names.
 
 Names are DNS labels (``pd_prefill`` runs as ``engine-pd-prefill``; one cut to fit gets a
 short hash). ridge serves clients on :data:`RIDGE_PORT` and its metrics on
-:data:`RIDGE_ADMIN_PORT`. See docs/gateway.md#the-plan.
+:data:`RIDGE_ADMIN_PORT`. See docs/gateway.md#the-blueprint.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class RenderOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class EnginePlan:
+class EngineBlueprint:
     """One pool's engines. ``argv`` is the whole command (``python3 -m module ...``) with the
     API key as a reference; ``side_ports`` the other ports an engine listens on, by name."""
 
@@ -101,11 +101,11 @@ class EnginePlan:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class Blueprint:
     """The whole deployment: the fleet, its engines (in pool order) and the options."""
 
     fleet: Fleet
-    engines: tuple[EnginePlan, ...]
+    engines: tuple[EngineBlueprint, ...]
     options: RenderOptions
 
     def secrets(self) -> list[str]:
@@ -125,12 +125,12 @@ def dns_label(prefix: str, name: str) -> str:
     return f"{label[:_DNS_LABEL_MAX - 7].rstrip('-')}-{digest}"
 
 
-def engine_plan(pool: Pool, options: RenderOptions) -> EnginePlan:
+def engine_blueprint(pool: Pool, options: RenderOptions) -> EngineBlueprint:
     """The engines of one pool."""
     launch = launcher(pool)
     dialect = dialect_for(pool.engine)
     argv = launch.command(ENGINE_PYTHON, pool, "0.0.0.0", launch.port, checkpoint(pool))
-    return EnginePlan(
+    return EngineBlueprint(
         pool=pool, name=dns_label("engine", pool.name), replicas=len(pool.endpoints),
         image=options.image(pool.engine.value), argv=tuple(argv), port=launch.port,
         side_ports=side_ports(pool, launch.side_ports), gpus=launch.gpus(pool),
@@ -145,12 +145,12 @@ def side_ports(pool: Pool, by_role: Mapping[Role, Mapping[str, int]]) -> dict[st
     return {**by_role.get(pool.role, {}), **events}
 
 
-def make_plan(fleet: Fleet, options: RenderOptions = RenderOptions()) -> Plan:
+def make_blueprint(fleet: Fleet, options: RenderOptions = RenderOptions()) -> Blueprint:
     """The deployment of ``fleet``; :class:`RenderError` if it cannot be rendered."""
     if options.ridge_replicas < 1:
         raise RenderError("ridge needs at least one replica")
     try:
-        engines = tuple(engine_plan(p, options) for p in fleet.pools)
+        engines = tuple(engine_blueprint(p, options) for p in fleet.pools)
     except ValueError as exc:
         raise RenderError(str(exc)) from exc
     names = [e.name for e in engines]
@@ -158,16 +158,16 @@ def make_plan(fleet: Fleet, options: RenderOptions = RenderOptions()) -> Plan:
     if clash:
         raise RenderError(f"pools whose names differ only in case or punctuation would share "
                           f"the deployment names {clash}: rename one of them")
-    return Plan(fleet, engines, options)
+    return Blueprint(fleet, engines, options)
 
 
-def rendered_fleet(plan: Plan, endpoints: Mapping[str, list[str]]) -> tuple[dict[str, Any],
-                                                                             list[str]]:
+def rendered_fleet(blueprint: Blueprint, endpoints: Mapping[str, list[str]]
+                   ) -> tuple[dict[str, Any], list[str]]:
     """The fleet file of the deployed gateway — every pool's endpoints replaced by
     ``endpoints[pool name]`` — and warnings. Tokenizer files named in
     ``routing.features.tokenizers`` are not in the ridge image, so that section is left out
     (ridge then estimates prompt tokens from characters), with a warning."""
-    raw = plan.fleet.model_dump(mode="json", exclude_unset=True)
+    raw = blueprint.fleet.model_dump(mode="json", exclude_unset=True)
     warnings = []
     for pool in raw["pools"]:
         pool["endpoints"] = endpoints[pool["name"]]
