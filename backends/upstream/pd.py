@@ -63,6 +63,11 @@ class PrefillFailed(UpstreamConnectError):
     """The prefill engine did not hand over: treated like a refused connection (retryable)."""
 
 
+PREFILL_DROPS = frozenset({"stream_options", "max_completion_tokens", "min_tokens"})
+"""What a vLLM prefill request leaves out of the client's: it is one whole token, so a
+``min_tokens`` above 1 would be refused (HTTP 400) and a stream has nothing to say."""
+
+
 class VllmKvTransfer:
     """vLLM: prefill first (max_tokens=1), then decode with the returned kv_transfer_params."""
 
@@ -82,9 +87,7 @@ class VllmKvTransfer:
     async def _prefill(
         self, client: BackendClient, url: str, payload: dict[str, Any], headers: Mapping[str, str]
     ) -> Any:
-        request = {
-            k: v for k, v in payload.items() if k not in ("stream_options", "max_completion_tokens")
-        }
+        request = {k: v for k, v in payload.items() if k not in PREFILL_DROPS}
         request.update(
             max_tokens=1,
             stream=False,
