@@ -8,7 +8,8 @@ have had. Callbacks that are ready run first, as on any loop, and the loop still
 file descriptors (without waiting), so ``call_soon_threadsafe`` and executors work; work handed
 to a thread takes no virtual time.
 
-Invariant: virtual time moves only while nothing is ready, and never backwards. A loop with
+Invariant: virtual time moves only while nothing is ready, and never backwards; a timer never
+runs before its time (:meth:`VirtualTimeLoop.call_at`). A loop with
 nothing ready and no timer waits for a thread or a file descriptor at most
 ``deadlock_after_s`` wall seconds, then raises :class:`VirtualDeadlock` rather than hang. The
 simulator's engines run on it through :class:`backends.sim.clock.LoopClock`. See
@@ -18,11 +19,14 @@ docs/simulator.md#virtual-time-for-asyncio-programs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import selectors
-from collections.abc import Coroutine, Mapping
-from typing import Any, TypeVar
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class VirtualDeadlock(RuntimeError):
@@ -68,6 +72,9 @@ class _VirtualSelector(selectors.BaseSelector):
         return []
 
 
+RESOLUTION = time.get_clock_info("monotonic").resolution
+"""[s] The resolution asyncio takes its clock to have: a timer due within it of now is run
+(asyncio's ``_run_once``)."""
 DEADLOCK_AFTER_S = 10.0
 """[s] How long a loop with no timer waits, on the wall clock, for a thread or a file
 descriptor before it raises :class:`VirtualDeadlock`."""
@@ -82,6 +89,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._virtual.now
+
+    def call_at(self, when: float, callback: Callable[[*Ts], object], *args: *Ts,
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        """As asyncio's, but a timer due within :data:`RESOLUTION` of now is moved to now +
+        :data:`RESOLUTION`: asyncio runs such a timer at once, counting it due, so on virtual
+        time, where nothing else moves the clock, a wait for a moment a hair ahead (a float's
+        rounding) would end at once, again and again, with the clock standing still."""
+        now = self._virtual.now
+        if now < when < now + RESOLUTION:
+            when = now + RESOLUTION
+        return super().call_at(when, callback, *args, context=context)
 
 
 def run(main: Coroutine[Any, Any, T], deadlock_after_s: float = DEADLOCK_AFTER_S) -> T:

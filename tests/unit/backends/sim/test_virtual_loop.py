@@ -6,6 +6,7 @@ delivers every token at the time the discrete-event simulation gives."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 
@@ -70,6 +71,27 @@ def test_ready_work_runs_before_time_moves() -> None:
         return at, turns
 
     assert run(main()) == (0.0, 1000)
+
+
+def test_a_wait_for_a_moment_a_hair_ahead_moves_the_clock() -> None:
+    """A program waiting until ``target`` with a timeout of ``target - now``, over and over,
+    must get there: asyncio runs a timer due within its clock resolution at once when other
+    work is ready (here the waiting task), which on virtual time would leave the clock
+    standing still for ever."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(114.431)
+        target = loop.time() + 1e-14  # a hair ahead: what a float's rounding leaves
+        never = asyncio.Event()
+        waits = 0
+        while loop.time() < target and waits < 1000:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(never.wait(), target - loop.time())
+            waits += 1
+        return waits
+
+    assert run(main()) == 1
 
 
 def test_threads_and_call_soon_threadsafe_still_wake_the_loop() -> None:
