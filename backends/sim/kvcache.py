@@ -175,12 +175,8 @@ class BlockPool:
         if not self.caching:
             return []
         run = hashes[: limit_tokens // self.block_size]
-        found: list[int] = []
-        for h in run:
-            block = self._cached.get(h)
-            if block is None:
-                break
-            found.append(block)
+        cached = self._cached
+        found = list(map(cached.__getitem__, takewhile(cached.__contains__, run)))
         if self.host is None:
             return found
         for h in run[: len(found)]:
@@ -233,6 +229,12 @@ class BlockPool:
     def forget_reloaded(self) -> None:
         """Stop tracking unclaimed reloads (they now count as device-cached blocks)."""
         self._reloaded.clear()
+
+    def fits(self, matched: Sequence[int], count: int) -> bool:
+        """Whether :meth:`take` of ``matched`` (distinct blocks) then :meth:`allocate` of
+        ``count`` would succeed; changes nothing (vLLM checks the free count before it touches
+        a block, so an admission that fails leaves the eviction order as it was)."""
+        return count <= self.num_free - len(self._free.keys() & matched)
 
     def take(self, blocks: Sequence[int]) -> None:
         """Become a holder of ``blocks`` (cached blocks found by :meth:`match`)."""

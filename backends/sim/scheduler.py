@@ -178,8 +178,11 @@ class EngineScheduler:
                 return None
             q = min(q, budget)
             target = computed + q
+        needed = self.pool.blocks_for(target) - len(matched)
+        if self.pool.host is None and not self.pool.fits(matched, needed):
+            return None
         self.pool.take(matched)
-        fresh = self.pool.allocate(self.pool.blocks_for(target) - len(matched))
+        fresh = self.pool.allocate(needed)
         if fresh is None:
             self.pool.release(matched)
             return None

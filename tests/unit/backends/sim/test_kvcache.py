@@ -73,6 +73,20 @@ def test_allocation_fails_when_full_and_caching_off_never_matches() -> None:
     assert pool.blocks_for(33) == 3
 
 
+def test_fits_says_whether_take_then_allocate_succeeds_and_changes_nothing() -> None:
+    pool = BlockPool(num_blocks=4, block_size=1, caching=True)
+    held = pool.allocate(3)
+    assert held is not None
+    pool.name(held[0], 7)
+    pool.release(held[:1])  # block 0 free but cached; blocks 1, 2 held
+    hit = pool.match([7], limit_tokens=5)
+    assert hit == held[:1] and pool.num_free == 2
+    assert pool.fits(hit, 1) and not pool.fits(hit, 2)  # taking the hit uses a free block
+    assert pool.fits([], 2) and pool.num_free == 2
+    pool.take(hit)
+    assert pool.allocate(1) is not None and pool.allocate(1) is None
+
+
 # -- the host tier ------------------------------------------------------------------------------
 
 
