@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -83,6 +84,8 @@ from routing.state.protocol import RouterState
 
 log = logging.getLogger("ridge")
 
+Clock = Callable[[], float]
+"""Seconds on a monotonic clock."""
 ClientFactory = Callable[[UpstreamSettings], BackendClient]
 ProbeFactory = Callable[[aiohttp.ClientSession, float, HeadersFor], MetricsSource]
 """Makes the registry's probe: the session, the probe timeout [s], the headers per endpoint."""
@@ -117,15 +120,18 @@ def create_app(
     probe_factory: ProbeFactory = http_probe,
     worker: WorkerContext | None = None,
     lifecycle: Lifecycle | None = None,
+    clock: Clock | None = None,
 ) -> RidgeApp:
     """A ridge app for ``fleet``. The factories are seams for tests; ``worker``: this
     process's place among ``ridge serve --workers N``; ``lifecycle``: set draining by the
-    server when it is told to stop (:mod:`gateway.server.shutdown`). Raises
+    server when it is told to stop (:mod:`gateway.server.shutdown`); ``clock``: the one clock
+    [s] every timer, age, rate and latency of the gateway reads (default: each its own
+    monotonic clock; a virtual-time loop's ``time`` runs the gateway on virtual time). Raises
     :class:`~config.fleet.FleetConfigError` when a configured tokenizer cannot be loaded
     or a pool's engine API key is not in the environment."""
     parts = _Parts(build_extractor(fleet), metrics_registry or CollectorRegistry(),
                    client_factory, probe_factory, worker, lifecycle or Lifecycle(),
-                   engine_headers(fleet, os.environ))
+                   engine_headers(fleet, os.environ), clock)
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
@@ -273,6 +279,11 @@ class _Parts:
     worker: WorkerContext | None
     lifecycle: Lifecycle
     engine_headers: EngineHeaders
+    clock: Clock | None
+
+    def monotonic(self) -> Clock:
+        """The clock of the parts that keep ages, rates and timers."""
+        return self.clock or time.monotonic
 
 
 @asynccontextmanager
@@ -280,12 +291,14 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
                    parts: _Parts) -> AsyncIterator[None]:
     registry = EndpointRegistry(fleet, breaker=BreakerConfig(
         settings.registry.breaker_failures, settings.registry.breaker_open_s,
-        settings.registry.breaker_max_open_s), drain_timeout_s=settings.registry.drain_timeout_s)
+        settings.registry.breaker_max_open_s), drain_timeout_s=settings.registry.drain_timeout_s,
+        clock=parts.monotonic())
     telemetry = Telemetry(parts.metrics_registry, frozenset(
-        m for p in fleet.pools for m in (*p.models, *p.adapter_names())))
+        m for p in fleet.pools for m in (*p.models, *p.adapter_names())), clock=parts.monotonic())
     bounds = state_limits(settings.state, fleet)
-    state, events = with_engine_events(fleet, parts.extractor.config.block_tokens,
-                                       await build_state(settings, telemetry, bounds, parts.worker))
+    state, events = with_engine_events(
+        fleet, parts.extractor.config.block_tokens,
+        await build_state(settings, telemetry, bounds, parts.worker, parts.clock))
     telemetry.bind_fleet(fleet, registry.snapshot, state)
     telemetry.metrics_registry.register(CircuitGauges(registry))
     telemetry.metrics_registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
@@ -304,7 +317,7 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     )
     limits = BodyLimits(settings.max_body_bytes, settings.upstream.max_response_bytes,
                         settings.upstream.max_event_bytes)
-    access = build_access(settings, fleet, state, parts.worker)
+    access = build_access(settings, fleet, state, parts.worker, parts.clock)
     trace = build_recorder(settings.trace, parts.extractor.config.block_tokens,
                            telemetry.metrics_registry, parts.worker.index if parts.worker else None)
 
@@ -314,8 +327,9 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
         dispatcher = Dispatcher(fleet_view, client, build_router(new), state, parts.extractor,
                                 settings.upstream.retries, headers,
                                 build_admission(settings.admission, new, fleet_view.snapshot,
-                                                telemetry), engine_model_names(new))
-        return Proxy(dispatcher, telemetry, access, limits, trace=trace)
+                                                telemetry, parts.clock), engine_model_names(new))
+        return Proxy(dispatcher, telemetry, access, limits, trace=trace,
+                     clock=parts.clock or time.perf_counter)
 
     gateway = Gateway(settings, fleet, registry, telemetry, serving(fleet, parts.engine_headers),
                       state, parts.worker, parts.lifecycle, access)
@@ -357,9 +371,9 @@ async def _worker_pages(gateway: Gateway) -> asyncio.AbstractServer | None:
 
 
 def build_access(settings: Settings, fleet: Fleet, state: RouterState,
-                 worker: WorkerContext | None = None) -> Access:
+                 worker: WorkerContext | None = None, clock: Clock | None = None) -> Access:
     """Keys from the keys file and, with Redis state, Redis; rate limits in Redis with Redis
-    state, else in this process (a worker's part: 1/N of each limit)."""
+    state, else in this process (a worker's part: 1/N of each limit; ``clock``: theirs)."""
     sources: list[KeySource] = []
     if settings.keys_file:
         sources.append(KeysFile(settings.keys_file))
@@ -370,7 +384,8 @@ def build_access(settings: Settings, fleet: Fleet, state: RouterState,
         limiter = RedisLimiter(state, settings.state.redis_prefix,
                                settings.state.reservation_ttl_s)
     else:
-        limiter = LocalLimiter(share=1.0 / len(worker.pages) if worker else 1.0)
+        limiter = LocalLimiter(clock or time.monotonic,
+                               share=1.0 / len(worker.pages) if worker else 1.0)
     features = fleet.routing.features
     return Access(KeyRing(sources, settings.auth, settings.keys_refresh_s), limiter,
                   Estimate(features.chars_per_token, features.default_output_tokens),
@@ -429,16 +444,18 @@ def state_limits(state: StateSettings, fleet: Fleet) -> StateLimits:
 
 
 async def build_state(settings: Settings, telemetry: Telemetry, limits: StateLimits,
-                      worker: WorkerContext | None = None) -> RouterState:
+                      worker: WorkerContext | None = None,
+                      clock: Clock | None = None) -> RouterState:
     """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside), Redis checked
     once (:meth:`RedisState.start`); else, in a worker of ``ridge serve --workers``, the
-    workers' shared :class:`WorkerState`; else memory. Raises
+    workers' shared :class:`WorkerState`; else memory (on ``clock`` when given: Redis and the
+    workers' state keep the time the processes share). Raises
     :class:`~gateway.state.redis.RedisUnavailable` when Redis fails that check and
     ``state.redis_required`` is set."""
     if settings.redis_url is None:
         if worker is not None:
             return WorkerState(worker.region, worker.index, limits)
-        return MemoryState(limits)
+        return MemoryState(limits, clock or time.monotonic)
     gauge = telemetry.state_backend_up.labels("redis")
     state = RedisState.from_url(
         settings.redis_url, limits, prefix=settings.state.redis_prefix,
@@ -469,7 +486,8 @@ def build_extractor(fleet: Fleet) -> FeatureExtractor:
 
 def build_admission(settings: AdmissionSettings, fleet: Fleet,
                     snapshot: Callable[[], tuple[PoolSnapshot, ...]],
-                    telemetry: Telemetry | None = None) -> Admission | None:
+                    telemetry: Telemetry | None = None,
+                    clock: Clock | None = None) -> Admission | None:
     """Admission control against the fleet's SLOs (None when turned off)."""
     if not settings.enabled:
         return None
@@ -479,7 +497,7 @@ def build_admission(settings: AdmissionSettings, fleet: Fleet,
                              settings.cache_affinity)
     if telemetry is not None:
         telemetry.admission_pools((p.name for p in fleet.pools), REASONS)
-    return Admission(config, slo_policy(fleet), snapshot, telemetry)
+    return Admission(config, slo_policy(fleet), snapshot, telemetry, clock or time.monotonic)
 
 
 def build_router(fleet: Fleet) -> Router:

@@ -203,7 +203,9 @@ class SimEndpoint:
 
     # -- metrics -----------------------------------------------------------------------------
 
-    def metrics_text(self) -> str:
+    def metrics_text(self, names: frozenset[str] | None = None) -> str:
+        """The ``/metrics`` page (with ``names``: only those families,
+        :func:`~backends.sim.exposition.render`)."""
         table = METRIC_TABLES[self.pool.engine]
         base = {
             "engine": "0",
@@ -214,7 +216,7 @@ class SimEndpoint:
             "moe_ep_rank": "0",
         }
         exp = Exposition(table, base, self.snapshot(), self.core.stats.histograms, self.started)
-        return render(exp)
+        return render(exp, names)
 
     def snapshot(self) -> dict[str, Any]:
         """Every value the metric tables read, by source name."""

@@ -62,14 +62,26 @@ class Exposition:
     created: float
 
 
-def render(exp: Exposition) -> str:
-    """The whole ``/metrics`` page."""
+def render(exp: Exposition, names: frozenset[str] | None = None) -> str:
+    """The whole ``/metrics`` page; with ``names``, only the families that have a sample of
+    one of those names (what a reader parses of it)."""
     lines: list[str] = []
     for spec in exp.table.specs:
         if spec.only_if is not None and not exp.snapshot.get(spec.only_if):
             continue
+        if names is not None and names.isdisjoint(sample_names(spec)):
+            continue
         lines.extend(_RENDERERS[spec.kind](exp, spec))
     return "\n".join(lines) + "\n"
+
+
+def sample_names(spec: MetricSpec) -> tuple[str, ...]:
+    """The names of the samples ``spec``'s family writes (``_created`` left out)."""
+    if spec.kind == "counter":
+        return (spec.name + "_total",)
+    if spec.kind == "histogram":
+        return (spec.name + "_bucket", spec.name + "_count", spec.name + "_sum")
+    return (spec.name,)
 
 
 def _series(exp: Exposition, spec: MetricSpec) -> Iterator[tuple[list[tuple[str, str]], Any]]:

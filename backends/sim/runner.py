@@ -33,11 +33,13 @@ class RequestHandle:
         self.finish: str | None = None
         self._buffer: list[str] = []
         self._event = asyncio.Event()
+        self._finished = asyncio.Event()
 
     def push(self, tokens: list[str], finish: str | None) -> None:
         self._buffer.extend(tokens)
         if finish is not None:
             self.finish = finish
+            self._finished.set()
         self._event.set()
 
     async def next_batch(self) -> tuple[list[str], str | None]:
@@ -47,6 +49,14 @@ class RequestHandle:
             await self._event.wait()
             self._event.clear()
         out, self._buffer = self._buffer, []
+        return out, self.finish
+
+    async def rest(self) -> tuple[list[str], str]:
+        """Every token not yet taken, once the request is done (its reader wakes once, at the
+        end, however many steps that takes), and the finish reason."""
+        await self._finished.wait()
+        out, self._buffer = self._buffer, []
+        assert self.finish is not None
         return out, self.finish
 
     async def collect(self) -> tuple[list[str], str]:

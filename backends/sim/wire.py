@@ -18,7 +18,7 @@ import json
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -141,8 +141,16 @@ async def _complete(
     if reset_after is not None:
         hard_close(request.transport)
         return web.Response()
+    status, body = whole_answer(ep, gen, handle, head, intent, pieces, finish)
+    return web.json_response(body, status=status, dumps=shapes.dumps)
+
+
+def whole_answer(ep: SimEndpoint, gen: Generation, handle: RequestHandle, head: dict[str, Any],
+                 intent: Intent | None, pieces: list[str], finish: str) -> tuple[int, JSON]:
+    """The status and body of a non-streamed answer whose tokens are ``pieces``."""
     if finish == "abort":
-        return _error(ep, ApiError(503, "the request was aborted before it finished"))
+        err = ApiError(503, "the request was aborted before it finished")
+        return err.status, shapes.error_body(ep.dialect, err)
     use = shapes.with_cached(shapes.usage(ep.dialect, gen.prompt_tokens, len(pieces)),
                              shapes.reported_cached(ep.pool, handle.request.cached_tokens))
     body = shapes.response(ep.dialect, gen.kind, head, "".join(pieces), finish, use)
@@ -152,7 +160,7 @@ async def _complete(
         and ep.dialect.pd_protocol == "kv_transfer_params"
     ):
         body["kv_transfer_params"] = ep.pd.transfer_params(handle.request)
-    return web.json_response(body, dumps=shapes.dumps)
+    return 200, body
 
 
 async def _stream(
@@ -168,31 +176,41 @@ async def _stream(
     writer = _ChunkWriter(request, resp, reset_after)
     if not writer.alive():
         return resp
+    async for event in stream_events(ep, gen, handle, head):
+        if event is shapes.DONE:
+            await resp.write(event)
+        elif not await writer.send_bytes(event):
+            return resp
+    await resp.write_eof()
+    return resp
+
+
+async def stream_events(ep: SimEndpoint, gen: Generation, handle: RequestHandle,
+                        head: dict[str, Any], coalesce: bool = False) -> AsyncIterator[bytes]:
+    """A streamed answer's SSE events as the engine produces them, one per engine step (the
+    role with the first), then the usage chunk when asked for, then ``shapes.DONE``.
+    ``coalesce``: after the first step's event, one event with every other token when the
+    request is done (the first and last tokens keep their times; nothing wakes in between)."""
     produced = 0
     first = True
     while True:
-        pieces, finish = await handle.next_batch()
+        pieces, finish = await (handle.rest() if coalesce and not first
+                                else handle.next_batch())
         if first and gen.kind == "chat":  # vLLM sends the role with the first engine output
             role = shapes.chunk(ep.dialect, "chat", head, None, role=True)
             zero = shapes.usage(ep.dialect, gen.prompt_tokens, 0, drop_none=True)
-            if not await writer.send(_maybe_usage(role, gen, zero)):
-                return resp
+            yield shapes.sse(_maybe_usage(role, gen, zero))
         first = False
         produced += len(pieces)
         use = shapes.usage(ep.dialect, gen.prompt_tokens, produced, drop_none=True)
         chunk = shapes.chunk(ep.dialect, gen.kind, head, "".join(pieces), finish)
-        if not await writer.send(_maybe_usage(chunk, gen, use)):
-            return resp
+        yield shapes.sse(_maybe_usage(chunk, gen, use))
         if finish is not None:
             break
-    if gen.include_usage and not await writer.send(
-        shapes.usage_chunk(ep.dialect, gen.kind, head, shapes.with_cached(
-            use, shapes.reported_cached(ep.pool, handle.request.cached_tokens)))
-    ):
-        return resp
-    await resp.write(shapes.DONE)
-    await resp.write_eof()
-    return resp
+    if gen.include_usage:
+        yield shapes.sse(shapes.usage_chunk(ep.dialect, gen.kind, head, shapes.with_cached(
+            use, shapes.reported_cached(ep.pool, handle.request.cached_tokens))))
+    yield shapes.DONE
 
 
 def _maybe_usage(chunk: dict[str, Any], gen: Generation, use: dict[str, Any]) -> dict[str, Any]:

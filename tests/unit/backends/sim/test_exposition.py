@@ -203,3 +203,11 @@ def test_sglang_counts_finished_requests_as_ridge_reads_them() -> None:
     assert _value(text, 'sglang:num_requests_total{model_name="m"}') == 3
     assert _value(text, 'sglang:num_aborted_requests_total{model_name="m"}') == 1
     assert normalise(text, dialect_for("sglang")).requests_finished_total == 3
+
+
+def test_a_page_restricted_to_the_names_a_reader_parses_reads_the_same() -> None:
+    ep = endpoint("vllm")
+    dialect = dialect_for("vllm")
+    whole, some = ep.metrics_text(), ep.metrics_text(dialect.metric_names())
+    assert len(some) < len(whole) / 2
+    assert normalise(some, dialect) == normalise(whole, dialect)
