@@ -17,27 +17,15 @@ import json
 import random
 from typing import Any
 
+from gateway.plan.trace import WORDS
+
 CHARS_PER_TOKEN = 4
 
-_WORD_TEXT = """
-account action address agent amount answer area argument balance basis batch billing branch
-budget buffer cache call capacity case change channel check claim client code column comment
-config contract cost count credit customer data date deadline default delivery detail device
-document draft entry error estimate event field file filter format function goal group handler
-history index input invoice issue item job key label layer limit line list load log manager
-market memory message method metric model module name network node note number object offer
-order output owner package page parameter partner path payment period plan policy pool price
-priority process product profile project query queue quote range rate reason record region
-release report request resource result review risk role route rule sample schedule schema scope
-search section service session setting shipment signal source stage state status step storage
-stream summary supplier support system table target task team tenant test ticket time token
-topic total track transfer trend type update usage user value vendor version warehouse window
-"""
+
 _VERB_TEXT = """
 check find list update create cancel verify compare summarise explain review schedule send
 fetch compute validate approve reject merge split archive restore estimate track notify
 """
-WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 VERBS: tuple[str, ...] = tuple(_VERB_TEXT.split())
 
 
