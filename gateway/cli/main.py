@@ -8,6 +8,8 @@
 - ``ridge keys add|list|revoke``: API keys (:mod:`gateway.cli.keys`).
 - ``ridge render compose|k8s FLEET [-o DIR]``: a deployment of a fleet file
   (:mod:`gateway.render.cli`).
+- ``ridge plan --trace FILE --gpus N --accelerator NAME --model NAME``: the fleet that serves a
+  recorded trace best (:mod:`gateway.cli.plan`).
 - ``ridge NAME ...``: a command another installed distribution adds through the entry-point
   group ``ridge.commands`` (a function ``run(argv) -> exit status``), such as ``ridge bench``
   from ridge-bench (``bench/`` in the repository). ridge never imports them itself.
@@ -46,7 +48,9 @@ from config.fleet import Fleet, FleetConfigError, load_fleet
 from gateway import native
 from gateway.app import RidgeApp, create_app
 from gateway.cli import keys as keys_cli
+from gateway.cli import plan as plan_cli
 from gateway.cli.demo_ports import free_engine_ports, start_sim_fleet, taken_endpoints
+from gateway.cli.flags import positive
 from gateway.cli.settings_errors import BadSettings, load_settings
 from gateway.render import cli as render_cli
 from gateway.server.listeners import ListenError, address, listener_near, open_listener
@@ -62,7 +66,7 @@ DISTRIBUTION = "ridge"
 DEMO_FLEET = "demo-fleet.yaml"
 REAL_DEMO_FLEET = "demo-real-fleet.yaml"
 COMMANDS_GROUP = "ridge.commands"
-BUILTIN = ("serve", "demo", "keys", "render")
+BUILTIN = ("serve", "demo", "keys", "render", "plan")
 KNOWN_PLUGINS = {"bench": "ridge-bench (from a ridge checkout: pip install -e ./bench)"}
 """Plugin commands ridge can name when they are missing: command → how to install it."""
 FLAG_SETTINGS = {"host": "--host", "port": "--port", "workers": "--workers"}
@@ -109,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return keys_cli.run(args, settings)
     if args.command == "render":
         return render_cli.run(args)
+    if args.command == "plan":
+        return plan_cli.run(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -212,6 +218,7 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
     _demo_parser(sub)
     keys_cli.add_parser(sub)
     render_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
     return parser
 
 
@@ -259,7 +266,7 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     demo_p.add_argument("--config", metavar="FLEET.yaml",
                         help=f"fleet file to simulate (default: the packaged {DEMO_FLEET}; "
                              f"with --real, {REAL_DEMO_FLEET})")
-    demo_p.add_argument("--speed", type=_positive, default=1.0, metavar="X",
+    demo_p.add_argument("--speed", type=positive, default=1.0, metavar="X",
                         help="simulated time runs X times faster than real time (default 1)")
     demo_p.add_argument("--seed", type=int, default=0, metavar="N",
                         help="seed of every random draw of the simulator, for repeatable "
@@ -275,17 +282,6 @@ def _listen_flags(parser: argparse.ArgumentParser, port_note: str) -> None:
                         "RIDGE_HOST; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, help=f"port to listen on (default 8080; or "
                         f"RIDGE_PORT{port_note})")
-
-
-def _positive(text: str) -> float:
-    """argparse type: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}")
-    return value
 
 
 def _settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:

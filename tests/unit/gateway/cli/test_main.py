@@ -56,7 +56,7 @@ def test_help_lists_installed_plugins(monkeypatch: pytest.MonkeyPatch,
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines()]
     listed = [words[0] for words in lines if words and words[0] in (*cli.BUILTIN, "bench")]
-    assert listed == ["bench", "serve", "demo", "keys", "render"]
+    assert listed == ["bench", "serve", "demo", "keys", "render", "plan"]
     assert "(ridge bench --help)" in " ".join(out.split())  # argparse may wrap the line
 
 

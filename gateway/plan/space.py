@@ -1,0 +1,235 @@
+"""What the planner chooses from: pool recipes, fleets of them on N GPUs, and their fleet files.
+
+A :class:`Recipe` is one pool's engine levers (:class:`config.levers.Levers` as fleet-file
+data): prefix caching, the chunked-prefill budget, speculative decoding (method and K), fp8
+KV, a host KV tier, or a prefill/decode pair. A :class:`Candidate` is a fleet: recipes with
+replica counts that add up to the GPUs (one GPU per engine; a pair counts its prefill and
+its decode engines), and the routing policy's thresholds where they matter
+(:data:`POLICY_STEPS`). :func:`fleet_document` writes a candidate as the fleet file
+``ridge serve`` and ``ridge render`` read. The search over them is :mod:`gateway.plan.search`;
+docs/planning.md#the-search-space says why these recipes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from backends.sim.configure import engine_config
+from config.fleet import FleetConfigError, parse_fleet
+
+GENERAL = "general"
+"""The recipe of an ordinary prefix-caching pool (the planner's baseline)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """One pool's levers (fleet-file ``levers:``), or a prefill/decode pair when ``pair``:
+    then ``levers`` are the prefill pool's and ``decode_levers`` the decode pool's."""
+
+    name: str
+    levers: Mapping[str, Any]
+    pair: bool = False
+    decode_levers: Mapping[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+
+def _cached(budget: int = 8192, **more: Any) -> Mapping[str, Any]:
+    return MappingProxyType({"prefix_caching": True,
+                             "chunked_prefill": {"token_budget": budget}, **more})
+
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(GENERAL, _cached(), why="prefix caching with vLLM's default chunk budget"),
+    Recipe("chunk-512", _cached(512), why="small prefill chunks keep decodes' TPOT low"),
+    Recipe("chunk-2048", _cached(2048), why="medium prefill chunks"),
+    Recipe("spec-ngram-2", _cached(speculative={"method": "ngram", "num_draft_tokens": 2}),
+           why="n-gram speculation, K = 2: faster decode at low load"),
+    Recipe("spec-ngram-4", _cached(speculative={"method": "ngram", "num_draft_tokens": 4}),
+           why="n-gram speculation, K = 4"),
+    Recipe("spec-eagle-3", _cached(speculative={"method": "eagle", "num_draft_tokens": 3}),
+           why="EAGLE speculation, K = 3, at the draft's stated acceptance"),
+    Recipe("fp8-kv", _cached(kv_cache_dtype="fp8"), why="fp8 KV: twice the tokens in the cache"),
+    Recipe("host-kv", _cached(host_kv_cache={"size_gb": 64}),
+           why="a 64 GB host KV tier keeps evicted prefixes for reuse"),
+    Recipe("pd", _cached(), pair=True, decode_levers=MappingProxyType({"prefix_caching": True}),
+           why="prefill and decode on separate engines: long prompts stop stalling decodes"),
+)
+"""Every recipe the search may use."""
+
+BY_NAME: Mapping[str, Recipe] = MappingProxyType({r.name: r for r in RECIPES})
+
+POLICY_STEPS: Mapping[str, tuple[float, ...]] = MappingProxyType({
+    "long_prompt_tokens": (1024, 2048, 4096, 8192),
+    "high_prefix_share": (0.3, 0.5, 0.7),
+    "decode_heavy_ratio": (0.5, 1.0, 2.0),
+})
+"""The routing policy thresholds the search moves, and the values it tries (units:
+:class:`config.routing_section.PolicySettings`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """``replicas`` engines of ``recipe``; a pair's ``decode`` engines beside them."""
+
+    recipe: str
+    replicas: int
+    decode: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas + self.decode
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A fleet: its parts (sorted by recipe name) and policy thresholds moved from defaults."""
+
+    parts: tuple[Part, ...]
+    policy: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.parts)
+
+    @property
+    def label(self) -> str:
+        """``general×4 + pd(2:2)``, with the moved thresholds after a bar."""
+        parts = " + ".join(f"{p.recipe}({p.replicas}:{p.decode})" if p.decode
+                           else f"{p.recipe}×{p.replicas}" for p in self.parts)
+        if self.policy:
+            parts += " | " + ", ".join(f"{k}={v:g}" for k, v in self.policy)
+        return parts
+
+    def with_policy(self, name: str, value: float) -> Candidate:
+        moved = dict(self.policy)
+        moved[name] = value
+        return replace(self, policy=tuple(sorted(moved.items())))
+
+
+def candidate(*parts: Part, policy: Mapping[str, float] | None = None) -> Candidate:
+    """A candidate with its parts in canonical order (equal fleets compare equal)."""
+    merged: dict[tuple[str, bool], Part] = {}
+    for p in parts:
+        if p.replicas < 1 or (BY_NAME[p.recipe].pair and p.decode < 1):
+            raise ValueError(f"{p.recipe}: every pool needs an engine")
+        key = (p.recipe, False)
+        old = merged.get(key)
+        merged[key] = p if old is None else Part(p.recipe, old.replicas + p.replicas,
+                                                 old.decode + p.decode)
+    return Candidate(tuple(sorted(merged.values(), key=lambda p: p.recipe)),
+                     tuple(sorted((policy or {}).items())))
+
+
+def uniform(recipe: Recipe, gpus: int) -> Iterator[Candidate]:
+    """Every GPU on ``recipe``: one pool (a pair: each prefill/decode split)."""
+    if not recipe.pair:
+        yield candidate(Part(recipe.name, gpus))
+        return
+    for prefill in sorted({max(1, gpus // 4), max(1, gpus // 2), max(1, 3 * gpus // 4)}):
+        if 1 <= prefill < gpus:
+            yield candidate(Part(recipe.name, prefill, gpus - prefill))
+
+
+def policy_matters(c: Candidate, name: str) -> bool:
+    """Whether threshold ``name`` changes where this fleet's requests go."""
+    recipes = [BY_NAME[p.recipe] for p in c.parts]
+    if name == "long_prompt_tokens":
+        return any(r.pair for r in recipes)
+    if name == "decode_heavy_ratio":
+        return any("speculative" in r.levers for r in recipes) and len(recipes) > 1
+    return len(recipes) > 1
+
+
+# -- fleet files --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What every pool serves and runs on: the model and accelerator (catalogue names,
+    :mod:`config.builtin_facts`), the engine, the SLO bounds [s], the engines' context
+    [tokens] (None: the model's), the EAGLE draft model and its per-draft acceptance α (the
+    simulator's assumption for it), and the first engine port."""
+
+    model: str
+    accelerator: str
+    engine: str = "vllm"
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    max_context: int | None = None
+    draft_model: str | None = None
+    acceptance: float = 0.7
+    first_port: int = 8001
+
+
+def available(recipe: Recipe, target: Target) -> bool:
+    """Whether ``recipe`` can run for ``target``: a draft-model method needs a draft model."""
+    spec = recipe.levers.get("speculative")
+    return not (isinstance(spec, Mapping) and spec.get("method") != "ngram"
+                and target.draft_model is None)
+
+
+def why_not(recipe: Recipe, target: Target) -> str | None:
+    """Why an engine of ``recipe`` would not start for ``target`` (its fleet file refused, its
+    KV cache shorter than the context, a host tier no larger than the device's), or None."""
+    c = candidate(Part(recipe.name, 1, 1 if recipe.pair else 0))
+    try:
+        for pool in parse_fleet(fleet_document(c, target)).pools:
+            engine_config(pool)
+    except (FleetConfigError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def fleet_document(c: Candidate, target: Target) -> dict[str, Any]:
+    """``c`` as a fleet file (a mapping ``config.fleet.parse_fleet`` takes): one pool per
+    recipe (a pair: ``NAME-prefill`` and ``NAME-decode``), endpoints on consecutive local
+    ports, the SLO under ``slos``."""
+    pools: list[dict[str, Any]] = []
+    port = target.first_port
+    for part in c.parts:
+        recipe = BY_NAME[part.recipe]
+        if recipe.pair:
+            prefill, decode = f"{recipe.name}-prefill", f"{recipe.name}-decode"
+            pools.append(_pool(prefill, recipe.levers, part.replicas, port, target,
+                               role="prefill", pair=decode))
+            port += part.replicas
+            pools.append(_pool(decode, recipe.decode_levers, part.decode, port, target,
+                               role="decode"))
+            port += part.decode
+        else:
+            pools.append(_pool(recipe.name, recipe.levers, part.replicas, port, target))
+            port += part.replicas
+    doc: dict[str, Any] = {"pools": pools}
+    if c.policy:
+        doc["routing"] = {"policy": {k: int(v) if k.endswith("_tokens") else v
+                                     for k, v in c.policy}}
+    bounds = {k: v for k, v in (("ttft_s", target.ttft_s), ("tpot_s", target.tpot_s))
+              if v is not None}
+    if bounds:
+        doc["slos"] = {target.model: bounds}
+    return doc
+
+
+def _pool(name: str, levers: Mapping[str, Any], replicas: int, port: int, target: Target,
+          **role: str) -> dict[str, Any]:
+    model: Any = target.model
+    if target.max_context is not None:
+        model = {"name": target.model, "max_context": target.max_context}
+    pool = {"name": name, "engine": target.engine, "models": [target.model], **role,
+            "endpoints": [f"http://127.0.0.1:{port + i}" for i in range(replicas)],
+            "levers": _plain(levers), "model": model, "hardware": target.accelerator}
+    spec = pool["levers"].get("speculative")
+    if isinstance(spec, dict) and spec.get("method") != "ngram":
+        spec["draft_model"] = target.draft_model
+        pool["simulator"] = {"acceptance_rate": target.acceptance}
+    return pool
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with its mappings as plain dicts (for YAML and the fleet file's schema)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
