@@ -21,9 +21,10 @@ from pathlib import Path
 
 from config.builtin_facts import UnknownName, find_accelerator, find_model
 from gateway.cli.flags import count, positive
+from gateway.plan.executors import RayExecutor, local_executor
 from gateway.plan.report import explain, fleet_yaml, table
 from gateway.plan.score import OBJECTIVES
-from gateway.plan.search import Problem, Result, Search, local_executor
+from gateway.plan.search import Problem, Result, Search
 from gateway.plan.space import BY_NAME, RECIPES, Target, available, why_not
 from gateway.plan.trace import load_trace
 
@@ -77,6 +78,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         f"{','.join(r.name for r in RECIPES)})")
     p.add_argument("--jobs", type=count, default=os.cpu_count() or 1, metavar="J",
                    help="replays at once, in local processes (default: one per core)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run the replays on a Ray cluster instead (ray://HOST:10001, auto, or "
+                        "local for one on this machine); every node needs ridge installed")
     p.add_argument("--rounds", type=int, default=3, metavar="R",
                    help="rounds of one-step moves from the best fleet (default 3)")
     p.add_argument("--out", default="planned-fleet.yaml", metavar="FLEET.yaml",
@@ -90,7 +94,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"ridge plan: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    with local_executor(args.jobs) as executor:
+    try:
+        executor = RayExecutor(args.ray) if args.ray else local_executor(args.jobs)
+    except ValueError as exc:
+        print(f"ridge plan: {exc}", file=sys.stderr)
+        return 2
+    with executor:
         search = Search(problem, executor, _progress(started), rounds=args.rounds)
         results = search.run()
     best = results[0]

@@ -14,17 +14,17 @@ shorter than :data:`RACE_MIN_REQUESTS` goes whole at once):
    ``rounds`` times.
 
 Candidates run in parallel through any :class:`concurrent.futures.Executor`: local processes
-by default (:func:`local_executor`). Each evaluation is independent and deterministic for its
-seed, so the order they finish in changes nothing. docs/planning.md#the-search.
+or a Ray cluster (:mod:`gateway.plan.executors`). Each evaluation is independent and
+deterministic for its seed, so the order they finish in changes nothing.
+docs/planning.md#the-search.
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,11 +96,6 @@ def run_candidate(problem: Problem, c: Candidate, share: float) -> Result:
                   scale=problem.scale)
     return Result(c, share, score(ev, fleet, problem.bounds, problem.price_per_gpu_hour),
                   time.process_time() - started)
-
-
-def local_executor(jobs: int) -> Executor:
-    """``jobs`` worker processes (started fresh: nothing of the caller's state is shared)."""
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
 
 
 Progress = Callable[[str, int, int, Result], None]
