@@ -17,11 +17,15 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any
 
 from config.builtin_facts import UnknownName, find_accelerator, find_model
 from gateway.cli.flags import count, positive
+from gateway.plan.compare import PLAN, UNIFORM, Point, gpus_table, side_by_side, sweep
 from gateway.plan.executors import RayExecutor, local_executor
+from gateway.plan.plots import PlotsUnavailable, cost_against_ttft, goodput_against_gpus
 from gateway.plan.report import explain, fleet_yaml, table
 from gateway.plan.score import OBJECTIVES
 from gateway.plan.search import Problem, Result, Search
@@ -84,7 +88,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--rounds", type=int, default=3, metavar="R",
                    help="rounds of one-step moves from the best fleet (default 3)")
     p.add_argument("--out", default="planned-fleet.yaml", metavar="FLEET.yaml",
-                   help="where the best fleet file goes (default planned-fleet.yaml)")
+                   help="where the best fleet file goes (default planned-fleet.yaml); the "
+                        "plots go beside it")
+    p.add_argument("--compare", metavar="G,G,...",
+                   help="also replay the plan, the best uniform fleet, one general pool and "
+                        "that pool round robin on these GPU counts (the plan's own included)")
+    p.add_argument("--compare-scales", default="1,2,4", metavar="K,K,...",
+                   help="--compare: at these load scales (default 1,2,4)")
+    p.add_argument("--attainment", type=_fraction, default=0.99, metavar="SHARE",
+                   help="--compare: a fleet holds the SLO when this share of requests is good "
+                        "(default 0.99)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,22 +116,65 @@ def run(args: argparse.Namespace) -> int:
     with executor:
         search = Search(problem, executor, _progress(started), rounds=args.rounds)
         results = search.run()
-    best = results[0]
-    print(table(results))
-    print()
-    print(f"best: {best.candidate.label}")
-    for line in explain(best, results, problem):
-        print(f"  {line}")
-    Path(args.out).write_text(fleet_yaml(best, problem, Path(args.trace).name,
-                                         search.evaluations), encoding="utf-8")
-    cpu = sum(r.cpu_s for r in search.results.values())
-    print(f"\nwrote {args.out}: {search.evaluations} replays, {cpu:.0f} s of CPU, "
-          f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+        best = results[0]
+        print(table(results))
+        print()
+        print(f"best: {best.candidate.label}")
+        for line in explain(best, results, problem):
+            print(f"  {line}")
+        out = Path(args.out)
+        out.write_text(fleet_yaml(best, problem, Path(args.trace).name, search.evaluations),
+                       encoding="utf-8")
+        points = _compare(args, problem, executor, results)
+    if not args.no_plots:
+        _plots(out, results, points)
+    cpu = sum(r.cpu_s for r in (*search.results.values(), *(p.result for p in points)))
+    print(f"\nwrote {args.out}: {search.evaluations + len(points)} replays, {cpu:.0f} s of "
+          f"CPU, {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 
 
+def _compare(args: argparse.Namespace, problem: Problem, executor: Executor,
+             results: list[Result]) -> list[Point]:
+    """``--compare``: the contenders swept and their tables printed (none without it)."""
+    if not args.compare:
+        return []
+    uniform = next(r for r in results if len(r.candidate.parts) == 1)
+    points = sweep(problem, executor, results[0].candidate, uniform.candidate,
+                   sorted({*args.compare, problem.gpus}), args.compare_scales)
+    here = side_by_side(points, problem.gpus)
+    print(f"\non {problem.gpus} GPUs at the trace's rate:")
+    for name, r in here.items():
+        print(f"  {name:32} {r.candidate.label:40} goodput/GPU "
+              f"{r.score.goodput_per_gpu:.3f}, {r.score.good_share:.0%} good")
+    if UNIFORM in here and PLAN in here and here[UNIFORM].score.goodput > 0:
+        lead = here[PLAN].score.goodput / here[UNIFORM].score.goodput - 1
+        print(f"  the plan's lead over the best uniform fleet: {lead:+.1%} goodput")
+    print()
+    print(gpus_table(points, args.attainment))
+    return points
+
+
+def _plots(out: Path, results: list[Result], points: list[Point]) -> None:
+    stem = out.with_suffix("")
+    try:
+        written = [cost_against_ttft(results, Path(f"{stem}-cost-ttft.png"))]
+        if points:
+            written.append(goodput_against_gpus(points, Path(f"{stem}-goodput-gpus.png")))
+    except PlotsUnavailable as exc:
+        print(f"ridge plan: no plots: {exc}", file=sys.stderr)
+        return
+    print(f"plots: {', '.join(map(str, written))}", file=sys.stderr)
+
+
 def problem_of(args: argparse.Namespace) -> Problem:
-    """The planning problem the flags describe; ValueError naming what is wrong."""
+    """The planning problem the flags describe (``--compare``'s lists parsed into ``args``);
+    ValueError naming what is wrong."""
+    folder = Path(args.out).resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"--out {args.out}: no folder {folder}")
+    args.compare = _numbers(args.compare, int, "--compare") if args.compare else []
+    args.compare_scales = _numbers(args.compare_scales, float, "--compare-scales")
     try:
         find_model(args.model)
         find_accelerator(args.accelerator)
@@ -173,6 +230,17 @@ def parse_slo(text: str) -> tuple[float | None, float | None]:
         except argparse.ArgumentTypeError as exc:
             raise ValueError(f"--slo {key}: {exc}") from None
     return bounds.get("ttft"), bounds.get("tpot")
+
+
+def _numbers(text: str, kind: type[int] | type[float], flag: str) -> list[Any]:
+    """``A,B,...``, each a number of ``kind`` above 0."""
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag}: not a list of numbers: {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"{flag}: give numbers above 0, got {text!r}")
+    return values
 
 
 def _fraction(text: str) -> float:

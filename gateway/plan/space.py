@@ -83,12 +83,18 @@ class Part:
         return self.replicas + self.decode
 
 
+ROUND_ROBIN = "round_robin"
+"""The replica picker of a baseline that ignores load and cache (every pool round robin)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A fleet: its parts (sorted by recipe name) and policy thresholds moved from defaults."""
+    """A fleet: its parts (sorted by recipe name), policy thresholds moved from defaults, and
+    the replica picker when not the default scheduler (:data:`ROUND_ROBIN`)."""
 
     parts: tuple[Part, ...]
     policy: tuple[tuple[str, float], ...] = ()
+    picker: str = ""
 
     @property
     def gpus(self) -> int:
@@ -101,6 +107,8 @@ class Candidate:
                            else f"{p.recipe}×{p.replicas}" for p in self.parts)
         if self.policy:
             parts += " | " + ", ".join(f"{k}={v:g}" for k, v in self.policy)
+        if self.picker:
+            parts += f" ({self.picker.replace('_', ' ')})"
         return parts
 
     def with_policy(self, name: str, value: float) -> Candidate:
@@ -121,6 +129,29 @@ def candidate(*parts: Part, policy: Mapping[str, float] | None = None) -> Candid
                                                  old.decode + p.decode)
     return Candidate(tuple(sorted(merged.values(), key=lambda p: p.recipe)),
                      tuple(sorted((policy or {}).items())))
+
+
+def scaled(c: Candidate, gpus: int) -> Candidate | None:
+    """``c``'s pools in the same proportions on ``gpus`` GPUs (each side of a pair at least
+    one engine); None when it has more pools than that allows."""
+    sides = [(p.recipe, k, n) for p in c.parts for k, n in enumerate((p.replicas, p.decode))
+             if n > 0]
+    if len(sides) > gpus:
+        return None
+    share = [n * gpus / c.gpus for _, _, n in sides]
+    counts = [max(1, int(s)) for s in share]
+    while sum(counts) < gpus:  # the largest remainders first
+        i = max(range(len(sides)), key=lambda j: share[j] - counts[j])
+        counts[i] += 1
+    while sum(counts) > gpus:
+        i = max((j for j in range(len(sides)) if counts[j] > 1),
+                key=lambda j: counts[j] - share[j])
+        counts[i] -= 1
+    parts: dict[str, list[int]] = {}
+    for (recipe, k, _), n in zip(sides, counts, strict=True):
+        parts.setdefault(recipe, [0, 0])[k] = n
+    return replace(candidate(*(Part(r, a, b) for r, (a, b) in parts.items()),
+                             policy=dict(c.policy)), picker=c.picker)
 
 
 def uniform(recipe: Recipe, gpus: int) -> Iterator[Candidate]:
@@ -203,9 +234,13 @@ def fleet_document(c: Candidate, target: Target) -> dict[str, Any]:
             pools.append(_pool(recipe.name, recipe.levers, part.replicas, port, target))
             port += part.replicas
     doc: dict[str, Any] = {"pools": pools}
+    routing: dict[str, Any] = {}
     if c.policy:
-        doc["routing"] = {"policy": {k: int(v) if k.endswith("_tokens") else v
-                                     for k, v in c.policy}}
+        routing["policy"] = {k: int(v) if k.endswith("_tokens") else v for k, v in c.policy}
+    if c.picker:
+        routing["scheduler"] = {"filters": ["healthy"], "scorers": {}, "picker": c.picker}
+    if routing:
+        doc["routing"] = routing
     bounds = {k: v for k, v in (("ttft_s", target.ttft_s), ("tpot_s", target.tpot_s))
               if v is not None}
     if bounds:

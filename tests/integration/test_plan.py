@@ -60,11 +60,16 @@ def test_ridge_plan_writes_a_fleet_file_serve_and_render_take(
     out = tmp_path / "fleet.yaml"
     status = main(["plan", "--trace", str(trace), "--gpus", "2", "--accelerator", "nvidia-l4",
                    "--model", "llama-3-8b", "--recipes", "general,chunk-512", "--jobs", "1",
-                   "--rounds", "1", "--slo", "ttft=1,tpot=0.08", "--out", str(out)])
+                   "--rounds", "1", "--slo", "ttft=1,tpot=0.08", "--out", str(out),
+                   "--compare", "1", "--compare-scales", "1"])
     printed = capsys.readouterr()
     assert status == 0, printed.err
     assert "goodput/s" in printed.out and "best: " in printed.out
     assert "uniform 1/2" in printed.err and "mixes" in printed.err
+    assert "fewest GPUs on which 99% of requests meet the SLO" in printed.out
+    assert "one general pool, round robin" in printed.out
+    for plot in ("fleet-cost-ttft.png", "fleet-goodput-gpus.png"):
+        assert (tmp_path / plot).read_bytes()[:4] == b"\x89PNG"
     text = out.read_text()
     assert text.startswith("# Planned by `ridge plan` from t.jsonl (30 requests")
     fleet = load_fleet(out)

@@ -27,6 +27,8 @@ def test_an_slo_is_either_bound_or_both() -> None:
     (["--slo", "ttft=fast"], "--slo ttft"),
     (["--recipes", "general,bogus"], "bogus"),
     (["--recipes", "spec-eagle-3"], "--draft-model"),
+    (["--out", "/no/such/folder/fleet.yaml"], "no folder /no/such/folder"),
+    (["--compare", "2,x"], "--compare: not a list of numbers"),
     (["--model", "llama-3.1-8b"], "no recipe can run: pool 'general': the KV cache holds"),
 ])
 def test_a_bad_flag_is_one_line_and_status_2(
