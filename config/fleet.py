@@ -4,9 +4,10 @@ One YAML file declares the fleet; the gateway routes over it, the simulator star
 deploy renderer turns each pool's levers into engine launch flags. Top-level keys starting with
 ``x-`` are ignored (YAML anchors). The checks across sections are here: unique pool names, an
 endpoint in one pool only, a prefill pool's decode ``pair`` (one ``api_key_env``, one
-``kv_cache_dtype``), each pool's scheduler plugins, and the tokenizer, adapter and SLO names
-against the pools'. A bad file raises :class:`FleetConfigError`, whose message names the file,
-the field and the problem (:class:`FieldError`: a cross-section problem and its field).
+``kv_cache_dtype``), each pool's scheduler plugins, and the tokenizer, adapter, SLO and planned
+pool names against the pools'. A bad file raises :class:`FleetConfigError`, whose message
+names the file, the field and the problem (:class:`FieldError`: a cross-section problem and its
+field).
 Tokenizer paths expand environment variables (:func:`expand_variables`) and resolve relative
 to the file. See docs/fleet-file.md.
 """
@@ -23,6 +24,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from config.engines import Role
+from config.plan_section import PlanSection
 from config.pools import Pool
 from config.routing_section import FeatureSettings, RoutingSettings
 from config.slos import ANY_MODEL, ModelSloSettings
@@ -40,6 +42,7 @@ class Fleet(Strict):
     slos: dict[str, ModelSloSettings] = Field(
         default_factory=dict, description="SLO per model name; '*' = every other model"
     )
+    plan: PlanSection | None = Field(default=None, description="what ridge plan predicted")
 
     @model_validator(mode="after")
     def _consistent(self) -> Fleet:
@@ -58,6 +61,8 @@ class Fleet(Strict):
         _check_adapter_names(self.pools)
         served = {m for p in self.pools for m in (*p.models, *p.adapter_names())}
         _check_slo_models(self.slos, served)
+        if self.plan is not None:
+            _check_planned_pools(self.plan, set(names))
         return self
 
     def pool(self, name: str) -> Pool:
@@ -87,6 +92,12 @@ def _check_adapter_names(pools: list[Pool]) -> None:
             raise FieldError(f"pools.{index}.adapters",
                              f"{clash} also name a base model of the fleet; an adapter needs a "
                              "name of its own")
+
+
+def _check_planned_pools(plan: PlanSection, pools: set[str]) -> None:
+    unknown = sorted(set(plan.pools) - pools)
+    if unknown:
+        raise ValueError(f"plan: pools {unknown} are not pools of this fleet")
 
 
 def _check_slo_models(slos: dict[str, ModelSloSettings], served: set[str]) -> None:

@@ -299,7 +299,7 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     state, events = with_engine_events(
         fleet, parts.extractor.config.block_tokens,
         await build_state(settings, telemetry, bounds, parts.worker, parts.clock))
-    telemetry.bind_fleet(fleet, registry.snapshot, state)
+    telemetry.bind_fleet(fleet, registry.snapshot, state, plan=lambda: gateway.fleet.plan)
     telemetry.metrics_registry.register(CircuitGauges(registry))
     telemetry.metrics_registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
     if events is not None:

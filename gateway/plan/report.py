@@ -4,13 +4,16 @@
 :mod:`gateway.plan.score`); :func:`explain` gives each pool of the best plan the wall the
 gateway named for it, the share of requests it answered and what removing it costs (the best
 fleet the search replayed without that pool's recipe); :func:`fleet_yaml` writes the best
-candidate as a fleet file with a header saying where it came from. docs/planning.md#reading-a-plan.
+candidate as a fleet file with a header saying where it came from and a ``plan:`` section of
+what it predicts, which the gateway then compares with what it measures.
+docs/planning.md#reading-a-plan.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import yaml
 
@@ -89,5 +92,18 @@ def fleet_yaml(best: Result, problem: Problem, source: str, evaluations: int) ->
         "Endpoints are placeholders: point them at your engines, or deploy with "
         "`ridge render compose|k8s` (docs/planning.md).",
     ]
-    body = yaml.safe_dump(fleet_document(best.candidate, t), sort_keys=False, width=100)
+    doc = fleet_document(best.candidate, t)
+    doc["plan"] = plan_section(best, doc, source)
+    body = yaml.safe_dump(doc, sort_keys=False, width=100)
     return "".join(f"# {line}\n" for line in header) + body
+
+
+def plan_section(best: Result, doc: dict[str, Any], source: str) -> dict[str, Any]:
+    """The fleet file's ``plan:`` (:mod:`config.plan_section`): per pool chosen by the router
+    (decode pools left out), its share of the answered requests and its wall."""
+    decode = {p["name"] for p in doc["pools"] if p.get("role") == "decode"}
+    chosen = [p for p in best.score.pools if p.name not in decode]
+    total = sum(p.share for p in chosen)
+    return {"source": source, "pools": {
+        p.name: {"share": round(p.share / total, 4) if total else 0.0, "wall": p.wall}
+        for p in chosen}}

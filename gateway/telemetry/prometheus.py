@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
 from config.fleet import Fleet
+from config.plan_section import PlanSection
 from gateway.telemetry.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
 from gateway.telemetry.fleet_gauges import FleetGauges, StateReadout
 from gateway.telemetry.lean_metrics import LeanCounter, LeanHistogram
@@ -300,10 +301,12 @@ class Telemetry:
                     self.slo_objective.labels(model, name, bound).set(seconds)
 
     def bind_fleet(self, fleet: Fleet, snapshot: Snapshot,
-                   state: StateReadout | None = None) -> EfficiencyCollector:
+                   state: StateReadout | None = None,
+                   plan: Callable[[], PlanSection | None] | None = None) -> EfficiencyCollector:
         """Take the fleet's SLOs and register the MFU/MBU and fleet/workload collectors on
         this registry. ``snapshot``: the endpoint registry's ``snapshot``; ``state``: the
-        router state (None: no in-flight and workload gauges). Binding again is a no-op."""
+        router state (None: no in-flight and workload gauges); ``plan``: the fleet file's plan
+        now (default: ``fleet``'s). Binding again is a no-op."""
         if self._collectors is not None:
             return self._collectors[0]
         self.use_slos(slo_policy(fleet))
@@ -311,7 +314,7 @@ class Telemetry:
         efficiency = EfficiencyCollector(self.ledger, snapshot)
         gauges = FleetGauges(snapshot, self._models, state)
         walls = PoolWalls(snapshot, fleet, self.pool_totals, lambda: self.ledger, state,
-                          clock=self._clock)
+                          clock=self._clock, plan=plan)
         for collector in (efficiency, gauges, walls):
             self.metrics_registry.register(collector)
         self._collectors = (efficiency, gauges, walls)

@@ -9,7 +9,10 @@ in-flight tokens and the prefix index's working set against the pool's KV capaci
 Gauges {pool}: ``ridge_pool_kv_working_set_tokens``, ``ridge_pool_kv_demand_tokens``,
 ``ridge_pool_kv_capacity_tokens``, ``ridge_pool_kv_demand_ratio``,
 ``ridge_pool_kv_bytes_per_token``, and ``ridge_pool_binding_wall`` {pool, wall} (1 for the wall
-the rule names). See docs/telemetry.md#kv-demand-and-the-binding-wall.
+the rule names). With a fleet file's ``plan:`` (:mod:`config.plan_section`), per planned pool
+that answered a request in the window: ``ridge_plan_share_drift`` (its share of the window's
+answered requests − the planned share) and ``ridge_plan_wall_matches`` (1 when the wall named
+is the planned one). See docs/telemetry.md#kv-demand-and-the-binding-wall.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from config.fleet import Fleet
+from config.plan_section import PlanSection
 from gateway.telemetry.efficiency import TokenLedger, pool_utilisation
 from routing.admission.capacity import kv_tokens
 from routing.binding_wall import (
@@ -133,8 +137,10 @@ class PoolWalls(Collector):
                  ledger: Callable[[], TokenLedger | None],
                  state: PrefixReadout | None = None, *, window_s: float = WINDOW_S,
                  thresholds: WallThresholds = DEFAULT_THRESHOLDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 plan: Callable[[], PlanSection | None] | None = None) -> None:
         self._snapshot, self._totals, self._ledger, self._state = snapshot, totals, ledger, state
+        self._plan = plan or (lambda: fleet.plan)
         self._facts = kv_facts(fleet)
         self._block_tokens = fleet.routing.features.block_tokens
         self._window_s, self._thresholds, self._clock = window_s, thresholds, clock
@@ -154,14 +160,19 @@ class PoolWalls(Collector):
         use = pool_utilisation(ledger, now) if ledger is not None else {}
         demands: dict[str, KvDemand] = {}
         walls: dict[str, str] = {}
+        answered: dict[str, float] = {}
         for pool in pools:
             demand = demands[pool.name] = self.demand(pool, own, held)
             window = self._window(pool, totals.get(pool.name, NO_COUNTS), now)
+            answered[pool.name] = window.evaluated
             ratio = demand.ratio if self._state is not None else None
             walls[pool.name] = binding_wall(
                 signals(pool, window, ratio, use.get(pool.name)), self._thresholds)
         yield from _kv_families(demands, self._facts, self._state is not None)
         yield _wall_family(walls)
+        plan = self._plan()
+        if plan is not None:
+            yield from _plan_families(plan, answered, walls)
 
     def demand(self, pool: PoolSnapshot, own: InFlight, held: Mapping[str, int]) -> KvDemand:
         """The pool's KV demand and capacity now (module docstring)."""
@@ -241,6 +252,24 @@ def _kv_families(demands: Mapping[str, KvDemand], facts: Mapping[str, PoolKvFact
         if f.shape is not None:
             per_token.add_metric([pool], f.shape.kv_bytes_per_token)
     yield from (working, demand, cap, ratio, per_token)
+
+
+def _plan_families(plan: PlanSection, answered: Mapping[str, float],
+                   walls: Mapping[str, str]) -> Iterator[Metric]:
+    """The drift from ``plan`` of the window's shares and walls, for every planned pool that
+    answered a request in the window."""
+    total = sum(answered.get(name, 0.0) for name in plan.pools)
+    drift = GaugeMetricFamily("ridge_plan_share_drift", "the pool's share of the answered "
+                              "requests in the window minus the share its plan predicted",
+                              labels=("pool",))
+    matches = GaugeMetricFamily("ridge_plan_wall_matches", "1 when the wall binding the pool "
+                                "is the one its plan predicted, else 0", labels=("pool",))
+    for name, planned in sorted(plan.pools.items()):
+        if total <= 0 or answered.get(name, 0.0) <= 0:
+            continue
+        drift.add_metric([name], answered[name] / total - planned.share)
+        matches.add_metric([name], 1.0 if walls.get(name) == planned.wall else 0.0)
+    yield from (drift, matches)
 
 
 def _wall_family(walls: Mapping[str, str]) -> Metric:

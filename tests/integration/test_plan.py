@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from config.fleet import load_fleet, parse_fleet
@@ -14,6 +15,7 @@ from gateway.plan.evaluate import Evaluation, evaluate
 from gateway.plan.space import Part, Target, candidate, fleet_document
 from gateway.plan.trace import TraceEntry, load_trace
 from gateway.settings import Settings
+from tests.fakes.harness import closed_port_url, quick_settings, running_ridge
 
 TRACES = Path(__file__).resolve().parents[2] / "bench" / "ridge_bench" / "traces"
 TRACE = TRACES / "conversations.jsonl"
@@ -74,5 +76,20 @@ def test_ridge_plan_writes_a_fleet_file_serve_and_render_take(
     assert text.startswith("# Planned by `ridge plan` from t.jsonl (30 requests")
     fleet = load_fleet(out)
     assert sum(len(p.endpoints) for p in fleet.pools) == 2
+    assert fleet.plan is not None and fleet.plan.source == "t.jsonl"
+    assert sum(p.share for p in fleet.plan.pools.values()) == pytest.approx(1.0, abs=1e-3)
     assert main(["render", "k8s", str(out), "-o", str(tmp_path / "k8s")]) == 0
     assert (tmp_path / "k8s" / "kustomization.yaml").is_file()
+
+
+async def test_a_gateway_serving_a_planned_fleet_exports_its_drift(tmp_path: Path) -> None:
+    """The plan the gateway compares with is the fleet file's (after a reload, the new one)."""
+    doc = fleet_document(candidate(Part("general", 1)), TARGET)
+    doc["pools"][0]["endpoints"] = [closed_port_url()]
+    planned = parse_fleet({**doc, "plan": {"source": "t.jsonl",
+                                           "pools": {"general": {"share": 1.0}}}})
+    for fleet, exported in ((planned, True), (parse_fleet(doc), False)):
+        async with running_ridge(fleet, quick_settings(auth="off")) as ridge, \
+                aiohttp.ClientSession() as session, session.get(ridge.url + "/metrics") as reply:
+            page = await reply.text()
+        assert ("# TYPE ridge_plan_share_drift gauge" in page) is exported

@@ -145,7 +145,7 @@ def down_probe(*_: object) -> MetricsSource:
 @pytest.fixture(scope="module")
 def live_families() -> dict[str, str]:
     """Family name → type, as the demo gateway's registry holds them once started (one of
-    its pools following its engines' KV events)."""
+    its pools following its engines' KV events, the fleet file carrying a plan)."""
     with pytest.MonkeyPatch.context() as env:
         for name in [n for n in os.environ if n.startswith("RIDGE_")]:
             env.delenv(name)
@@ -155,6 +155,7 @@ def live_families() -> dict[str, str]:
             if pool["name"] == "chunked":
                 pool["kv_events"] = {"port": 5557, "addresses": [
                     "tcp://127.0.0.1:18186", "tcp://127.0.0.1:18187"]}
+        raw["plan"] = {"source": "t.jsonl", "pools": {"spec": {"share": 1.0}}}
         fleet = parse_fleet(raw)
         registry = CollectorRegistry()
         app = create_app(Settings(registry={"startup_wait_s": 0}), fleet,

@@ -164,3 +164,33 @@ class Only:
     @property
     def urls(self) -> tuple[str, ...]:
         return (self.url,)
+
+
+def test_the_drift_from_the_plan_is_the_windows_share_and_wall() -> None:
+    clock, counts = Clock(), Counts({})
+    fleet = parse_fleet({"pools": [
+        {"name": n, "engine": "vllm", "models": ["m"], "endpoints": [u], "model": LLAMA,
+         "hardware": L4, "levers": {"prefix_caching": True}} for n, u in (("p", A), ("q", B))],
+        "plan": {"source": "t.jsonl", "pools": {"p": {"share": 0.75, "wall": "none"},
+                                                "q": {"share": 0.25, "wall": "kv_capacity"}}}})
+    pools = (PoolSnapshot("p", "vllm", "mixed", ("m",), (EndpointSnapshot(A, "p", True,
+                                                                          _vllm(256)),)),
+             PoolSnapshot("q", "vllm", "mixed", ("m",), (EndpointSnapshot(B, "q", True,
+                                                                          _vllm(256)),)))
+    registry = CollectorRegistry()
+    registry.register(PoolWalls(lambda: pools, fleet, counts, lambda: None, None,
+                                window_s=60.0, clock=clock))
+    assert _gauge(registry, "ridge_plan_share_drift", pool="p") is None  # nothing answered yet
+    clock.now, counts.by_pool = 10.0, {"p": PoolCounts(evaluated=50), "q": PoolCounts(evaluated=50)}
+    assert _gauge(registry, "ridge_plan_share_drift", pool="p") == pytest.approx(-0.25)
+    assert _gauge(registry, "ridge_plan_share_drift", pool="q") == pytest.approx(0.25)
+    assert _gauge(registry, "ridge_plan_wall_matches", pool="p") == 1.0  # none, as planned
+    assert _gauge(registry, "ridge_plan_wall_matches", pool="q") == 0.0  # planned kv_capacity
+
+
+def test_a_fleet_without_a_plan_exports_no_drift() -> None:
+    registry = CollectorRegistry()
+    registry.register(PoolWalls(lambda: (_pool(_vllm(256), _vllm(256)),), _fleet(), Counts({}),
+                                lambda: None, None))
+    names = {m.name for m in registry.collect()}
+    assert "ridge_plan_share_drift" not in names and "ridge_pool_binding_wall" in names
