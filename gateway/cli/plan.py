@@ -29,6 +29,7 @@ from gateway.plan.plots import PlotsUnavailable, cost_against_ttft, goodput_agai
 from gateway.plan.report import explain, fleet_yaml, table
 from gateway.plan.score import OBJECTIVES
 from gateway.plan.search import Problem, Result, Search
+from gateway.plan.sensitivity import sensitivity, verdicts
 from gateway.plan.space import BY_NAME, RECIPES, Target, available, why_not
 from gateway.plan.trace import load_trace
 
@@ -98,6 +99,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--attainment", type=_fraction, default=0.99, metavar="SHARE",
                    help="--compare: a fleet holds the SLO when this share of requests is good "
                         "(default 0.99)")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="replay the best 4 candidates again on engines 2x slower to decode, "
+                        "then to prefill, and say whether the plan stays the best")
     p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
 
 
@@ -126,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
         out.write_text(fleet_yaml(best, problem, Path(args.trace).name, search.evaluations),
                        encoding="utf-8")
         points = _compare(args, problem, executor, results)
+        shifted = _sensitivity(problem, executor, results) if args.sensitivity else []
     if not args.no_plots:
         _plots(out, results, points)
-    cpu = sum(r.cpu_s for r in (*search.results.values(), *(p.result for p in points)))
-    print(f"\nwrote {args.out}: {search.evaluations + len(points)} replays, {cpu:.0f} s of "
+    more = [*(p.result for p in points), *shifted]
+    cpu = sum(r.cpu_s for r in (*search.results.values(), *more))
+    print(f"\nwrote {args.out}: {search.evaluations + len(more)} replays, {cpu:.0f} s of "
           f"CPU, {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 
@@ -153,6 +159,15 @@ def _compare(args: argparse.Namespace, problem: Problem, executor: Executor,
     print()
     print(gpus_table(points, args.attainment))
     return points
+
+
+def _sensitivity(problem: Problem, executor: Executor, results: list[Result]) -> list[Result]:
+    """``--sensitivity``: the best 4 replayed on slower engines, a verdict per change."""
+    print("\nhow the plan fares on engines slower than the simulator's:")
+    shifts = sensitivity(problem, executor, results[:4])
+    for line in verdicts(results[0], shifts):
+        print(f"  {line}")
+    return [r for s in shifts for r in s.ranked]
 
 
 def _plots(out: Path, results: list[Result], points: list[Point]) -> None:

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from backends.sim.configure import engine_config
+from config.builtin_facts import find_accelerator
 from config.fleet import FleetConfigError, parse_fleet
 
 GENERAL = "general"
@@ -182,7 +183,9 @@ class Target:
     """What every pool serves and runs on: the model and accelerator (catalogue names,
     :mod:`config.builtin_facts`), the engine, the SLO bounds [s], the engines' context
     [tokens] (None: the model's), the EAGLE draft model and its per-draft acceptance α (the
-    simulator's assumption for it), and the first engine port."""
+    simulator's assumption for it), the accelerator's peak FLOP/s and memory bandwidth as
+    multiples of its datasheet's (to ask how a plan fares on slower engines), and the first
+    engine port."""
 
     model: str
     accelerator: str
@@ -192,7 +195,17 @@ class Target:
     max_context: int | None = None
     draft_model: str | None = None
     acceptance: float = 0.7
+    flops_scale: float = 1.0
+    bandwidth_scale: float = 1.0
     first_port: int = 8001
+
+    def hardware(self) -> str | dict[str, Any]:
+        """The pools' ``hardware:``: the catalogue name, with the rates scaled when asked."""
+        if self.flops_scale == 1.0 and self.bandwidth_scale == 1.0:
+            return self.accelerator
+        spec = find_accelerator(self.accelerator)
+        return {"name": self.accelerator, "peak_flops": spec.peak_flops * self.flops_scale,
+                "mem_bandwidth": spec.mem_bandwidth * self.bandwidth_scale}
 
 
 def available(recipe: Recipe, target: Target) -> bool:
@@ -255,7 +268,7 @@ def _pool(name: str, levers: Mapping[str, Any], replicas: int, port: int, target
         model = {"name": target.model, "max_context": target.max_context}
     pool = {"name": name, "engine": target.engine, "models": [target.model], **role,
             "endpoints": [f"http://127.0.0.1:{port + i}" for i in range(replicas)],
-            "levers": _plain(levers), "model": model, "hardware": target.accelerator}
+            "levers": _plain(levers), "model": model, "hardware": target.hardware()}
     spec = pool["levers"].get("speculative")
     if isinstance(spec, dict) and spec.get("method") != "ngram":
         spec["draft_model"] = target.draft_model
