@@ -298,7 +298,7 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     bounds = state_limits(settings.state, fleet)
     state, events = with_engine_events(
         fleet, parts.extractor.config.block_tokens,
-        await build_state(settings, telemetry, bounds, parts.worker, parts.clock))
+        await build_state(settings, telemetry, bounds, parts.worker, parts.monotonic()))
     telemetry.bind_fleet(fleet, registry.snapshot, state, plan=lambda: gateway.fleet.plan)
     telemetry.metrics_registry.register(CircuitGauges(registry))
     telemetry.metrics_registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
@@ -317,17 +317,18 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     )
     limits = BodyLimits(settings.max_body_bytes, settings.upstream.max_response_bytes,
                         settings.upstream.max_event_bytes)
-    access = build_access(settings, fleet, state, parts.worker, parts.clock)
+    access = build_access(settings, fleet, state, parts.worker, parts.monotonic())
     trace = build_recorder(settings.trace, parts.extractor.config.block_tokens,
                            telemetry.metrics_registry, parts.worker.index if parts.worker else None)
 
     def serving(new: Fleet, headers: EngineHeaders) -> Proxy:
         """The request path for the fleet ``new`` (at start-up, and at each reload)."""
         fleet_view = FleetRegistryView(registry, new)
+        admission = build_admission(settings.admission, new, fleet_view.snapshot, telemetry,
+                                    parts.monotonic())
         dispatcher = Dispatcher(fleet_view, client, build_router(new), state, parts.extractor,
-                                settings.upstream.retries, headers,
-                                build_admission(settings.admission, new, fleet_view.snapshot,
-                                                telemetry, parts.clock), engine_model_names(new))
+                                settings.upstream.retries, headers, admission,
+                                engine_model_names(new))
         return Proxy(dispatcher, telemetry, access, limits, trace=trace,
                      clock=parts.clock or time.perf_counter)
 
@@ -371,7 +372,7 @@ async def _worker_pages(gateway: Gateway) -> asyncio.AbstractServer | None:
 
 
 def build_access(settings: Settings, fleet: Fleet, state: RouterState,
-                 worker: WorkerContext | None = None, clock: Clock | None = None) -> Access:
+                 worker: WorkerContext | None = None, clock: Clock = time.monotonic) -> Access:
     """Keys from the keys file and, with Redis state, Redis; rate limits in Redis with Redis
     state, else in this process (a worker's part: 1/N of each limit; ``clock``: theirs)."""
     sources: list[KeySource] = []
@@ -384,7 +385,7 @@ def build_access(settings: Settings, fleet: Fleet, state: RouterState,
         limiter = RedisLimiter(state, settings.state.redis_prefix,
                                settings.state.reservation_ttl_s)
     else:
-        limiter = LocalLimiter(clock or time.monotonic,
+        limiter = LocalLimiter(clock,
                                share=1.0 / len(worker.pages) if worker else 1.0)
     features = fleet.routing.features
     return Access(KeyRing(sources, settings.auth, settings.keys_refresh_s), limiter,
@@ -445,17 +446,17 @@ def state_limits(state: StateSettings, fleet: Fleet) -> StateLimits:
 
 async def build_state(settings: Settings, telemetry: Telemetry, limits: StateLimits,
                       worker: WorkerContext | None = None,
-                      clock: Clock | None = None) -> RouterState:
+                      clock: Clock = time.monotonic) -> RouterState:
     """``RIDGE_REDIS_URL`` set: a :class:`RedisState` (local fallback inside), Redis checked
     once (:meth:`RedisState.start`); else, in a worker of ``ridge serve --workers``, the
-    workers' shared :class:`WorkerState`; else memory (on ``clock`` when given: Redis and the
+    workers' shared :class:`WorkerState`; else memory (on ``clock``: Redis and the
     workers' state keep the time the processes share). Raises
     :class:`~gateway.state.redis.RedisUnavailable` when Redis fails that check and
     ``state.redis_required`` is set."""
     if settings.redis_url is None:
         if worker is not None:
             return WorkerState(worker.region, worker.index, limits)
-        return MemoryState(limits, clock or time.monotonic)
+        return MemoryState(limits, clock)
     gauge = telemetry.state_backend_up.labels("redis")
     state = RedisState.from_url(
         settings.redis_url, limits, prefix=settings.state.redis_prefix,
@@ -487,7 +488,7 @@ def build_extractor(fleet: Fleet) -> FeatureExtractor:
 def build_admission(settings: AdmissionSettings, fleet: Fleet,
                     snapshot: Callable[[], tuple[PoolSnapshot, ...]],
                     telemetry: Telemetry | None = None,
-                    clock: Clock | None = None) -> Admission | None:
+                    clock: Clock = time.monotonic) -> Admission | None:
     """Admission control against the fleet's SLOs (None when turned off)."""
     if not settings.enabled:
         return None
@@ -497,7 +498,7 @@ def build_admission(settings: AdmissionSettings, fleet: Fleet,
                              settings.cache_affinity)
     if telemetry is not None:
         telemetry.admission_pools((p.name for p in fleet.pools), REASONS)
-    return Admission(config, slo_policy(fleet), snapshot, telemetry, clock or time.monotonic)
+    return Admission(config, slo_policy(fleet), snapshot, telemetry, clock)
 
 
 def build_router(fleet: Fleet) -> Router:

@@ -37,7 +37,13 @@ from backends.sim.openai_api import ApiError, read_body
 from backends.sim.pd import KVTransferHub
 from backends.sim.runner import RequestHandle
 from backends.sim.wire import stream_events, whole_answer
-from backends.upstream.client import UpstreamConnectError, UpstreamResponse, too_large
+from backends.upstream.client import (
+    UpstreamConnectError,
+    UpstreamResponse,
+    UpstreamStreamError,
+    read_capped,
+    too_large,
+)
 from config.fleet import Fleet, FleetConfigError
 from routing.snapshots import EngineMetrics
 
@@ -174,14 +180,13 @@ class _Stream:
         self._ep, self._handle, self._events = ep, handle, events
 
     async def read(self, limit: int | None = None) -> bytes:
-        parts, size = [], 0
-        async for event in self._events:
-            size += len(event)
-            if limit is not None and size > limit:
-                await self.close()
-                raise too_large(limit)
-            parts.append(event)
-        return b"".join(parts)
+        if limit is None:
+            return b"".join([event async for event in self._events])
+        try:
+            return await read_capped(self._events, limit)
+        except UpstreamStreamError:
+            await self.close()
+            raise
 
     def chunks(self) -> AsyncIterator[bytes]:
         return self._events

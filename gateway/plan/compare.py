@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
 from gateway.plan.search import Problem, Replay, Result, run_candidate
@@ -55,8 +55,7 @@ def sweep(problem: Problem, executor: Executor, plan: Candidate, uniform: Candid
             for name, c in contenders(plan, uniform, g).items():
                 jobs.append((name, g, scale,
                              executor.submit(replay, replace(scaled_problem, gpus=g), c, 1.0)))
-    done = {id(f): f.result() for f in as_completed([f for *_, f in jobs])}
-    return [Point(name, g, scale, done[id(f)]) for name, g, scale, f in jobs]
+    return [Point(name, g, scale, f.result()) for name, g, scale, f in jobs]
 
 
 def fewest_gpus(points: Sequence[Point], attainment: float) -> dict[tuple[str, float], int | None]:

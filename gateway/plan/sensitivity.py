@@ -11,7 +11,7 @@ is the simulator's guess. docs/planning.md#what-the-prediction-rests-on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
 from gateway.plan.search import Problem, Replay, Result, run_candidate
@@ -41,10 +41,9 @@ def sensitivity(problem: Problem, executor: Executor, top: Sequence[Result],
                                                  bandwidth_scale=bandwidth))
         for r in top:
             jobs.append((what, executor.submit(replay, slower, r.candidate, 1.0)))
-    done = {id(f): f.result() for f in as_completed([f for _, f in jobs])}
     shifts = []
     for what, _, _ in PERTURBATIONS:
-        results = [done[id(f)] for w, f in jobs if w == what]
+        results = [f.result() for w, f in jobs if w == what]
         ranked = sorted(results, key=lambda r: (-r.score.objective(
             problem.objective, problem.price_per_gpu_hour), r.score.ttft_p99))
         shifts.append(Shift(what, tuple(ranked)))

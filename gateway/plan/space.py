@@ -120,14 +120,13 @@ class Candidate:
 
 def candidate(*parts: Part, policy: Mapping[str, float] | None = None) -> Candidate:
     """A candidate with its parts in canonical order (equal fleets compare equal)."""
-    merged: dict[tuple[str, bool], Part] = {}
+    merged: dict[str, Part] = {}
     for p in parts:
         if p.replicas < 1 or (BY_NAME[p.recipe].pair and p.decode < 1):
             raise ValueError(f"{p.recipe}: every pool needs an engine")
-        key = (p.recipe, False)
-        old = merged.get(key)
-        merged[key] = p if old is None else Part(p.recipe, old.replicas + p.replicas,
-                                                 old.decode + p.decode)
+        old = merged.get(p.recipe)
+        merged[p.recipe] = p if old is None else Part(p.recipe, old.replicas + p.replicas,
+                                                      old.decode + p.decode)
     return Candidate(tuple(sorted(merged.values(), key=lambda p: p.recipe)),
                      tuple(sorted((policy or {}).items())))
 
