@@ -26,7 +26,7 @@ from gateway.cli.flags import count, positive
 from gateway.plan.compare import PLAN, UNIFORM, Point, gpus_table, side_by_side, sweep
 from gateway.plan.executors import RayExecutor, local_executor
 from gateway.plan.plots import PlotsUnavailable, cost_against_ttft, goodput_against_gpus
-from gateway.plan.report import explain, fleet_yaml, table
+from gateway.plan.report import explain, fleet_yaml, headroom, table
 from gateway.plan.score import OBJECTIVES
 from gateway.plan.search import Problem, Result, Search
 from gateway.plan.sensitivity import sensitivity, verdicts
@@ -97,8 +97,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--compare-scales", default="1,2,4", metavar="K,K,...",
                    help="--compare: at these load scales (default 1,2,4)")
     p.add_argument("--attainment", type=_fraction, default=0.99, metavar="SHARE",
-                   help="--compare: a fleet holds the SLO when this share of requests is good "
-                        "(default 0.99)")
+                   help="a fleet holds the SLO when this share of its requests is good "
+                        "(default 0.99): ties among those go to the one that holds on the "
+                        "fewest GPUs, and --compare counts GPUs by it")
     p.add_argument("--sensitivity", action="store_true",
                    help="replay the best 4 candidates again on engines 2x slower to decode, "
                         "then to prefill, and say whether the plan stays the best")
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"best: {best.candidate.label}")
         for line in explain(best, results, problem):
             print(f"  {line}")
+        for line in headroom(search.fewest, problem):
+            print(f"  {line}")
         out = Path(args.out)
         out.write_text(fleet_yaml(best, problem, Path(args.trace).name, search.evaluations),
                        encoding="utf-8")
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         _plots(out, results, points)
     more = [*(p.result for p in points), *shifted]
-    cpu = sum(r.cpu_s for r in (*search.results.values(), *more))
+    cpu = sum(r.cpu_s for r in (*search.results.values(), *search.headroom.values(), *more))
     print(f"\nwrote {args.out}: {search.evaluations + len(more)} replays, {cpu:.0f} s of "
           f"CPU, {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
@@ -214,7 +217,8 @@ def problem_of(args: argparse.Namespace) -> Problem:
             raise ValueError("a prefill/decode pair needs at least 2 GPUs")
     recipes = _startable(recipes, target, asked=bool(args.recipes))
     return Problem(tuple(entries), target, args.gpus, args.scale, args.seed,
-                   dict(PLAN_SETTINGS), args.price_per_gpu_hour, args.objective, recipes)
+                   dict(PLAN_SETTINGS), args.price_per_gpu_hour, args.objective, recipes,
+                   args.attainment)
 
 
 def _startable(recipes: tuple[str, ...], target: Target, asked: bool) -> tuple[str, ...]:

@@ -12,13 +12,13 @@ docs/planning.md#reading-a-plan.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from gateway.plan.search import Problem, Result
-from gateway.plan.space import BY_NAME, fleet_document
+from gateway.plan.space import BY_NAME, Candidate, fleet_document
 
 COLUMNS = ("#", "fleet", "goodput/s", "per GPU", "good %", "TTFT p50", "TTFT p99", "TPOT p50",
            "TPOT p99", "hit %", "MFU %", "MBU %", "$/Mtok", "pools: share, wall")
@@ -66,6 +66,22 @@ def explain(best: Result, results: Sequence[Result], problem: Problem) -> list[s
         lines.append(f"{' + '.join(names)} ({part.gpus} GPU{'s' if part.gpus > 1 else ''}): "
                      f"{recipe.why}; takes {pool.share:.0%} of the requests; binding wall "
                      f"{pool.wall}; {cost}")
+    return lines
+
+
+def headroom(fewest: Mapping[Candidate, int], problem: Problem) -> list[str]:
+    """What the search's tie-break found (:attr:`gateway.plan.search.Search.fewest`): the
+    fewest GPUs each tied leader held the SLO on, the plan's first."""
+    if not fewest:
+        return []
+    ranked = sorted(fewest, key=lambda c: fewest[c])
+    lines = [f"{len(ranked)} fleets tie, holding the SLO ({problem.attainment:.0%} of requests "
+             "good); replayed on fewer GPUs in the same proportions:"]
+    for c in ranked:
+        n = fewest[c]
+        lines.append(f"  {c.label}: holds it on {n} GPU{'s' if n > 1 else ''}"
+                     if n < problem.gpus
+                     else f"  {c.label}: not on {problem.gpus - 1}")
     return lines
 
 

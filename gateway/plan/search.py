@@ -11,7 +11,11 @@ shorter than :data:`RACE_MIN_REQUESTS` goes whole at once):
 3. **moves**: from the best fleet so far, one GPU moved between its pools, one pool's recipe
    swapped for a top recipe, or one policy threshold moved a step
    (:data:`~gateway.plan.space.POLICY_STEPS`), repeated while a move wins, at most
-   ``rounds`` times.
+   ``rounds`` times;
+4. **headroom**: when the best fleets tie (they hold the SLO, with objectives within
+   :data:`TIE` of each other: every request good, say), the :data:`HEADROOM_LEADERS` best are
+   replayed in the same proportions on one GPU fewer, then two, while more than one of them
+   holds; the tie goes to the one that holds on the fewest, the fleet with the most headroom.
 
 Candidates run in parallel through any :class:`concurrent.futures.Executor`: local processes
 or a Ray cluster (:mod:`gateway.plan.executors`). Each evaluation is independent and
@@ -25,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from config.fleet import parse_fleet
@@ -42,6 +46,7 @@ from gateway.plan.space import (
     candidate,
     fleet_document,
     policy_matters,
+    scaled,
     uniform,
 )
 from gateway.plan.trace import TraceEntry
@@ -54,6 +59,10 @@ RUNGS = (0.25, 0.5, 1.0)
 """The shares of the trace the race's rungs replay."""
 TOP_RECIPES = 3
 """How many of stage 1's recipes the mixes combine."""
+TIE = 0.01
+"""Objectives within this fraction of the best's tie (stage 4)."""
+HEADROOM_LEADERS = 4
+"""How many tied leaders stage 4 replays on fewer GPUs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,8 @@ class Problem:
     price_per_gpu_hour: float = 2.0
     objective: str = "goodput"
     recipes: tuple[str, ...] = tuple(r.name for r in RECIPES)
+    attainment: float = 0.99
+    """A fleet holds the SLO when at least this share of its requests is good."""
 
     @property
     def bounds(self) -> Bounds:
@@ -119,6 +130,10 @@ class Search:
         self._rounds = rounds
         self._replay = replay
         self.results: dict[tuple[Candidate, float], Result] = {}
+        self.headroom: dict[tuple[Candidate, int], Result] = {}
+        """Stage 4: a leader (the key's candidate) replayed in proportion on fewer GPUs."""
+        self.fewest: dict[Candidate, int] = {}
+        """Stage 4: per tied leader, the fewest GPUs it was seen to hold the SLO on."""
         self.evaluations = 0
 
     def run(self) -> list[Result]:
@@ -140,6 +155,7 @@ class Search:
             if new.candidate == best.candidate:
                 break
             best = new
+        self._headroom()
         return self.ranked()
 
     def ranked(self, share: float = 1.0) -> list[Result]:
@@ -147,12 +163,61 @@ class Search:
         found = [r for (_, s), r in self.results.items() if s == share]
         return sorted(found, key=self._key)
 
-    def _key(self, r: Result) -> tuple[float, float, float, str]:
-        """Best first: the objective; at a tie (every request good, say), the lower p99 TTFT,
-        then the lower p99 TPOT, then the label."""
+    def _key(self, r: Result) -> tuple[int, float, float, float, float, str]:
+        """Best first: the tied leaders of stage 4 by the fewest GPUs they hold on, then
+        everything by the objective; at a tie, the lower p99 TTFT, then the lower p99 TPOT,
+        then the label."""
         s = r.score
-        return (-s.objective(self.problem.objective, self.problem.price_per_gpu_hour),
+        fewest = self.fewest.get(r.candidate)
+        return (0 if fewest is not None else 1, fewest or 0,
+                -s.objective(self.problem.objective, self.problem.price_per_gpu_hour),
                 _or_inf(s.ttft_p99), _or_inf(s.tpot_p99), r.candidate.label)
+
+    def _holds(self, r: Result) -> bool:
+        return r.score.good_share >= self.problem.attainment
+
+    def _tied(self) -> list[Candidate]:
+        """The best fleets on the whole trace that hold the SLO and tie on the objective, in
+        rank order; of those whose replays came out alike, the first."""
+        p = self.problem
+        ranked = self.ranked()
+        if not ranked or not self._holds(ranked[0]):
+            return []
+        top = ranked[0].score.objective(p.objective, p.price_per_gpu_hour)
+        leaders: dict[Score, Candidate] = {}  # one of those that replayed alike (a threshold
+        for r in ranked:                       # the trace never reaches)
+            gap = abs(r.score.objective(p.objective, p.price_per_gpu_hour) - top)
+            if len(leaders) == HEADROOM_LEADERS or gap > TIE * abs(top):
+                break
+            if self._holds(r):
+                leaders.setdefault(r.score, r.candidate)
+        return list(leaders.values())
+
+    def _headroom(self) -> None:
+        """Stage 4 (module docstring)."""
+        leaders = self._tied()
+        if len(leaders) < 2:
+            return
+        self.fewest = dict.fromkeys(leaders, self.problem.gpus)
+        gpus = self.problem.gpus - 1
+        while len(leaders) > 1 and gpus >= 1:
+            smaller = {c: s for c in leaders if (s := scaled(c, gpus)) is not None}
+            problem = replace(self.problem, gpus=gpus)
+            futures = {s: self._executor.submit(self._replay, problem, s, 1.0)
+                       for s in dict.fromkeys(smaller.values())}  # leaders may shrink alike
+            for n, future in enumerate(futures.values(), 1):
+                result = future.result()
+                self.evaluations += 1
+                if self._progress is not None:
+                    self._progress(f"headroom {gpus} GPUs", n, len(futures), result)
+            holding = []
+            for c, s in smaller.items():
+                result = self.headroom[(c, gpus)] = futures[s].result()
+                if self._holds(result):
+                    holding.append(c)
+                    self.fewest[c] = gpus
+            leaders = holding
+            gpus -= 1
 
     def _race(self, stage: str, pool: Sequence[Candidate]) -> None:
         rungs = RUNGS if len(self.problem.entries) >= RACE_MIN_REQUESTS else (1.0,)
@@ -176,7 +241,7 @@ class Search:
 
     def _top_recipes(self) -> list[str]:
         """Stage 1's best recipes, by their best result on the largest share they reached."""
-        best: dict[str, tuple[float, tuple[float, float, float, str]]] = {}
+        best: dict[str, tuple[float, tuple[int, float, float, float, float, str]]] = {}
         for (c, share), r in self.results.items():
             name = c.parts[0].recipe
             key = (-share, self._key(r))

@@ -75,3 +75,39 @@ def test_a_long_trace_is_raced_by_successive_halving() -> None:
     assert counts == {0.25: 7, 0.5: 4, 1.0: 2}  # 5 recipes, the pair in 3 splits
     finalists = {c for c, s in uniform if s == 1.0}
     assert finalists == {candidate(Part("general", 8)), candidate(Part("spec-ngram-2", 8))}
+
+
+def _capacity(c: Candidate) -> float:
+    return sum(p.gpus * (4 / 3 if p.recipe == "fp8-kv" else 1.0) for p in c.parts)
+
+
+def tied(problem: Problem, c: Candidate, share: float) -> Result:
+    """Every fleet of capacity 4 or more serves all 100 requests well (a tie on 4 GPUs);
+    general×4 has the lowest p99 TTFT, then fp8-kv×4, then the mixes; fp8-kv holds on 3 GPUs,
+    general on 4."""
+    good = 100 if _capacity(c) >= 4 else 50
+    fp8 = any(p.recipe == "fp8-kv" for p in c.parts)
+    ttft_p99 = 0.2 + 0.01 * fp8 + 0.05 * (len(c.parts) - 1)
+    s = Score(c.gpus, 100, 100, good, 10.0, good / 10, 0.1, ttft_p99, 0.01, 0.02,
+              0.5, 0.1, 0.5, 1.0, ())
+    return Result(c, share, s, 0.0)
+
+
+def test_a_tie_goes_to_the_fleet_that_holds_the_slo_on_the_fewest_gpus() -> None:
+    executor = Inline()
+    problem = Problem(tuple(TraceEntry(float(i), 100, 10, ()) for i in range(50)),
+                      Target("llama-3-8b", "nvidia-l4"), gpus=4, recipes=("general", "fp8-kv"))
+    search = Search(problem, executor, replay=tied, rounds=0)
+    results = search.run()
+    assert results[0].candidate == candidate(Part("fp8-kv", 4))
+    assert search.fewest[candidate(Part("fp8-kv", 4))] == 3
+    assert search.fewest[candidate(Part("general", 4))] == 4  # lowest p99 TTFT, less headroom
+    assert all(r.score.good == 100 for r in results[:2])
+    assert (candidate(Part("fp8-kv", 4)), 3) in search.headroom
+    assert not any(c.gpus != 4 for c in (r.candidate for r in results))  # shrunk ones aside
+
+
+def test_no_tie_no_headroom_stage() -> None:
+    search = Search(_problem(50, RECIPES), Inline(), replay=landscape, rounds=0)
+    search.run()
+    assert search.fewest == {} and search.headroom == {}
