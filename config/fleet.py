@@ -157,9 +157,12 @@ def load_fleet(path: str | Path) -> Fleet:
     """Read and validate a fleet file."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise FleetConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FleetConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                               f"offset {exc.start}); save it as UTF-8") from exc
     except yaml.YAMLError as exc:
         raise FleetConfigError(f"{path}: not valid YAML: {exc}") from exc
     return _relative_to(parse_fleet(raw, source=str(path)), path.parent)

@@ -145,11 +145,11 @@ class KeysFile:
     def read(self) -> list[KeyRecord]:
         """Every record; no file: none. Raises ValueError on a file that is not a keys file."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = self.path.read_bytes()
         except FileNotFoundError:
             return []
         try:
-            raw = json.loads(text)
+            raw = json.loads(text.decode("utf-8"))
             return [KeyRecord.from_json(r) for r in raw["keys"]]
         except (ValueError, TypeError, KeyError) as exc:
             raise ValueError(f"{self.path}: not a ridge keys file ({exc})") from exc

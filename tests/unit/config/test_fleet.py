@@ -64,6 +64,11 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
     bad.write_text("pools: [\n")
     with pytest.raises(FleetConfigError, match="bad.yaml: not valid YAML"):
         load_fleet(bad)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"pools:\n  - name: caf\xe9\n")
+    with pytest.raises(FleetConfigError, match=r"latin.yaml: not UTF-8 text \(byte 0xe9 at "
+                                               r"offset 20\)"):
+        load_fleet(latin)
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n")
     with pytest.raises(FleetConfigError, match="scalar.yaml: expected a mapping"):

@@ -78,6 +78,9 @@ def test_a_file_that_is_not_a_keys_file_is_named(tmp_path: Path) -> None:
     path.write_text('{"keys": [{"name": "x"}]}')
     with pytest.raises(ValueError, match="not a ridge keys file"):
         KeysFile(path).read()
+    path.write_bytes(b'{"keys": [{"name": "caf\xe9"}]}')
+    with pytest.raises(ValueError, match="not a ridge keys file"):
+        KeysFile(path).read()
 
 
 async def test_the_ring_reloads_a_changed_file_and_keeps_the_last_good_keys(

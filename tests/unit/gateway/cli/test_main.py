@@ -247,6 +247,20 @@ def test_a_fleet_file_that_does_not_parse_is_one_line(
         "'<stream end>' (while parsing a flow sequence)"]
 
 
+@pytest.mark.parametrize("argv", [["serve", "--config"], ["demo", "--config"],
+                                  ["render", "compose", "--out", "out"]])
+def test_a_fleet_file_that_is_not_utf8_is_one_line(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet.yaml").write_bytes(b"pools:\n  - name: caf\xe9\n")
+    where = argv.index("--config") + 1 if "--config" in argv else 2
+    argv = [*argv[:where], "fleet.yaml", *argv[where:]]
+    assert main(argv) == 2
+    [line] = _error_lines(capsys)
+    assert line.endswith("fleet.yaml: not UTF-8 text (byte 0xe9 at offset 20); save it as UTF-8")
+
+
 def test_demo_with_a_missing_fleet_file(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--config", str(tmp_path / "nope.yaml")]) == 2
