@@ -189,10 +189,14 @@ class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_
     # -- limits --------------------------------------------------------------------------
 
     def _expect(self, phase: int, timeout_s: float) -> None:
-        """Wait for ``phase`` at most ``timeout_s`` from now (the timer is set only when none
-        is pending: a pending one re-arms itself for the new deadline when it fires)."""
+        """Wait for ``phase`` at most ``timeout_s`` from now. A pending timer due by then is
+        kept (it re-arms itself for the new deadline when it fires); one due later (a body
+        timeout shorter than the header timeout) is replaced."""
         self._phase = phase
         self._deadline = self.loop.time() + timeout_s
+        if self._timer is not None and self._timer.when() > self._deadline:
+            self._timer.cancel()
+            self._timer = None
         if self._timer is None:
             self._timer = self.loop.call_at(self._deadline, self._on_timer)
 
