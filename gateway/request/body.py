@@ -14,6 +14,7 @@ See docs/gateway.md#request-bodies for each API's fields.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from enum import StrEnum
@@ -130,13 +131,27 @@ def _json_object(body: bytes) -> dict[str, Any]:
     except RecursionError:
         raise _too_deep() from None
     except ValueError as exc:  # invalid JSON, bad UTF-8, an integer of > 4300 digits
-        raise _bad(f"request body is not valid JSON: {exc}", None, "invalid_json") from None
+        raise _bad(_not_json(exc), None, "invalid_json") from None
     if not isinstance(payload, dict):
         raise _bad("request body must be a JSON object", None, "invalid_json")
     if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and \
             _depth(payload) > MAX_JSON_DEPTH:
         raise _too_deep()
     return payload
+
+
+def _not_json(exc: ValueError) -> str:
+    """What is wrong with a body ``json.loads`` refused, in ridge's words (not the decoder's
+    or the codec's)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"request body is not valid JSON (at line {exc.lineno}, column {exc.colno})"
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"request body is not valid {exc.encoding.upper()} text (byte "
+                f"{exc.object[exc.start]:#04x} at offset {exc.start}); send UTF-8 JSON")
+    if "digits" in str(exc):
+        return (f"request body has an integer of more than {sys.get_int_max_str_digits()} "
+                "digits")
+    return "request body is not valid JSON"
 
 
 def _too_deep() -> GatewayError:

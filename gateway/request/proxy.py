@@ -56,8 +56,9 @@ SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
 REQUEST_ID_HEADER = b"x-request-id"
 AUTHORIZATION = b"authorization"
+CONTENT_TYPE = b"content-type"
 _READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER,
-                   AUTHORIZATION))
+                   AUTHORIZATION, CONTENT_TYPE))
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 _JSON = b"application/json"
@@ -136,6 +137,7 @@ class Proxy:
         stop_watching: Callable[[], None] = _nothing
         try:
             call.caller = self._access.authenticate(headers.get(AUTHORIZATION))
+            check_content_type(headers.get(CONTENT_TYPE))
             body = await read_body(receive, self._limits.request,
                                    headers.get(b"content-length"))
             call.parsed = _ask_for_usage(parse_request(api_path, body))
@@ -379,6 +381,20 @@ def _read_headers(scope: Scope, call: Call) -> dict[bytes, bytes]:
     if (slo := found.get(SLO_CLASS_HEADER)) is not None:
         call.slo_class = slo.decode("latin-1")
     return found
+
+
+def check_content_type(value: bytes | None) -> None:
+    """A body ridge reads must be declared JSON (``application/json`` or any ``+json`` type),
+    or not declared at all; any other type is a 415. A web page can post ``text/plain``,
+    form or multipart bodies to any origin without the browser asking first, so this is what
+    keeps a page a visitor opens from driving the gateway (docs/gateway.md#request-bodies)."""
+    if value is None:
+        return
+    media = value.partition(b";")[0].strip().lower()
+    if media == _JSON or media.endswith(b"+json"):
+        return
+    raise GatewayError(415, f"content-type {value.decode('latin-1')!r} is not JSON; send "
+                       "application/json", code="unsupported_media_type")
 
 
 async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:

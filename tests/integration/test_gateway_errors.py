@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +32,7 @@ async def _post(
 ) -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as s:
         kwargs: dict[str, Any] = {"json": body} if isinstance(body, dict) else {"data": body}
+        headers = {"content-type": "application/json", **(headers or {})}
         async with s.post(url + path, headers=headers, **kwargs) as r:
             if r.content_type == "text/event-stream":
                 return r.status, {"stream": await r.text()}
@@ -113,9 +115,22 @@ async def test_body_over_limit_413(engines: list[FakeEngine]) -> None:
 
         async with (
             aiohttp.ClientSession() as s,
-            s.post(ridge.url + "/v1/chat/completions", data=gen()) as r,
+            s.post(ridge.url + "/v1/chat/completions", data=gen(),
+                   headers={"content-type": "application/json"}) as r,
         ):
             assert r.status == 413 and _is_openai_error(await r.json())
+    assert engines[0].bodies == []
+
+
+async def test_json_posted_as_text_plain_is_a_415(engines: list[FakeEngine]) -> None:
+    """What any web page can post to any origin without a preflight is refused."""
+    async with (
+        running_ridge(fleet_of({"p": [engines[0].url]})) as ridge,
+        aiohttp.ClientSession() as s,
+        s.post(ridge.url + "/v1/chat/completions", data=json.dumps(CHAT),
+               headers={"content-type": "text/plain;charset=UTF-8"}) as r,
+    ):
+        assert r.status == 415 and _is_openai_error(await r.json())
     assert engines[0].bodies == []
 
 

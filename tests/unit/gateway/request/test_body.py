@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -214,3 +215,16 @@ def test_a_member_already_in_the_request_is_not_added_twice() -> None:
         {"model": "m", "messages": [{"role": "user"}], "stream": True}).encode())
     with pytest.raises(ValueError, match="stream"):
         req.with_member("stream", False)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b'{"model": "m",', "request body is not valid JSON (at line 1, column 15)"),
+    (b'{"model": "caf\xe9"}',
+     "request body is not valid UTF-8 text (byte 0xe9 at offset 14); send UTF-8 JSON"),
+    (b'{"model": "m", "n": ' + b"9" * 5000 + b"}",
+     f"request body has an integer of more than {sys.get_int_max_str_digits()} digits"),
+])
+def test_a_body_that_does_not_decode_is_named_in_ridges_words(body: bytes, message: str) -> None:
+    with pytest.raises(GatewayError) as info:
+        parse_request(ApiPath.CHAT, body)
+    assert info.value.body()["error"]["message"] == message

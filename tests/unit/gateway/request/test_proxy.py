@@ -187,6 +187,25 @@ async def test_a_body_past_the_limit_is_a_413_before_dispatch() -> None:
     assert dispatcher.sent_bodies == [] and out.headers[b"x-request-id"]
 
 
+@pytest.mark.parametrize(("media", "served"), [
+    (b"application/json", True), (b"Application/JSON; charset=utf-8", True),
+    (b"application/vnd.api+json", True), (None, True), (b"text/plain", False),
+    (b"text/plain;charset=UTF-8", False), (b"application/x-www-form-urlencoded", False),
+    (b"multipart/form-data; boundary=x", False), (b"", False)])
+async def test_a_body_not_declared_json_is_a_415_before_dispatch(media: bytes | None,
+                                                                  served: bool) -> None:
+    """What a web page can post cross-origin without a preflight (text/plain, a form) is
+    refused; JSON or no type at all is served."""
+    headers = [] if media is None else [(b"content-type", media)]
+    out, dispatcher, _ = await call(Upstream(), headers=headers)
+    if served:
+        assert out.status == 200
+        return
+    assert out.status == 415 and out.json()["error"]["code"] == "unsupported_media_type"
+    assert out.json()["error"]["type"] == "invalid_request_error"
+    assert dispatcher.sent_bodies == []
+
+
 async def test_read_body_refuses_a_declared_size_at_once_and_a_client_that_leaves() -> None:
     async def never() -> dict[str, Any]:
         raise AssertionError("the body must not be read")
