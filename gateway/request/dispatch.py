@@ -166,6 +166,8 @@ class Attempts:
     tried: set[str] = field(default_factory=set)
     last_error: str | None = None
     failures: int = 0
+    broken: int = 0
+    """Of the failures, engines that answered 200 with a broken body."""
     plan: RoutePlan | None = None
     """The last route placed (None: the request was never placed): its pool is the one a
     request that failed before any engine's headers is counted under."""
@@ -216,7 +218,7 @@ class Dispatcher:
         ask = Ask(parsed.model, features.block_hashes, features.session, urls,
                   request_tokens(features.prompt_tokens, features.expected_output_tokens))
         who = key if key is not None else parsed.user
-        for _ in range(1 + self._retries):
+        for _ in range(1 + self._retries - attempts.failures):
             placed, waited_s = await self._place(router, ask, features, pools,
                                                  frozenset(attempts.tried), who, slo_class)
             if placed is None:
@@ -238,6 +240,10 @@ class Dispatcher:
                 f"no healthy endpoint serves the model '{parsed.model}'",
                 code="no_healthy_endpoint",
             )
+        if attempts.broken:
+            raise GatewayError(
+                502, f"no engine gave a whole answer after {attempts.failures} attempt(s)",
+                code="upstream_broken", detail=attempts.last_error)
         raise GatewayError(
             502,
             f"no engine could take the request after {len(attempts.tried)} attempt(s)",
@@ -312,6 +318,17 @@ class Dispatcher:
                 self._registry.mark_failed(url, why)
         attempts.last_error = why
         attempts.failures += 1
+
+    def may_retry(self, attempts: Attempts) -> bool:
+        """Whether a request whose attempts failed ``attempts.failures`` times (the last one
+        counted) may be sent again: at most ``retries`` times."""
+        return attempts.failures <= self._retries
+
+    def answer_broken(self, sent: Dispatched, attempts: Attempts, why: str) -> None:
+        """``sent`` answered 200 with a broken body before any of it reached the client: its
+        endpoints counted as failing, and not tried again for this request."""
+        self._refused(sent.plan, attempts, why, failed=True)
+        attempts.broken += 1
 
     def engine_failed(self, sent: Dispatched, why: str) -> None:
         """The engine's answer broke off or broke a limit: count its endpoint as failing."""

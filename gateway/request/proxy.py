@@ -35,6 +35,7 @@ from backends.upstream.client import Relaying, UpstreamStreamError, relaying
 from gateway.access.control import Access
 from gateway.access.keys import ANONYMOUS, Caller
 from gateway.access.limits import Grant
+from gateway.request.answers import NO_END, broken_whole
 from gateway.request.body import NO_INFERENCE, ApiPath, ParsedRequest, parse_request
 from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.request.responses_sse import ResponsesScanner, chat_usage
@@ -185,35 +186,70 @@ class Proxy:
                 "the request took longer than its deadline", "timeout", "request_timeout")})
 
     async def _serve(self, call: Call, send: Send) -> None:
+        """Dispatch and relay; a whole 200 answer that is broken (:mod:`gateway.request.answers`)
+        reached no one yet, so it is sent elsewhere while retries remain, else a 502."""
         assert call.parsed is not None
         attempts = Attempts()
+        while True:
+            sent = await self._dispatch(call, attempts)
+            call.status = sent.response.status
+            if call.status == 200 and call.parsed.stream:
+                await self._stream(call, send)
+                return
+            if call.status == 200:  # the engine's headers are in: its first byte
+                call.ttfb_s = self._clock() - call.started
+            body = await self._read(call)
+            why = broken_whole(call.parsed.api_path, body) if call.status == 200 else None
+            if why is None:
+                await self._whole(call, send, body)
+                return
+            await self._broken(call, attempts, why)
+
+    async def _dispatch(self, call: Call, attempts: Attempts) -> Dispatched:
+        """One dispatch of the request, its route decision and retries counted."""
+        assert call.parsed is not None
+        failures = attempts.failures
         try:
             call.sent = await self._dispatcher.dispatch(
                 call.parsed, call.session_hint, attempts, key=call.caller.name,
                 slo_class=call.slo_class)
+            return call.sent
         finally:
             call.plan = call.sent.plan if call.sent is not None else attempts.plan
             if call.plan is not None:
                 self._telemetry.route(call.plan)
-            if attempts.failures:
-                self._telemetry.retries_of(call.pool).inc(attempts.failures)
-        call.status = call.sent.response.status
-        if call.status != 200:
-            await self._whole(call, send)
-        elif call.parsed.stream:
-            await self._stream(call, send)
-        else:  # the engine's headers are in: its first byte (its whole answer follows)
-            call.ttfb_s = self._clock() - call.started
-            await self._whole(call, send)
+            if attempts.failures > failures:
+                self._telemetry.retries_of(call.pool).inc(attempts.failures - failures)
 
-    async def _whole(self, call: Call, send: Send) -> None:
+    async def _broken(self, call: Call, attempts: Attempts, why: str) -> None:
+        """The engine's whole 200 answer was broken (``why``): its endpoint counted as failing,
+        the attempt finished; a 502 when no retry remains."""
+        sent, parsed = call.sent, call.parsed
+        assert sent is not None and parsed is not None
+        self._telemetry.broken_answer(sent.plan.decision.pool, why)
+        log.warning("request %s: the engine answered 200 with a broken body (%s)",
+                    call.request_id.decode(), why)
+        self._dispatcher.answer_broken(sent, attempts, f"answered 200 with a broken body ({why})")
+        call.sent, attempts.plan = None, sent.plan
+        await self._dispatcher.finish(sent, parsed, succeeded=False, output_tokens=None,
+                                      prompt_tokens=None)
+        if not self._dispatcher.may_retry(attempts):
+            raise GatewayError(502, "the engine's answer was empty, cut short or not an answer "
+                               "of this API", code="upstream_broken", detail=why)
+        self._telemetry.retries_of(sent.plan.decision.pool).inc()
+
+    async def _read(self, call: Call) -> bytes:
+        """The engine's whole answer (a 502 when it breaks off or passes the limit)."""
         assert call.sent is not None
         try:
-            body = await call.sent.response.read(self._limits.response)
+            return await call.sent.response.read(self._limits.response)
         except UpstreamStreamError as exc:
             self._dispatcher.engine_failed(call.sent, str(exc))
             raise GatewayError(502, "the engine's answer broke off or was too large",
                                code="upstream_broken", detail=str(exc)) from exc
+
+    async def _whole(self, call: Call, send: Send, body: bytes) -> None:
+        assert call.sent is not None
         if call.status == 200:
             call.usage = _usage_dict(body)
         media = call.sent.response.headers.get("content-type", "application/json").encode()
@@ -248,7 +284,11 @@ class Proxy:
                         await send({"type": "http.response.body", "body": out,
                                     "more_body": True})
                         told = told or self._first_token(call, scanner)
-            end, call.completed = scanner.rest(), True
+            end = scanner.rest()
+            if scanner.ended:
+                call.completed = True
+            else:
+                end += self._stream_broken(call)
         except UpstreamStreamError as exc:
             call.status = 502
             self._dispatcher.engine_failed(call.sent, str(exc))
@@ -258,6 +298,18 @@ class Proxy:
         finally:
             _take_measures(call, scanner)
         await send({"type": "http.response.body", "body": end, "more_body": False})
+
+    def _stream_broken(self, call: Call) -> bytes:
+        """A 200 stream that ended without its last event: the error event that ends it for
+        the client, its endpoint counted as failing."""
+        assert call.sent is not None
+        call.status = 502
+        self._telemetry.broken_answer(call.sent.plan.decision.pool, NO_END)
+        self._dispatcher.engine_failed(call.sent, "a stream ended without its last event")
+        log.warning("request %s: the engine's stream ended without its last event",
+                    call.request_id.decode())
+        return error_event("the engine's stream ended before its answer was complete",
+                           "bad_gateway", "upstream_broken")
 
     async def _relay(self, call: Call, scanner: StreamScanner, writer: BodyWriter,
                      response: Relaying) -> None:

@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from gateway.request.answers import responses_stream_ended
 from gateway.request.sse import StreamScanner, _events_with
 
 _DELTA = re.compile(rb'"delta"\s*:\s*"(?!")')
@@ -53,7 +54,11 @@ class ResponsesScanner(StreamScanner):
             self._tokens(n)
         if b'"usage"' in buffer and _USAGE.search(buffer):
             self._take_usage(buffer)
+        self.ended = self.ended or self._ends(buffer)
         return buffer
+
+    def _ends(self, region: bytes) -> bool:
+        return responses_stream_ended(region)
 
     def _take_usage(self, region: bytes) -> None:
         for start, end in _events_with(region, _USAGE):

@@ -5,7 +5,8 @@ cheap byte inspection finds what ridge needs.
 holding back only an incomplete trailing event (relayed bytes end at an event boundary). Per
 complete region, by byte search, never by parsing JSON: the token events (for TTFT and the
 inter-token gaps) and the usage event, the one event parsed with ``json.loads``, cut from the
-relay when ridge asked for it on its own account (``strip_usage``).
+relay when ridge asked for it on its own account (``strip_usage``); and whether the stream's
+last event came (``ended``: a stream without it broke off).
 
 An incomplete event held back past ``max_event_bytes`` raises
 :class:`~backends.upstream.client.UpstreamStreamError`. See docs/gateway.md#streams.
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from backends.upstream.client import UpstreamStreamError
+from gateway.request.answers import chat_stream_ended
 
 # JSON allows white space around ':' (engines write none; Python's json module one space)
 _TOKEN = re.compile(rb'"(?:content|reasoning_content|text)"\s*:\s*"(?!")'
@@ -59,7 +61,7 @@ class StreamScanner:
     """Relays an SSE body and watches it (module docstring). ``clock``: seconds."""
 
     __slots__ = ("_strip_usage", "_clock", "_max_event", "_held", "first_token_at",
-                 "_last_token_at", "gaps", "token_events", "usage")
+                 "_last_token_at", "gaps", "token_events", "usage", "ended")
 
     def __init__(self, strip_usage: bool, clock: Callable[[], float] = time.perf_counter,
                  max_event_bytes: int = MAX_EVENT_BYTES) -> None:
@@ -72,6 +74,8 @@ class StreamScanner:
         self.gaps: list[float] = []
         self.token_events = 0
         self.usage: dict[str, Any] | None = None
+        self.ended = False
+        """Whether the stream's last event came (:mod:`gateway.request.answers`)."""
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes of ``chunk`` (after what was held back) to relay now."""
@@ -82,7 +86,12 @@ class StreamScanner:
             self._tokens(n)
         if b'"usage"' in buffer and _USAGE.search(buffer):
             buffer = self._usage(buffer)
+        self.ended = self.ended or self._ends(buffer)
         return buffer
+
+    def _ends(self, region: bytes) -> bool:
+        """Whether ``region`` holds the stream's last event."""
+        return chat_stream_ended(region)
 
     def _whole_events(self, chunk: bytes) -> bytes:
         """What was held back and ``chunk``, up to the end of its last whole event; the rest
@@ -100,6 +109,7 @@ class StreamScanner:
     def rest(self) -> bytes:
         """What is still held back at the end of the stream (an unterminated last event)."""
         rest, self._held = self._held, b""
+        self.ended = self.ended or self._ends(rest)
         return rest
 
     def _tokens(self, n: int) -> None:

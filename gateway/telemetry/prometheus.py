@@ -183,6 +183,11 @@ class Telemetry:
             "ridge_upstream_retries", "Requests retried on another endpoint", ("pool",),
             registry=registry,
         )
+        self.broken_answers = LeanCounter(
+            "ridge_upstream_broken_answers", "Engine answers with status 200 that were not "
+            "whole (empty, cut short, not the API's answer, a stream without its end), by "
+            "reason", ("pool", "reason"), registry=registry,
+        )
         self.route_decisions = LeanCounter(
             "ridge_route_decisions", "Route decisions, by pool, lever and reason",
             ("pool", "lever", "reason"), registry=registry,
@@ -343,6 +348,10 @@ class Telemetry:
     def retries_of(self, pool: str) -> Any:
         """The retry counter of ``pool``."""
         return self.child(self.retries, pool)
+
+    def broken_answer(self, pool: str, reason: str) -> None:
+        """Count one broken 200 answer of ``pool`` (:data:`gateway.request.answers.REASONS`)."""
+        self.child(self.broken_answers, pool, reason).inc()
 
     def route(self, plan: RoutePlan) -> None:
         """Count one route decision and time its scheduler plugins."""

@@ -13,7 +13,10 @@ and can misbehave on demand through ``FakeEngine.mode``:
 - ``garbage``       answer bytes that are not HTTP, then close;
 - ``status_999``    answer an HTTP/1.1 response with the status 999, then close;
 - ``huge``          answer ``huge_bytes`` bytes: a JSON body, or (streamed) one event that
-                    never ends.
+                    never ends;
+- ``empty_200``     answer 200 with an empty body (streamed: no event at all);
+- ``cut_200``       answer 200 with a body cut short but whole as HTTP (streamed: every event
+                    but the usage and ``[DONE]``, then a clean end).
 
 With ``api_key`` set, a generation request without ``Authorization: Bearer <api_key>`` gets
 vLLM's 401 (``{"error": "Unauthorized"}``), as an engine started with ``--api-key`` answers.
@@ -126,11 +129,19 @@ class FakeEngine:
             await asyncio.sleep(self.delay_s)
         if self.mode == "huge":
             return await self._huge(request, bool(payload.get("stream")))
+        if self.mode == "empty_200":
+            kind = "text/event-stream" if payload.get("stream") else "application/json"
+            return web.Response(body=b"", headers={"content-type": kind})
         self.running += 1
         try:
             if payload.get("stream"):
                 return await self._stream(request, payload, chat)
-            return await self._whole(payload, chat)
+            whole = await self._whole(payload, chat)
+            if self.mode == "cut_200":
+                assert isinstance(whole.body, bytes)
+                return web.Response(body=whole.body[:len(whole.body) // 2],
+                                    headers={"content-type": "application/json"})
+            return whole
         finally:
             self.running -= 1
 
@@ -189,6 +200,8 @@ class FakeEngine:
             word = WORDS[i % len(WORDS)] + ("" if i == n - 1 else " ")
             await resp.write(_event(_chunk(self.model, chat, {"content": word} if chat else word)))
         await resp.write(_event(_chunk(self.model, chat, {} if chat else "", "length")))
+        if self.mode == "cut_200":
+            return resp
         if (payload.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
             await resp.write(

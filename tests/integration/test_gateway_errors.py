@@ -269,3 +269,34 @@ def _ridge_tasks() -> list[str]:
 def _counter(ridge: RunningRidge, name: str, **labels: str) -> float:
     value = ridge.metrics.get_sample_value(name, labels)
     return value or 0.0
+
+
+@pytest.mark.parametrize("mode", ["empty_200", "cut_200"])
+async def test_a_broken_200_is_retried_and_counted_never_a_success(
+        engines: list[FakeEngine], mode: str) -> None:
+    """An engine that answers 200 with an empty or cut-short body: the client gets the other
+    engine's whole answer, the broken one is counted against its endpoint and exported; with
+    only broken engines left, a 502, and a stream ends with an error event."""
+    engines[0].mode = mode
+    async with running_ridge(fleet_of({"p": [engines[0].url, engines[1].url]})) as ridge:
+        for _ in range(4):  # whichever engine each goes to first
+            status, reply = await _post(ridge.url, CHAT)
+            assert status == 200 and reply["choices"][0]["message"]["content"]
+        assert engines[1].served == 4
+        reason = "empty" if mode == "empty_200" else "cut_short"
+        assert _counter(ridge, "ridge_upstream_broken_answers_total", pool="p",
+                        reason=reason) >= 1
+        assert _counter(ridge, "ridge_requests_total", model="m", pool="p", status="200") == 4
+    async with running_ridge(fleet_of({"p": [engines[0].url]})) as ridge:
+        status, reply = await _post(ridge.url, CHAT)
+        assert status == 502 and reply["error"]["code"] == "upstream_broken"
+        for _ in range(100):  # until the poller finds the engine healthy again
+            status, reply = await _post(ridge.url, {**CHAT, "stream": True})
+            if status != 503:
+                break
+            await asyncio.sleep(0.1)
+        assert status == 200 and '"upstream_broken"' in reply["stream"].rsplit("data: ", 1)[1]
+        await _settled(ridge)
+        assert _counter(ridge, "ridge_requests_total", model="m", pool="p", status="502") == 2
+        assert _counter(ridge, "ridge_upstream_broken_answers_total", pool="p",
+                        reason="no_end") == 1

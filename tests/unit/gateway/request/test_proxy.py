@@ -84,10 +84,14 @@ class FakeDispatcher:
     first_tokens: list[float] = field(default_factory=list)
     before_headers: GatewayError | None = None
     """Raised after placing the request twice, as when every engine refused it."""
+    then: list[Upstream] = field(default_factory=list)
+    """What later dispatches of the same request reach, in turn (then ``upstream`` again)."""
+    retries: int = 1
 
     async def dispatch(self, parsed: ParsedRequest, session_hint: str | None,
                        attempts: Attempts, *, key: str | None = None,
                        slo_class: str | None = None) -> Dispatched:
+        upstream = self.then.pop(0) if self.sent_bodies and self.then else self.upstream
         self.sent_bodies.append(parsed.body)
         features = RequestFeatures("m", (), 16, 3, 10, None, None, parsed.stream)
         plan = RoutePlan(RouteDecision("p", None, "none", "only_pool", ""),
@@ -96,7 +100,14 @@ class FakeDispatcher:
             attempts.plan, attempts.failures = plan, 2
             raise self.before_headers
         return Dispatched(features, StateView({}, {}, None, None), plan,
-                          self.upstream)  # type: ignore[arg-type]
+                          upstream)  # type: ignore[arg-type]
+
+    def may_retry(self, attempts: Attempts) -> bool:
+        return attempts.failures <= self.retries
+
+    def answer_broken(self, sent: Dispatched, attempts: Attempts, why: str) -> None:
+        attempts.failures += 1
+        self.failed.append(why)
 
     async def finish(self, sent: Dispatched, parsed: ParsedRequest, *, succeeded: bool,
                      output_tokens: int | None, prompt_tokens: int | None) -> None:
@@ -129,11 +140,13 @@ async def call(upstream: Upstream, payload: dict[str, Any] | bytes = CHAT,
                limits: BodyLimits | None = None, access: Access | None = None,
                stay: bool = False, api_path: ApiPath = ApiPath.CHAT,
                before_headers: GatewayError | None = None,
+               then: list[Upstream] | None = None, retries: int = 1,
                ) -> tuple[Exchange, FakeDispatcher, Telemetry]:
     """One request to ``api_path`` through a Proxy; ``stay``: the client stays connected after
     its body (else it is gone at once, as soon as the handler listens for it);
     ``before_headers``: the dispatcher's error after placing it."""
-    dispatcher = FakeDispatcher(upstream, before_headers=before_headers)
+    dispatcher = FakeDispatcher(upstream, before_headers=before_headers, then=then or [],
+                                retries=retries)
     telemetry = Telemetry(CollectorRegistry(), frozenset({"m"}))
     proxy = Proxy(dispatcher, telemetry, access or open_access(),  # type: ignore[arg-type]
                   limits or BodyLimits())
@@ -508,3 +521,56 @@ async def test_a_non_streamed_request_is_in_flight_from_dispatch_to_finish() -> 
 
 def test_the_usage_member_kept_encoded_is_what_json_writes() -> None:
     assert json.dumps({"stream_options": {"include_usage": True}}).encode()[1:-1] == _USAGE_MEMBER
+
+
+def broken(telemetry: Telemetry, reason: str) -> float | None:
+    return telemetry.metrics_registry.get_sample_value(
+        "ridge_upstream_broken_answers_total", {"pool": "p", "reason": reason})
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"", "empty"), (b'{"choices": [{"text": "a"', "cut_short"), (b'{"object": "x"}',
+                                                                   "not_the_api"),
+    (b"<html>bad gateway</html>", "not_the_api")])
+async def test_a_broken_whole_answer_is_sent_elsewhere_and_counted(body: bytes,
+                                                                   reason: str) -> None:
+    """Nothing of a whole answer reached the client: a broken one is retried, and the client
+    gets the good answer of the next engine."""
+    out, dispatcher, telemetry = await call(Upstream(body=body), then=[Upstream()])
+    assert out.status == 200 and out.json()["usage"]["completion_tokens"] == 2
+    assert len(dispatcher.sent_bodies) == 2 and dispatcher.finished == [False, True]
+    assert dispatcher.failed == [f"answered 200 with a broken body ({reason})"]
+    assert broken(telemetry, reason) == 1
+    assert telemetry.metrics_registry.get_sample_value("ridge_upstream_retries_total",
+                                                       {"pool": "p"}) == 1
+    assert recorded(telemetry) == 1
+
+
+async def test_a_broken_whole_answer_with_no_retry_left_is_a_502() -> None:
+    out, dispatcher, telemetry = await call(Upstream(body=b'{"choices": ['), retries=0)
+    assert out.status == 502 and out.json()["error"]["code"] == "upstream_broken"
+    assert ENGINE not in out.body.decode() and dispatcher.finished == [False]
+    assert telemetry.metrics_registry.get_sample_value(
+        "ridge_requests_total", {"model": "m", "pool": "p", "status": "502"}) == 1
+
+
+@pytest.mark.parametrize("chunks", [[], [TOKENS], [TOKENS, USAGE]])
+async def test_a_stream_without_its_end_ends_with_an_error_event(chunks: list[bytes]) -> None:
+    out, dispatcher, telemetry = await call(Upstream(chunks_=chunks),
+                                            {**CHAT, "stream": True})
+    assert out.status == 200 and out.body.startswith(b"".join(chunks[:1]))
+    last = json.loads(out.body.rsplit(b"data: ", 1)[1])
+    assert last["error"]["code"] == "upstream_broken"
+    assert dispatcher.failed == ["a stream ended without its last event"]
+    assert dispatcher.finished == [False]
+    assert broken(telemetry, "no_end") == 1
+    assert telemetry.metrics_registry.get_sample_value(
+        "ridge_requests_total", {"model": "m", "pool": "p", "status": "502"}) == 1
+
+
+async def test_a_responses_stream_without_its_completed_event_is_broken() -> None:
+    out, dispatcher, _ = await call(Upstream(chunks_=RESPONSES_STREAM[:-1]),
+                                    {"model": "m", "input": "hi", "stream": True},
+                                    api_path=ApiPath.RESPONSES)
+    assert b'"upstream_broken"' in out.body.rsplit(b"\n\n", 2)[-2]
+    assert dispatcher.failed == ["a stream ended without its last event"]

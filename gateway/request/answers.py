@@ -1,0 +1,61 @@
+"""What a whole answer of each API looks like, so that a broken 200 is never a success.
+
+An engine can answer 200 and then send nothing, break off, or send something that is not the
+API's answer. :func:`broken_whole` checks a whole JSON answer by bytes alone (no parse, on the
+hot path): an object, from its first byte to its last, holding its API's member
+(:data:`MEMBER`: ``choices`` for chat and completions, ``output`` for Responses, ...).
+:func:`chat_stream_ended` and :func:`responses_stream_ended` find a stream's last event:
+``data: [DONE]``, or a ``response.completed`` / ``failed`` / ``incomplete`` event. Both match only
+outside JSON strings (a string escapes its quotes and newlines), so generated text cannot
+fake them. Reasons (:data:`REASONS`) label ``ridge_upstream_broken_answers_total``.
+See docs/gateway.md#broken-answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from gateway.request.body import ApiPath
+
+EMPTY, CUT_SHORT, NOT_THE_API, NO_END = "empty", "cut_short", "not_the_api", "no_end"
+REASONS = (EMPTY, CUT_SHORT, NOT_THE_API, NO_END)
+"""Why an answer was broken: no bytes; a JSON object that does not end; not the API's answer;
+a stream without its last event."""
+
+MEMBER: Mapping[ApiPath, bytes] = MappingProxyType({
+    ApiPath.CHAT: b'"choices"', ApiPath.COMPLETIONS: b'"choices"',
+    ApiPath.RESPONSES: b'"output"', ApiPath.EMBEDDINGS: b'"data"',
+    ApiPath.SCORE: b'"data"', ApiPath.SCORE_V1: b'"data"', ApiPath.RERANK: b'"results"',
+    ApiPath.RERANK_V1: b'"results"', ApiPath.RERANK_V2: b'"results"',
+    ApiPath.TOKENIZE: b'"tokens"', ApiPath.DETOKENIZE: b'"prompt"'})
+"""The member every whole 200 answer of an API holds (vLLM's and SGLang's response models)."""
+
+_DONE = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
+_RESPONSE_END = re.compile(rb'"type"\s*:\s*"response\.(?:completed|failed|incomplete)"')
+
+
+def broken_whole(api_path: ApiPath, body: bytes) -> str | None:
+    """Why ``body``, a whole 200 answer of ``api_path``, is not one (a :data:`REASONS`), or
+    None when it looks whole."""
+    text = body.strip()
+    if not text:
+        return EMPTY
+    if text[:1] != b"{":
+        return NOT_THE_API
+    if text[-1:] != b"}":
+        return CUT_SHORT
+    member = MEMBER.get(api_path)
+    return NOT_THE_API if member is not None and member not in text else None
+
+
+def chat_stream_ended(region: bytes) -> bool:
+    """Whether ``region`` (whole events of a chat or completions stream) holds its last
+    event, ``data: [DONE]``."""
+    return b"[DONE]" in region and _DONE.search(region) is not None
+
+
+def responses_stream_ended(region: bytes) -> bool:
+    """Whether ``region`` (whole events of a Responses stream) holds its last event."""
+    return b"response." in region and _RESPONSE_END.search(region) is not None
