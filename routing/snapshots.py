@@ -47,7 +47,9 @@ class EngineMetrics:
     counter's label sets (finish reasons, data-parallel engines). ``prefix_cache_hits_total``
     counts the tokens served from the device's prefix cache; ``host_cache_hits_total`` those a
     host-memory KV tier served on top (vLLM reports them apart; SGLang's counter already holds
-    both tiers, so it leaves this None).
+    both tiers, so it leaves this None). The KV cache's size is
+    ``kv_blocks_total`` × ``kv_block_size`` (vLLM) or ``kv_capacity_tokens`` (SGLang, which
+    states it in tokens).
     """
 
     running: float | None = None
@@ -67,6 +69,7 @@ class EngineMetrics:
     estimated_write_bytes_total: float | None = None
     kv_block_size: int | None = None
     kv_blocks_total: int | None = None
+    kv_capacity_tokens: int | None = None
 
     @property
     def queued(self) -> float:

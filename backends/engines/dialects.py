@@ -136,6 +136,10 @@ _VLLM_READINGS = (
         note="KV blocks of all data-parallel engines (the label is per engine)",
     ),
 )
+_VLLM_ABSENT = (
+    Absent("kv_capacity_tokens", "vLLM states its KV cache in blocks: kv_blocks_total × "
+           "kv_block_size"),
+)
 
 _SGLANG_READINGS = (
     Reading("running", "sglang:num_running_reqs"),
@@ -177,6 +181,15 @@ _SGLANG_READINGS = (
     ),
     Reading("estimated_read_bytes_total", "sglang:estimated_read_bytes_per_gpu_total"),
     Reading("estimated_write_bytes_total", "sglang:estimated_write_bytes_per_gpu_total"),
+    Reading(
+        "kv_capacity_tokens",
+        "sglang:max_total_num_tokens",
+        Aggregate.MAX,
+        integer=True,
+        note="tokens the KV pool holds, set once at start (emit_constants in collector.py); "
+        "the largest over label sets, as tensor-parallel ranks repeat one pool (with "
+        "data-parallel attention this understates it, and admission learns the rest)",
+    ),
 )
 
 _SPEC_RATIO = (
@@ -188,8 +201,7 @@ _SGLANG_ABSENT = (
     Absent("spec_accepted_tokens_total", _SPEC_RATIO),
     Absent(
         "kv_block_size",
-        "SGLang does not export its page size (--page-size); its pool capacity is "
-        "sglang:max_total_num_tokens in tokens, which is not split into blocks here",
+        "SGLang states its pool's capacity in tokens (kv_capacity_tokens), not blocks",
     ),
     Absent("kv_blocks_total", "see kv_block_size: capacity is exported in tokens, not blocks"),
     Absent(
@@ -208,6 +220,7 @@ DIALECTS: Mapping[Engine, EngineDialect] = MappingProxyType(
             metrics_path="/metrics",
             models_path="/v1/models",
             readings=_VLLM_READINGS,
+            absent=_VLLM_ABSENT,
         ),
         Engine.SGLANG: EngineDialect(
             engine=Engine.SGLANG,

@@ -83,9 +83,10 @@ def kv_requests(metrics: EngineMetrics, target: float) -> int | None:
 
 
 def kv_tokens(metrics: EngineMetrics) -> int | None:
-    """The KV cache's size [tokens]: blocks × tokens per block (2,500 × 16 = 40,000)."""
+    """The KV cache's size [tokens]: blocks × tokens per block (2,500 × 16 = 40,000), or the
+    size the engine states in tokens (SGLang)."""
     if metrics.kv_blocks_total is None or metrics.kv_block_size is None:
-        return None
+        return metrics.kv_capacity_tokens
     return metrics.kv_blocks_total * metrics.kv_block_size
 
 

@@ -65,6 +65,7 @@ def test_sglang_sample_page() -> None:
         estimated_flops_total=1.3e17,
         estimated_read_bytes_total=2.1e15,
         estimated_write_bytes_total=4.0e13,
+        kv_capacity_tokens=442353,  # sglang:max_total_num_tokens: admission's cold capacity
     )
 
 

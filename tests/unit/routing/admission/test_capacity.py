@@ -50,6 +50,7 @@ def test_kv_capacity_is_the_running_requests_scaled_to_the_target_share_of_the_c
 def test_kv_size_in_tokens_is_blocks_times_block_size() -> None:
     assert kv_tokens(EngineMetrics(kv_blocks_total=2500, kv_block_size=16)) == 40_000
     assert kv_tokens(EngineMetrics(kv_block_size=16)) is None
+    assert kv_tokens(EngineMetrics(kv_capacity_tokens=442_353)) == 442_353  # SGLang: in tokens
 
 
 def test_one_reading_with_a_queue_sets_no_ceiling_a_standing_one_with_a_full_cache_does() -> None:
@@ -117,6 +118,10 @@ def test_the_book_uses_the_kv_size_while_the_engine_runs_nothing() -> None:
                          kv_block_size=16)
     limits = CapacityTracker().limits(pools(idle, engine(0, 0)))
     assert limits.at == {} and limits.kv_tokens == {"http://e0": 40_000}
+    sglang = EngineMetrics(running=0, waiting=0, kv_cache_usage=0.0, kv_capacity_tokens=40_000)
+    limits = CapacityTracker().limits(pools(sglang))  # a cold SGLang engine has a capacity
+    assert limits.kv_tokens == {"http://e0": 40_000}
+    assert full_endpoints({"http://e0": LoadCounts(10, 40_000)}, limits) == {"http://e0"}
 
 
 def test_the_book_adds_the_allowance() -> None:
