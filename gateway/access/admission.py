@@ -199,6 +199,8 @@ class Admission:
         self._prefill: dict[str, int] = {}
         self._prefill_rates: dict[str, PrefillRate] = {}
         self._waiting = 0
+        self._held: dict[str, int] = {}
+        """Reservations this gateway placed and has not released, per pool."""
 
     def waiting(self, pool: str) -> int:
         """Requests waiting for ``pool``."""
@@ -210,9 +212,26 @@ class Admission:
         raise the 503 (module docstring)."""
         gate = self._gate(route, route.pools, None)
         placed = await state.place(ask, gate)
-        if placed is not None or gate.held is None:
-            return placed, 0.0
-        return await self._wait(gate.held, state, ask, route)
+        if placed is None and gate.held is not None:
+            placed, waited = await self._wait(gate.held, state, ask, route)
+        else:
+            waited = 0.0
+        if placed is not None:
+            self._holding(placed)
+        return placed, waited
+
+    def _holding(self, placed: Placed[RoutePlan]) -> None:
+        """Count ``placed``'s reservations in flight on their pools; a pool that held none
+        until now was idle, and idle time is no gap between releases
+        (:meth:`routing.admission.capacity.ReleaseRate.resume`)."""
+        for reservation in placed.reservations:
+            pool = self._capacity.pool_of(reservation.endpoint)
+            if pool is None:
+                continue
+            held = self._held.get(pool, 0)
+            if held == 0:
+                self._rate(pool).resume(self._clock())
+            self._held[pool] = held + 1
 
     def released(self, url: str) -> None:
         """A reservation on ``url`` was released: count it, and wake the heads of the queues."""
@@ -220,6 +239,7 @@ class Admission:
         if pool is None:
             return
         self._rate(pool).release(self._clock())
+        self._held[pool] = max(0, self._held.get(pool, 0) - 1)
         self._wake_heads()
 
     def _wake_heads(self) -> None:
@@ -367,10 +387,11 @@ class Admission:
             expected = likely_wait_s(ahead, per_s, self._config.wait_deviations)
             if self._prefill:
                 expected = max(expected, self._prefill_expected(pool, route, ahead))
+        mean = self._expected(pool, ahead, now)  # what a client would wait, on average
         if len(queue) >= self._config.max_queue:
-            raise self._refusal(pool, QUEUE_FULL, expected, budget)
+            raise self._refusal(pool, QUEUE_FULL, expected, budget, mean)
         if budget <= 0 or expected is None or expected > budget:
-            raise self._refusal(pool, WOULD_MISS_SLO, expected, budget)
+            raise self._refusal(pool, WOULD_MISS_SLO, expected, budget, mean)
 
     def _prefill_expected(self, pool: str, route: Route, ahead: int) -> float:
         """[s] until ``pool`` has prefill room for the request with ``ahead`` before it; 0
@@ -401,10 +422,13 @@ class Admission:
             head.wake()
 
     def _refusal(self, pool: str, reason: str, expected: float | None,
-                 budget: float) -> GatewayError:
+                 budget: float, mean: float | None = None) -> GatewayError:
+        """The 503 of a refusal: ``expected`` the wait the message names, ``mean`` (else
+        ``expected``) the one ``Retry-After`` is counted from."""
         if self._telemetry is not None:
             self._telemetry.admission_refused(pool, reason)
-        after = retry_after_s(expected, 0.0 if reason == WAIT_EXPIRED else budget)
+        after = retry_after_s(expected if mean is None else mean,
+                              0.0 if reason == WAIT_EXPIRED else budget)
         return GatewayError(503, refusal_message(pool, reason, expected, budget, after),
                             code="overloaded", pool=pool,
                             headers=((b"retry-after", str(after).encode()),))

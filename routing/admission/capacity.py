@@ -206,8 +206,8 @@ class CapacityTracker:
 @dataclass(slots=True)
 class ReleaseRate:
     """Slot releases per second in one pool: 1 ÷ the mean gap between releases, exponentially
-    weighted, the time since the last one counting as a gap at least that long. ``weight``: of
-    each new gap."""
+    weighted, the time since the last one (or since the pool was last idle,
+    :meth:`resume`) counting as a gap at least that long. ``weight``: of each new gap."""
 
     weight: float = 0.1
     mean_gap_s: float | None = None
@@ -219,6 +219,12 @@ class ReleaseRate:
             mean = self.mean_gap_s
             self.mean_gap_s = gap if mean is None else mean + self.weight * (gap - mean)
         self.last_at = now
+
+    def resume(self, now: float) -> None:
+        """The pool holds a request again after holding none: the time it was idle is no gap
+        (else the first wait after an idle hour would read as an hour per release)."""
+        if self.last_at is not None:
+            self.last_at = max(self.last_at, now)
 
     def per_s(self, now: float) -> float | None:
         """Releases/s (gaps 0.5 s → 2.0); None before any release."""

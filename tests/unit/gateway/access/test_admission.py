@@ -216,6 +216,25 @@ async def test_a_request_that_would_wait_past_its_slo_is_refused_at_once() -> No
     assert r.admission.waiting("p") == 0 and holder.endpoint == A
 
 
+async def test_an_idle_gap_does_not_read_as_a_slow_release_rate() -> None:
+    """Requests that hold a slot ~20 s, then an hour with nothing in flight: the refusal's
+    Retry-After says about the 20 s a slot takes, not the hour."""
+    r = rig(urls=(A,), ttft_s=1.0)
+    holding = await held(r)
+    for i in range(1, 4):  # a busy spell: each request holds its slot 20 s, the next follows
+        r.clock.now = 100.0 + 20.0 * i
+        await r.release(holding)
+        if i < 3:
+            holding = await held(r)
+    r.clock.now += 3600.0  # idle: nothing in flight
+    await held(r)  # busy again
+    r.clock.now += 5.0
+    with pytest.raises(GatewayError) as info:
+        await r.place()
+    assert "would wait about 60.00 s" in info.value.message  # (1 + 2 √1) × 20 s, seldom more
+    assert dict(info.value.headers)[b"retry-after"] == b"19"  # the mean wait, 20 s − 1 s
+
+
 async def test_before_any_slot_was_freed_a_request_is_refused_rather_than_held() -> None:
     r = rig(urls=(A,), ttft_s=1.0)
     await held(r)

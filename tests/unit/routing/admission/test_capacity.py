@@ -129,6 +129,19 @@ def test_the_book_adds_the_allowance() -> None:
     assert tracker.limits(pools(engine(10, 0, 0.5))).at == {"http://e0": 22}
 
 
+def test_idle_time_is_no_gap_between_releases() -> None:
+    rate = ReleaseRate(weight=0.5)
+    rate.release(0.0)
+    rate.release(20.0)  # one gap of 20 s
+    rate.resume(3620.0)  # held nothing for an hour, then a request again
+    assert rate.per_s(3625.0) == pytest.approx(1 / 20)  # not 1 ÷ 3,625 s
+    rate.resume(3600.0)  # never moves the last release back
+    assert rate.last_at == 3620.0
+    empty = ReleaseRate()
+    empty.resume(5.0)
+    assert empty.per_s(6.0) is None
+
+
 def test_the_release_rate_is_the_inverse_mean_gap_slowed_by_silence() -> None:
     rate = ReleaseRate(weight=0.5)
     assert rate.per_s(0.0) is None
