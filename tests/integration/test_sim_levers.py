@@ -1,9 +1,11 @@
 """The simulator's engines pass the lever check: what they say they run over HTTP (vLLM's
 ``cache_config_info`` and speculative counters, the model list) is what their pool declares,
-so ``ridge demo`` and the simulated tests start without a lever mismatch."""
+so ``ridge demo`` and the simulated tests start without a lever mismatch. The fleet starts as
+``ridge demo`` starts it, its taken ports moved to free ones (a running demo holds them)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import aiohttp
@@ -13,13 +15,14 @@ from backends.engines.probe import HttpProbe
 from backends.registry.lever_check import check_levers, declared_facts
 from backends.sim import start_fleet
 from config.fleet import load_fleet
+from gateway.cli.demo_ports import start_sim_fleet
 
 DEMO = Path(__file__).resolve().parents[2] / "gateway" / "demo" / "demo-fleet.yaml"
 
 
 async def test_the_demo_fleet_runs_what_it_declares() -> None:
-    fleet = load_fleet(DEMO)
-    sim = await start_fleet(fleet, seed=1)
+    sim, fleet, _ = await start_sim_fleet(load_fleet(DEMO),
+                                          functools.partial(start_fleet, seed=1))
     try:
         by_url = {s.configured_url: s.url for s in sim.servers}
         async with aiohttp.ClientSession() as session:
