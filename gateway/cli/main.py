@@ -51,7 +51,7 @@ from gateway.cli import keys as keys_cli
 from gateway.cli import plan as plan_cli
 from gateway.cli.demo_ports import free_engine_ports, start_sim_fleet, taken_endpoints
 from gateway.cli.flags import positive
-from gateway.cli.settings_errors import BadSettings, load_settings
+from gateway.cli.settings_errors import BadSettings, load_settings, unknown_variables
 from gateway.render import cli as render_cli
 from gateway.server.listeners import ListenError, address, listener_near, open_listener
 from gateway.server.listeners import listening_socket as listening_socket
@@ -109,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
     except BadSettings as exc:
         return _fail(*exc.lines)
+    for line in unknown_variables(os.environ):
+        print(f"ridge: warning: {line}", file=sys.stderr)
     if args.command == "keys":
         return keys_cli.run(args, settings)
     if args.command == "render":
@@ -222,9 +224,16 @@ def _parser(plugins: Mapping[str, EntryPoint]) -> argparse.ArgumentParser:
     return parser
 
 
+_TOP_FLAGS = ("-h", "--help", "--version")
+
+
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
     """``parser.parse_args``, but a flag the command does not know is reported by the command's
-    own parser (its usage, ``ridge serve: error: ...``), not the top-level one."""
+    own parser (its usage, ``ridge serve: error: ...``), not the top-level one; a flag before
+    any command is named, not reported as a missing command."""
+    if argv and argv[0].startswith("-") and argv[0].split("=")[0] not in _TOP_FLAGS:
+        parser.error(f"unknown flag {argv[0]}: flags go after the command "
+                     f"(ridge COMMAND --help lists them)")
     args, extra = parser.parse_known_args(argv)
     if extra:
         commands = _subcommands(parser)

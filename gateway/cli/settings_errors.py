@@ -12,15 +12,18 @@ with ``Input should be ...``; an operator set ``RIDGE_UPSTREAM__TRANSPORT`` or `
 A value given as JSON for a whole group (``RIDGE_UPSTREAM='{"transport": "h3"}'``) is named by
 its variable and the field inside it; a variable that is not valid JSON where JSON is needed
 (pydantic-settings' ``SettingsError``) gets one line too. The log level, a plain string field,
-is checked against the levels uvicorn accepts.
+is checked against the levels uvicorn accepts. A ``RIDGE_*`` variable that is no setting (and
+none of :data:`OTHER_VARIABLES`) is a warning naming the closest one (:func:`unknown_variables`):
+a misspelt setting would otherwise be silently ignored.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -32,6 +35,37 @@ from gateway.settings import Settings
 
 PREFIX = str(Settings.model_config.get("env_prefix") or "")
 NESTING = str(Settings.model_config.get("env_nested_delimiter") or "__")
+OTHER_VARIABLES = frozenset({
+    "RIDGE_ENGINES_DIR", "RIDGE_PURE_PYTHON", "RIDGE_COMPILE", "RIDGE_BENCH_UPSTREAMS",
+    "RIDGE_PROMETHEUS_URL", "RIDGE_DASHBOARDS"})
+"""``RIDGE_*`` variables that are not settings, read elsewhere: where the real engines are
+installed, the build and test switches of the compiled routing modules, the benchmark's
+upstreams, and the variables of the rendered Grafana's provisioning."""
+
+
+def variable_names(model: type[BaseModel] = Settings, prefix: str = PREFIX) -> Iterator[str]:
+    """Every variable ``model`` reads: a field's name upper-cased after ``prefix``; a group's
+    own name (JSON for the whole group) and its fields' after ``NAME__``."""
+    for field, info in model.model_fields.items():
+        name = f"{prefix}{field.upper()}"
+        yield name
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            yield from variable_names(kind, name + NESTING)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning per ``RIDGE_*`` variable of ``environ`` that ridge does not read, naming the
+    closest one it does."""
+    known = {*variable_names(), *OTHER_VARIABLES}
+    lines = []
+    for name in sorted(n for n in environ if n.upper().startswith(PREFIX)):
+        if name.upper() in known:
+            continue
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else " (docs/settings.md lists them)"
+        lines.append(f"{name} is not a setting, so it is ignored{hint}")
+    return lines
 
 
 class BadSettings(Exception):

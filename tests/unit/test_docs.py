@@ -56,6 +56,8 @@ from backends.engines.facts import Facts
 from backends.engines.probe import MetricsSource, ProbeError
 from config.fleet import parse_fleet
 from gateway.app import create_app
+from gateway.cli.settings_errors import OTHER_VARIABLES as cli_other_variables
+from gateway.cli.settings_errors import variable_names
 from gateway.settings import Settings
 from routing.decision import FALLBACK_SATURATED, FALLBACK_UNHEALTHY, FALLBACKS, REASONS
 from routing.policy import DEFAULT_RULES
@@ -387,6 +389,22 @@ def test_every_variable_the_docs_name_is_a_setting() -> None:
     named = set(VARIABLE.findall(doc_text()))
     unknown = sorted(n for n in named if not known_variable(n, settings))
     assert not unknown, f"RIDGE_ variables in the docs that ridge does not read: {unknown}"
+
+
+def test_the_variables_ridge_warns_of_are_those_it_does_not_read() -> None:
+    assert set(OTHER_VARIABLES) <= cli_other_variables  # the docs' others: no warning
+    assert set(variable_names()) == {*setting_names(), *group_names()}
+
+
+def group_names(model: type[BaseModel] = Settings, prefix: str = "RIDGE_") -> list[str]:
+    """The variables that set a whole settings group (JSON), nested ones too."""
+    names: list[str] = []
+    for field, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            names += [f"{prefix}{field.upper()}",
+                      *group_names(kind, f"{prefix}{field.upper()}__")]
+    return names
 
 
 @pytest.mark.parametrize(("name", "reader"), sorted(OTHER_VARIABLES.items()))

@@ -228,6 +228,25 @@ def test_an_unknown_flag_is_reported_by_its_command(capsys: pytest.CaptureFixtur
     assert "ridge serve: error: unrecognized arguments: --bogus" in err
 
 
+@pytest.mark.parametrize("argv", [["--bogus"], ["--bogus", "serve"], ["-x=1"]])
+def test_a_flag_before_any_command_is_named(argv: list[str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert f"ridge: error: unknown flag {argv[0]}: flags go after the command" in \
+        capsys.readouterr().err
+
+
+def test_a_misspelt_variable_is_a_warning_naming_the_setting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RIDGE_PROT", "9000")
+    assert main(["serve", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert _error_lines(capsys)[0] == ("ridge: warning: RIDGE_PROT is not a setting, so it is "
+                                       "ignored; did you mean RIDGE_PORT?")
+
+
 @pytest.mark.parametrize("speed", ["0", "-2", "inf", "fast"])
 def test_demo_speed_must_be_a_positive_number(speed: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ from gateway.cli.settings_errors import (
     env_name,
     load_settings,
     log_level_problem,
+    unknown_variables,
+    variable_names,
 )
 from gateway.settings import Settings
 
@@ -98,3 +100,21 @@ def test_env_names_match_without_regard_to_case() -> None:
 ])  # fmt: skip
 def test_messages_read_as_rules(message: str, rule: str) -> None:
     assert allowed(message) == rule
+
+
+def test_a_variable_that_is_no_setting_is_named_with_the_closest_one() -> None:
+    environ = {"RIDGE_PROT": "9000", "RIDGE_HTTP__BODY_TIMEOT_S": "5", "RIDGE_PORT": "1",
+               "RIDGE_UPSTREAM": "{}", "RIDGE_ENGINES_DIR": "/e", "RIDGE_QQQZZZ": "x",
+               "PATH": "/bin", "ridge_port": "2"}
+    assert unknown_variables(environ) == [
+        "RIDGE_HTTP__BODY_TIMEOT_S is not a setting, so it is ignored; did you mean "
+        "RIDGE_HTTP__BODY_TIMEOUT_S?",
+        "RIDGE_PROT is not a setting, so it is ignored; did you mean RIDGE_PORT?",
+        "RIDGE_QQQZZZ is not a setting, so it is ignored (docs/settings.md lists them)"]
+
+
+def test_every_setting_and_group_is_a_known_variable() -> None:
+    names = set(variable_names())
+    assert {"RIDGE_PORT", "RIDGE_UPSTREAM", "RIDGE_UPSTREAM__CONNECT_TIMEOUT_S",
+            "RIDGE_ADMISSION__ENABLED"} <= names
+    assert unknown_variables({n: "" for n in names}) == []
