@@ -23,7 +23,15 @@ from typing import Any
 
 from config.builtin_facts import UnknownName, find_accelerator, find_model
 from gateway.cli.flags import count, positive
-from gateway.plan.compare import PLAN, UNIFORM, Point, gpus_table, side_by_side, sweep
+from gateway.plan.compare import (
+    PLAN,
+    UNIFORM,
+    Point,
+    gpus_table,
+    side_by_side,
+    sweep,
+    sweep_table,
+)
 from gateway.plan.executors import RayExecutor, local_executor
 from gateway.plan.plots import PlotsUnavailable, cost_against_ttft, goodput_against_gpus
 from gateway.plan.report import explain, fleet_yaml, headroom, table
@@ -159,6 +167,8 @@ def _compare(args: argparse.Namespace, problem: Problem, executor: Executor,
     if UNIFORM in here and PLAN in here and here[UNIFORM].score.goodput > 0:
         lead = here[PLAN].score.goodput / here[UNIFORM].score.goodput - 1
         print(f"  the plan's lead over the best uniform fleet: {lead:+.1%} goodput")
+    print()
+    print(sweep_table(points))
     print()
     print(gpus_table(points, args.attainment))
     return points

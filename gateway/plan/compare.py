@@ -87,6 +87,23 @@ def gpus_table(points: Sequence[Point], attainment: float) -> str:
             f"(tried {', '.join(map(str, tried))}):\n" + "\n".join(lines))
 
 
+def sweep_table(points: Sequence[Point]) -> str:
+    """Every point of the sweep: goodput per GPU [good req/s] and the share of good requests,
+    a row per contender and load, a column per GPU count."""
+    tried = sorted({p.gpus for p in points})
+    at = {(p.contender, p.scale, p.gpus): p.result.score for p in points}
+    rows = [["fleet", "load", *(f"{g} GPUs" for g in tried)]]
+    for scale in sorted({p.scale for p in points}):
+        for name in CONTENDERS:
+            cells = [f"{s.goodput_per_gpu:.3f} ({s.good_share:.0%})"
+                     if (s := at.get((name, scale, g))) is not None else "-" for g in tried]
+            if any(c != "-" for c in cells):
+                rows.append([name, f"x{scale:g}", *cells])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "goodput per GPU [good req/s] (share of requests good):\n" + "\n".join(lines)
+
+
 def _gpus(n: int | None, tried: Sequence[int]) -> str:
     return f"> {max(tried)}" if n is None else str(n)
 

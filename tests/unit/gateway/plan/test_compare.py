@@ -16,6 +16,7 @@ from gateway.plan.compare import (
     fewest_gpus,
     gpus_table,
     sweep,
+    sweep_table,
 )
 from gateway.plan.plots import cost_against_ttft, goodput_against_gpus
 from gateway.plan.score import Score
@@ -61,6 +62,12 @@ def test_the_fewest_gpus_holding_the_slo_at_each_load() -> None:
     assert fewest[(ONE_POOL, 1.0)] == 4 and fewest[(ROUND_ROBIN_POOL, 1.0)] is None
     table = gpus_table(points, 0.99)
     assert "plan " in table and "> 4" in table and "x2 load" in table
+    rows = sweep_table(points).splitlines()
+    assert rows[1].split() == ["fleet", "load", "1", "GPUs", "2", "GPUs", "3", "GPUs", "4",
+                               "GPUs"]
+    plan_x1 = next(r for r in rows if r.startswith("plan ") and " x1 " in r)
+    assert plan_x1.split()[2:] == ["-", "1.000", "(100%)", "0.667", "(100%)", "0.500",
+                                   "(100%)"]  # one GPU holds no two pools
 
 
 def test_the_plots_are_pngs(tmp_path: Path) -> None:
