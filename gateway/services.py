@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
-from prometheus_client import generate_latest
 
 from backends.registry.endpoints import EndpointRegistry
 from config.fleet import Fleet
@@ -15,6 +14,7 @@ from gateway.request.proxy import Proxy
 from gateway.server.shutdown import Lifecycle
 from gateway.settings import Settings
 from gateway.state.shared_memory import WorkerContext
+from gateway.telemetry.page import page
 from gateway.telemetry.prometheus import Telemetry
 from gateway.workers.merged_metrics import merged_page
 from routing.state.protocol import RouterState
@@ -37,8 +37,8 @@ class Gateway:
     access: Access | None = None
 
     def own_metrics(self) -> bytes:
-        """This process's Prometheus page."""
-        return generate_latest(self.telemetry.metrics_registry)
+        """This process's Prometheus page (``_created`` series only when the settings ask)."""
+        return page(self.telemetry.metrics_registry, self.settings.metrics_created)
 
     async def metrics_page(self) -> bytes:
         """The gateway's Prometheus page: with workers, every worker's merged."""

@@ -188,6 +188,9 @@ class Settings(BaseSettings):
                          "`ridge serve` on its one port, routing as one gateway")
     log_level: str = "info"
     access_log: bool = Field(default=False, description="one log line per request (costs CPU)")
+    metrics_created: bool = Field(
+        default=False, description="serve the `_created` series of counters and histograms "
+        "on /metrics (when each series was made; nothing ridge ships reads them)")
     keep_alive_s: float = Field(
         default=75.0, gt=0, description="how long an idle client connection stays open [s]; "
         "longer than clients' own pool expiry (httpx 5 s, aiohttp 15 s), so a client never "
