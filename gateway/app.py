@@ -65,6 +65,7 @@ from gateway.services import Gateway
 from gateway.settings import AdmissionSettings, Settings, StateSettings, UpstreamSettings
 from gateway.state.redis import RedisState, RedisUnavailable
 from gateway.state.shared_memory import WorkerContext, WorkerState
+from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.fleet_gauges import CircuitGauges
 from gateway.telemetry.prometheus import Telemetry
 from gateway.telemetry.slos import slo_policy
@@ -330,7 +331,9 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
                                 settings.upstream.retries, headers, admission,
                                 engine_model_names(new))
         return Proxy(dispatcher, telemetry, access, limits, trace=trace,
-                     clock=parts.clock or time.perf_counter)
+                     clock=parts.clock or time.perf_counter,
+                     access_log=AccessLog(settings.access_log_format)
+                     if settings.access_log else None)
 
     gateway = Gateway(settings, fleet, registry, telemetry, serving(fleet, parts.engine_headers),
                       state, parts.worker, parts.lifecycle, access)

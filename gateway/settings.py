@@ -188,6 +188,8 @@ class Settings(BaseSettings):
                          "`ridge serve` on its one port, routing as one gateway")
     log_level: str = "info"
     access_log: bool = Field(default=False, description="one log line per request (costs CPU)")
+    access_log_format: Literal["text", "json"] = Field(
+        default="text", description="the access line: `name=value` pairs, or one JSON object")
     metrics_created: bool = Field(
         default=False, description="serve the `_created` series of counters and histograms "
         "on /metrics (when each series was made; nothing ridge ships reads them)")

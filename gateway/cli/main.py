@@ -53,6 +53,7 @@ from gateway.cli.demo_ports import free_engine_ports, start_sim_fleet, taken_end
 from gateway.cli.flags import positive
 from gateway.cli.settings_errors import BadSettings, load_settings, unknown_variables
 from gateway.render import cli as render_cli
+from gateway.request.proxy import PROXIED_PATHS
 from gateway.server.listeners import ListenError, address, listener_near, open_listener
 from gateway.server.listeners import listening_socket as listening_socket
 from gateway.server.protocol import HttpLimits, with_limits
@@ -60,6 +61,7 @@ from gateway.server.shutdown import DrainingServer, Lifecycle
 from gateway.settings import Settings
 from gateway.state.redis import RedisUnavailable, check_url
 from gateway.state.shared_memory import WorkerContext
+from gateway.telemetry.access_log import NotProxied
 from gateway.workers.supervisor import serve_workers
 
 DISTRIBUTION = "ridge"
@@ -305,12 +307,17 @@ def uvicorn_config(app: RidgeApp, settings: Settings) -> uvicorn.Config:
     protocol with the connection limits of ``settings.http``; a failing start-up (lifespan)
     stops the server."""
     protocol = with_limits(HttpLimits(**settings.http.model_dump()))
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app, log_level=settings.log_level, access_log=settings.access_log, lifespan="on",
         timeout_keep_alive=max(1, math.ceil(settings.keep_alive_s)),
         timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_timeout_s)), http=protocol,
         proxy_headers=False,
     )
+    if settings.access_log:  # the engine routes' lines are ridge's own (gateway.telemetry)
+        uvicorn_access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, NotProxied) for f in uvicorn_access.filters):
+            uvicorn_access.addFilter(NotProxied(PROXIED_PATHS))
+    return config
 
 
 GC_THRESHOLDS = (20_000, 50, 100)

@@ -42,6 +42,7 @@ from gateway.request.responses_sse import ResponsesScanner, chat_usage
 from gateway.request.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.server.errors import GatewayError
 from gateway.server.protocol import WATCH, BodyWriter, DisconnectWatch, body_writer
+from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.prometheus import NO_POOL, RequestRecord, Telemetry
 from gateway.telemetry.trace import TraceRecorder
 from routing.router import RoutePlan
@@ -92,6 +93,7 @@ class Call:
     caller: Caller = ANONYMOUS
     grant: Grant | None = None
     refused_by: str | None = None
+    path: str = ""
 
     @property
     def pool(self) -> str:
@@ -119,8 +121,10 @@ class Proxy:
     def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, access: Access,
                  limits: BodyLimits = BodyLimits(),
                  clock: Callable[[], float] = time.perf_counter,
-                 trace: TraceRecorder | None = None) -> None:
+                 trace: TraceRecorder | None = None,
+                 access_log: AccessLog | None = None) -> None:
         self._trace = trace  # traffic recording (gateway.telemetry.trace); None: off
+        self._access_log = access_log  # one line per request; None: off
         self._dispatcher = dispatcher
         self._telemetry = telemetry
         self._access = access
@@ -131,7 +135,7 @@ class Proxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send,
                        api_path: ApiPath) -> None:
-        call = Call(self._clock())
+        call = Call(self._clock(), path=api_path.value)
         headers = _read_headers(scope, call)
         call.request_id = _client_request_id(headers.get(REQUEST_ID_HEADER)) or \
             f"req-{self._id_prefix}{next(self._ids):x}".encode()
@@ -362,12 +366,16 @@ class Proxy:
                 output_tokens=completion, prompt_tokens=prompt_tokens)
         if call.grant is not None:
             await self._access.settle(call.grant, _used(call, prompt_tokens, completion))
+        record = self._record(call, prompt_tokens, completion)
         if call.parsed is not None and call.parsed.api_path in NO_INFERENCE:
-            self._telemetry.count(self._record(call, prompt_tokens, completion))
+            self._telemetry.count(record)
         else:
-            self._telemetry.record(self._record(call, prompt_tokens, completion))
+            self._telemetry.record(record)
             if self._trace is not None and call.sent is not None:
                 self._trace.offer(call.parsed, call.sent.features, call.started, completion)
+        if self._access_log is not None:
+            self._access_log.write(record, call.request_id.decode(), call.caller.name,
+                                   call.path)
 
     def _record(self, call: Call, prompt_tokens: int | None,
                 completion: int | None) -> RequestRecord:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from gateway.request.proxy import (
     read_body,
 )
 from gateway.server.errors import GatewayError
+from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.prometheus import Telemetry
 from routing.decision import RouteDecision
 from routing.features import FeatureExtractor, RequestFeatures
@@ -574,3 +576,25 @@ async def test_a_responses_stream_without_its_completed_event_is_broken() -> Non
                                     api_path=ApiPath.RESPONSES)
     assert b'"upstream_broken"' in out.body.rsplit(b"\n\n", 2)[-2]
     assert dispatcher.failed == ["a stream ended without its last event"]
+
+
+async def test_with_an_access_log_each_request_is_one_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    dispatcher = FakeDispatcher(Upstream())
+    proxy = Proxy(dispatcher, Telemetry(CollectorRegistry(), frozenset({"m"})),  # type: ignore[arg-type]
+                  open_access(), access_log=AccessLog("text"))
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": json.dumps(CHAT).encode(), "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "headers": [(b"x-request-id", b"abc-1")]}
+    with caplog.at_level(logging.INFO, "ridge.access"):
+        await proxy(scope, receive, send, ApiPath.CHAT)  # type: ignore[arg-type]
+    [line] = caplog.messages
+    assert line.startswith("request_id=abc-1 key=- path=/v1/chat/completions model=m pool=p "
+                           "lever=none endpoint=http://10.1.2.3:8000 status=200 ttft_ms=")
