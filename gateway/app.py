@@ -59,6 +59,7 @@ from gateway.request.dispatch import (
 )
 from gateway.request.proxy import PROXIED_PATHS, BodyLimits, Proxy, send_error
 from gateway.server.errors import GatewayError, error_body, install_error_handlers
+from gateway.server.openapi import openapi_with_engine_routes
 from gateway.server.routes import ridge_version, router
 from gateway.server.shutdown import Lifecycle
 from gateway.services import Gateway
@@ -139,7 +140,10 @@ def create_app(
         async with _running(api, settings, fleet, parts):
             yield
 
-    api = FastAPI(title="ridge", version=ridge_version(), lifespan=lifespan)
+    docs = settings.api_docs
+    api = FastAPI(title="ridge", version=ridge_version(), lifespan=lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
+    api.openapi = openapi_with_engine_routes(api)  # type: ignore[method-assign]
     install_error_handlers(api)
     api.add_exception_handler(404, _no_route)
     api.add_exception_handler(405, _wrong_method)

@@ -216,6 +216,10 @@ class Settings(BaseSettings):
     request_timeout_s: float | None = Field(
         default=None, gt=0, description="end-to-end deadline of a generation request [s] "
         "(a key's own `timeout_s` wins); unset: none beyond the upstream timeouts")
+    api_docs: bool = Field(
+        default=False, description="serve the interactive API documentation at /docs and "
+        "/redoc (admin routes; their pages load Swagger UI and ReDoc from a CDN, so the "
+        "browser needs the internet); /openapi.json is served either way")
     admin_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve /metrics and the API documentation "
         "on this port only (same host); unset: on the main port, behind an admin key when "

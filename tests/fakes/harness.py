@@ -13,11 +13,15 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from backends.engines.dialects import EngineDialect
+from backends.engines.facts import Facts
+from backends.engines.probe import MetricsSource, ProbeError
 from config.fleet import Fleet, parse_fleet
 from gateway.app import create_app
 from gateway.cli.main import listening_socket, uvicorn_config
 from gateway.services import Gateway
 from gateway.settings import Settings
+from routing.snapshots import EngineMetrics
 
 MODEL_FACTS = {
     "params": 1.35e8,
@@ -134,3 +138,20 @@ async def running_ridge(
         server.should_exit = True
         await asyncio.wait_for(task, 15)
         sock.close()
+
+
+class DownProbe:
+    """Finds every engine down: the gateway starts without talking to any."""
+
+    async def health(self, url: str, dialect: EngineDialect) -> bool:
+        raise ProbeError(url, "no engine in this test")
+
+    async def metrics(self, url: str, dialect: EngineDialect) -> EngineMetrics:
+        raise ProbeError(url, "no engine in this test")
+
+    async def facts(self, url: str, dialect: EngineDialect) -> Facts:
+        return {}
+
+
+def down_probe(*_: object) -> MetricsSource:
+    return DownProbe()

@@ -51,9 +51,6 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from backends.engines.dialects import EngineDialect
-from backends.engines.facts import Facts
-from backends.engines.probe import MetricsSource, ProbeError
 from config.fleet import parse_fleet
 from gateway.app import create_app
 from gateway.cli.settings_errors import OTHER_VARIABLES as cli_other_variables
@@ -61,7 +58,7 @@ from gateway.cli.settings_errors import variable_names
 from gateway.settings import Settings
 from routing.decision import FALLBACK_SATURATED, FALLBACK_UNHEALTHY, FALLBACKS, REASONS
 from routing.policy import DEFAULT_RULES
-from routing.snapshots import EngineMetrics
+from tests.fakes.harness import down_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -125,23 +122,6 @@ def backticked(cell: str) -> list[str]:
 
 
 # --- metrics ----------------------------------------------------------------------------------
-
-
-class DownProbe:
-    """Finds every engine down: the gateway starts without talking to any."""
-
-    async def health(self, url: str, dialect: EngineDialect) -> bool:
-        raise ProbeError(url, "no engine in this test")
-
-    async def metrics(self, url: str, dialect: EngineDialect) -> EngineMetrics:
-        raise ProbeError(url, "no engine in this test")
-
-    async def facts(self, url: str, dialect: EngineDialect) -> Facts:
-        return {}
-
-
-def down_probe(*_: object) -> MetricsSource:
-    return DownProbe()
 
 
 @pytest.fixture(scope="module")
