@@ -11,11 +11,15 @@ Services:
   Docker would hand every container the first GPUs), a health check on the engine's health
   path with a long start period (a checkpoint download), and a shared Hugging Face cache;
 - ``prometheus`` with the project's rules and scrape targets (:mod:`gateway.render.monitoring`);
-  ``grafana`` with the project's provisioning and dashboards.
+  ``grafana`` with the project's provisioning and dashboards, its admin password
+  :data:`GRAFANA_PASSWORD` (no default login).
 
-Secrets are compose variables (``${NAME:?...}``: compose refuses to start without them), taken
-from the environment or a ``.env`` file beside ``compose.yaml`` (``.env.example`` lists them);
-no rendered file holds a key. A literal ``$`` in an argument is written ``$$``.
+Only ridge's port is published on every host interface; Prometheus and Grafana are published on
+the host's loopback only (an SSH tunnel or a reverse proxy of your own reaches them), and Redis
+and the engines not at all. Secrets (the engines' API keys, Grafana's admin password) are
+compose variables (``${NAME:?...}``: compose refuses to start without them), taken from the
+environment or a ``.env`` file beside ``compose.yaml`` (``.env.example`` lists them); no
+rendered file holds one. A literal ``$`` in an argument is written ``$$``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ ENV_EXAMPLE = ".env.example"
 PROJECT = "ridge"
 RIDGE, REDIS, PROMETHEUS, GRAFANA = "ridge", "redis", "prometheus", "grafana"
 DASHBOARDS_MOUNT = "/var/lib/grafana/dashboards/ridge"
+GRAFANA_PASSWORD = "GRAFANA_ADMIN_PASSWORD"
+"""The compose variable Grafana's admin password is read from (required)."""
+LOOPBACK = "127.0.0.1"
 ENGINE_START_PERIOD = "900s"  # a first start downloads the checkpoint
 
 
@@ -74,7 +81,7 @@ def render_compose(blueprint: Blueprint, assets: Assets, build_context: str | No
            for kind, p in assets.provisioning().items()},
         **{f"grafana/dashboards/{p.name}": p.read_text() for p in assets.dashboards()},
     }
-    return Rendered(files, warnings, blueprint.secrets())
+    return Rendered(files, warnings, [*blueprint.secrets(), GRAFANA_PASSWORD])
 
 
 def compose_project(blueprint: Blueprint, services: dict[str, list[str]],
@@ -145,7 +152,7 @@ def prometheus_service(blueprint: Blueprint) -> dict[str, Any]:
         "command": ["--config.file=/etc/prometheus/prometheus.yml",
                     "--storage.tsdb.path=/prometheus"],
         "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
-        "ports": [f"{PROMETHEUS_PORT}:{PROMETHEUS_PORT}"],
+        "ports": [loopback_port(PROMETHEUS_PORT)],
         "restart": "unless-stopped",
     }
 
@@ -154,14 +161,20 @@ def grafana_service(blueprint: Blueprint) -> dict[str, Any]:
     return {
         "image": blueprint.options.image("grafana"),
         "environment": {"RIDGE_PROMETHEUS_URL": f"http://{PROMETHEUS}:{PROMETHEUS_PORT}",
-                        "RIDGE_DASHBOARDS": DASHBOARDS_MOUNT},
+                        "RIDGE_DASHBOARDS": DASHBOARDS_MOUNT,
+                        "GF_SECURITY_ADMIN_PASSWORD": _required(GRAFANA_PASSWORD)},
         "volumes": ["./grafana/provisioning:/etc/grafana/provisioning:ro",
                     f"./grafana/dashboards:{DASHBOARDS_MOUNT}:ro",
                     "grafana-data:/var/lib/grafana"],
-        "ports": [f"{GRAFANA_PORT}:{GRAFANA_PORT}"],
+        "ports": [loopback_port(GRAFANA_PORT)],
         "depends_on": [PROMETHEUS],
         "restart": "unless-stopped",
     }
+
+
+def loopback_port(port: int) -> str:
+    """``port`` published on the host's loopback only, never on its other interfaces."""
+    return f"{LOOPBACK}:{port}:{port}"
 
 
 def compose_args(argv: Sequence[Arg]) -> list[str]:
@@ -174,6 +187,8 @@ def env_example(secrets: Sequence[str]) -> str:
     lines = ["# Copy to .env beside compose.yaml and fill in (never commit the filled file).",
              "# Engine API keys: the engines start with --api-key and ridge sends it upstream."]
     lines += [f"{name}=" for name in secrets]
+    lines += ["# Grafana's admin password (user admin); Grafana is on the host's loopback only.",
+              f"{GRAFANA_PASSWORD}="]
     lines += ["# Optional: a Hugging Face token, for gated checkpoints.", f"{HF_TOKEN}="]
     return "\n".join(lines) + "\n"
 

