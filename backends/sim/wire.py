@@ -8,17 +8,23 @@ also ``/health_generate``), ``GET /metrics``, and the simulator's admin API: ``P
 /sim/fault`` / ``DELETE /sim/fault`` (see :mod:`backends.sim.faults`) and ``GET /sim/state``.
 The application must run with ``handler_cancellation=True``: when a client disconnects, its
 handler is cancelled and the request is aborted in the engine (it leaves the running batch and
-frees its KV), as vLLM does.
+frees its KV), as vLLM does. A client that leaves while its stream is written (a gateway
+closing an upstream stream is routine) is one debug line on this module's logger, never a
+logged traceback. The ``reset`` fault and the ``close`` fault's dropped connections are TCP
+resets on every event loop's transports (:func:`hard_close`: asyncio's and uvloop's, which
+``ridge demo`` runs on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -32,6 +38,8 @@ from backends.sim.faults import parse_command
 from backends.sim.openai_api import ApiError, Generation, parse_responses, read_body
 from backends.sim.pd import Intent
 from backends.sim.runner import RequestHandle
+
+log = logging.getLogger(__name__)
 
 ENDPOINT: web.AppKey[SimEndpoint] = web.AppKey("sim_endpoint", SimEndpoint)
 CLOSER: web.AppKey[Callable[[float], None]] = web.AppKey("sim_closer")
@@ -69,14 +77,30 @@ def _error(ep: SimEndpoint, err: ApiError) -> web.Response:
     )
 
 
-def hard_close(transport: asyncio.BaseTransport | None) -> None:
-    """Drop a connection with a TCP reset (SO_LINGER 0), not a clean close."""
-    if not isinstance(transport, asyncio.Transport) or transport.is_closing():
+def hard_close(transport: asyncio.Transport | None) -> None:
+    """Drop a connection with a TCP reset (SO_LINGER 0), not a clean close. Any loop's
+    transport: only the transport's own methods are used (uvloop's transports are not
+    subclasses of asyncio's, and its ``socket`` extra is a stand-in that sets options on the
+    real descriptor)."""
+    if transport is None or transport.is_closing():
         return
     sock = transport.get_extra_info("socket")
     if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with contextlib.suppress(OSError):  # already gone: abort() still closes it
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
+
+
+@contextlib.contextmanager
+def client_may_leave(request: web.Request) -> Iterator[None]:
+    """Around the writes of a stream: a client that went away (the write fails with a
+    ConnectionError) ends it with one debug line instead of aiohttp's logged traceback; the
+    handler's ``finally`` aborts the request in the engine."""
+    try:
+        yield
+    except ConnectionError as exc:
+        log.debug("client %s left during %s %s: %s", request.remote, request.method,
+                  request.path, exc)
 
 
 # -- generation --------------------------------------------------------------------------------
@@ -172,16 +196,17 @@ async def _stream(
     reset_after: float | None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(headers=SSE_HEADERS)
-    await resp.prepare(request)
-    writer = _ChunkWriter(request, resp, reset_after)
-    if not writer.alive():
-        return resp
-    async for event in stream_events(ep, gen, handle, head):
-        if event is shapes.DONE:
-            await resp.write(event)
-        elif not await writer.send_bytes(event):
+    with client_may_leave(request):
+        await resp.prepare(request)
+        writer = _ChunkWriter(request, resp, reset_after)
+        if not writer.alive():
             return resp
-    await resp.write_eof()
+        async for event in stream_events(ep, gen, handle, head):
+            if event is shapes.DONE:
+                await resp.write(event)
+            elif not await writer.send_bytes(event):
+                return resp
+        await resp.write_eof()
     return resp
 
 
@@ -284,11 +309,18 @@ async def _stream_responses(request: web.Request, gen: Generation, handle: Reque
     """The Responses event stream: one delta per engine step (module docstring of
     :mod:`backends.sim.responses_shapes`)."""
     resp = web.StreamResponse(headers=SSE_HEADERS)
-    await resp.prepare(request)
-    writer = _ChunkWriter(request, resp, reset_after)
-    events = responses_shapes.EventStream(turn)
+    with client_may_leave(request):
+        await resp.prepare(request)
+        await _write_responses(_ChunkWriter(request, resp, reset_after), gen, handle,
+                               responses_shapes.EventStream(turn))
+    return resp
+
+
+async def _write_responses(writer: _ChunkWriter, gen: Generation, handle: RequestHandle,
+                           events: responses_shapes.EventStream) -> None:
+    """The Responses events of ``handle``'s tokens, until the end or the ``reset`` fault."""
     if not writer.alive() or not await writer.send_bytes(events.opening(gen.max_tokens)):
-        return resp
+        return
     text: list[str] = []
     produced = 0
     while True:
@@ -299,15 +331,14 @@ async def _stream_responses(request: web.Request, gen: Generation, handle: Reque
             out = events.delta(piece) if text else events.first_text() + events.delta(piece)
             text.append(piece)
             if not await writer.send_bytes(out):
-                return resp
+                return
         if finish is not None:
             break
     opened = b"" if text else events.first_text()
     use = responses_shapes.usage(gen.prompt_tokens, produced)
     closing = events.closing("".join(text), finish, gen.max_tokens, use)
     if await writer.send_bytes(opened + closing):
-        await resp.write_eof()
-    return resp
+        await writer.resp.write_eof()
 
 
 # -- the APIs that generate nothing ------------------------------------------------------------
