@@ -65,7 +65,7 @@ def fewest_gpus(points: Sequence[Point], attainment: float) -> dict[tuple[str, f
     for p in points:
         key = (p.contender, p.scale)
         best.setdefault(key, None)
-        if p.result.score.good_share >= attainment:
+        if p.result.score.holds(attainment):
             current = best[key]
             best[key] = p.gpus if current is None else min(current, p.gpus)
     return best

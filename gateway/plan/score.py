@@ -69,6 +69,10 @@ class Score:
     def good_share(self) -> float:
         return self.good / self.requests if self.requests else 0.0
 
+    def holds(self, attainment: float) -> bool:
+        """Whether the fleet held the SLO: at least ``attainment`` of its requests good."""
+        return self.good_share >= attainment
+
     def objective(self, name: str, price_per_gpu_hour: float) -> float:
         """The figure the search maximises for objective ``name`` (minimised ones negated)."""
         if name == "goodput":

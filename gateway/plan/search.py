@@ -174,7 +174,7 @@ class Search:
                 _or_inf(s.ttft_p99), _or_inf(s.tpot_p99), r.candidate.label)
 
     def _holds(self, r: Result) -> bool:
-        return r.score.good_share >= self.problem.attainment
+        return r.score.holds(self.problem.attainment)
 
     def _tied(self) -> list[Candidate]:
         """The best fleets on the whole trace that hold the SLO and tie on the objective, in

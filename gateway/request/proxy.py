@@ -194,25 +194,28 @@ class Proxy:
         reached no one yet, so it is sent elsewhere while retries remain, else a 502."""
         assert call.parsed is not None
         attempts = Attempts()
-        while True:
-            sent = await self._dispatch(call, attempts)
-            call.status = sent.response.status
-            if call.status == 200 and call.parsed.stream:
-                await self._stream(call, send)
-                return
-            if call.status == 200:  # the engine's headers are in: its first byte
-                call.ttfb_s = self._clock() - call.started
-            body = await self._read(call)
-            why = broken_whole(call.parsed.api_path, body) if call.status == 200 else None
-            if why is None:
-                await self._whole(call, send, body)
-                return
-            await self._broken(call, attempts, why)
+        try:
+            while True:
+                sent = await self._dispatch(call, attempts)
+                call.status = sent.response.status
+                if call.status == 200 and call.parsed.stream:
+                    await self._stream(call, send)
+                    return
+                if call.status == 200:  # the engine's headers are in: its first byte
+                    call.ttfb_s = self._clock() - call.started
+                body = await self._read(call)
+                why = broken_whole(call.parsed.api_path, body) if call.status == 200 else None
+                if why is None:
+                    await self._whole(call, send, body)
+                    return
+                await self._broken(call, attempts, why)
+        finally:
+            if attempts.failures:
+                self._telemetry.retries_of(call.pool).inc(attempts.failures)
 
     async def _dispatch(self, call: Call, attempts: Attempts) -> Dispatched:
-        """One dispatch of the request, its route decision and retries counted."""
+        """One dispatch of the request, its route decision counted."""
         assert call.parsed is not None
-        failures = attempts.failures
         try:
             call.sent = await self._dispatcher.dispatch(
                 call.parsed, call.session_hint, attempts, key=call.caller.name,
@@ -222,8 +225,6 @@ class Proxy:
             call.plan = call.sent.plan if call.sent is not None else attempts.plan
             if call.plan is not None:
                 self._telemetry.route(call.plan)
-            if attempts.failures > failures:
-                self._telemetry.retries_of(call.pool).inc(attempts.failures - failures)
 
     async def _broken(self, call: Call, attempts: Attempts, why: str) -> None:
         """The engine's whole 200 answer was broken (``why``): its endpoint counted as failing,
@@ -240,7 +241,6 @@ class Proxy:
         if not self._dispatcher.may_retry(attempts):
             raise GatewayError(502, "the engine's answer was empty, cut short or not an answer "
                                "of this API", code="upstream_broken", detail=why)
-        self._telemetry.retries_of(sent.plan.decision.pool).inc()
 
     async def _read(self, call: Call) -> bytes:
         """The engine's whole answer (a 502 when it breaks off or passes the limit)."""
