@@ -33,7 +33,7 @@ import aiohttp
 from config.fleet import Fleet, FleetConfigError, load_fleet
 from ridge_bench.compare.report import RunReport, build_report, report_dict, text
 from ridge_bench.harness import engines
-from ridge_bench.harness.driver import Bounds, RunData, Target, run_workload
+from ridge_bench.harness.driver import Bounds, Destination, RunData, run_workload
 from ridge_bench.harness.goodput import Slo, in_simulated_time, write_records
 from ridge_bench.harness.progress import Progress
 from ridge_bench.harness.workloads import NAMES, LoadStep, Workload, build, theoretical_f
@@ -190,7 +190,7 @@ async def execute(opts: Options, stop: asyncio.Event | None = None,
     before = await engines.scrape(opts.fleet) if opts.fleet else None
     progress = Progress(opts.workload, opts.requests, opts.duration_s / opts.speed) \
         if opts.progress else None
-    data = await run_workload(workload, Target(opts.url, model, opts.ignore_eos),
+    data = await run_workload(workload, Destination(opts.url, model, opts.ignore_eos),
                               Bounds(opts.requests, opts.duration_s / opts.speed,
                                      opts.drain_s / opts.speed),
                               stop=stop, progress=progress)

@@ -38,7 +38,7 @@ from gateway.plan.report import explain, fleet_yaml, headroom, table
 from gateway.plan.score import OBJECTIVES
 from gateway.plan.search import Problem, Result, Search
 from gateway.plan.sensitivity import sensitivity, verdicts
-from gateway.plan.space import BY_NAME, RECIPES, Target, available, why_not
+from gateway.plan.space import BY_NAME, RECIPES, Brief, available, why_not
 from gateway.plan.trace import load_trace
 
 PLAN_SETTINGS = {"auth": "off", "keys_file": None, "redis_url": None, "workers": 1,
@@ -210,31 +210,31 @@ def problem_of(args: argparse.Namespace) -> Problem:
         raise ValueError(str(exc)) from None
     entries = load_trace(args.trace)[:args.max_requests]
     ttft, tpot = parse_slo(args.slo)
-    target = Target(args.model, args.accelerator, args.engine, ttft, tpot, args.max_context,
-                    args.draft_model, args.draft_acceptance)
-    recipes = tuple(r.name for r in RECIPES if available(r, target))
+    brief = Brief(args.model, args.accelerator, args.engine, ttft, tpot, args.max_context,
+                  args.draft_model, args.draft_acceptance)
+    recipes = tuple(r.name for r in RECIPES if available(r, brief))
     if args.recipes:
         recipes = tuple(n.strip() for n in args.recipes.split(",") if n.strip())
         unknown = [n for n in recipes if n not in BY_NAME]
         if unknown or not recipes:
             raise ValueError(f"--recipes: unknown {', '.join(unknown) or 'none given'}; known: "
                              f"{', '.join(BY_NAME)}")
-        if blocked := [n for n in recipes if not available(BY_NAME[n], target)]:
+        if blocked := [n for n in recipes if not available(BY_NAME[n], brief)]:
             raise ValueError(f"--recipes: {', '.join(blocked)} need --draft-model")
     if args.gpus < 2:
         recipes = tuple(n for n in recipes if not BY_NAME[n].pair)
         if not recipes:
             raise ValueError("a prefill/decode pair needs at least 2 GPUs")
-    recipes = _startable(recipes, target, asked=bool(args.recipes))
-    return Problem(tuple(entries), target, args.gpus, args.scale, args.seed,
+    recipes = _startable(recipes, brief, asked=bool(args.recipes))
+    return Problem(tuple(entries), brief, args.gpus, args.scale, args.seed,
                    dict(PLAN_SETTINGS), args.price_per_gpu_hour, args.objective, recipes,
                    args.attainment)
 
 
-def _startable(recipes: tuple[str, ...], target: Target, asked: bool) -> tuple[str, ...]:
+def _startable(recipes: tuple[str, ...], brief: Brief, asked: bool) -> tuple[str, ...]:
     """The recipes whose engines would start; one that would not is an error when asked for,
     else left out with a line on stderr."""
-    reasons = {name: why_not(BY_NAME[name], target) for name in recipes}
+    reasons = {name: why_not(BY_NAME[name], brief) for name in recipes}
     kept = tuple(name for name, why in reasons.items() if why is None)
     if not kept:
         raise ValueError(f"no recipe can run: {reasons[recipes[0]]}; try --max-context or a "

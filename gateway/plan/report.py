@@ -93,7 +93,7 @@ def _change(new: float, old: float) -> str:
 
 def fleet_yaml(best: Result, problem: Problem, source: str, evaluations: int) -> str:
     """The fleet file of ``best``, with a header of where it came from and what it predicts."""
-    t, s = problem.target, best.score
+    t, s = problem.brief, best.score
     slo = ", ".join(f"{k} {v:g} s" for k, v in (("TTFT", t.ttft_s), ("TPOT", t.tpot_s))
                     if v is not None) or "none"
     header = [

@@ -40,9 +40,9 @@ from gateway.plan.space import (
     BY_NAME,
     POLICY_STEPS,
     RECIPES,
+    Brief,
     Candidate,
     Part,
-    Target,
     candidate,
     fleet_document,
     policy_matters,
@@ -67,12 +67,12 @@ HEADROOM_LEADERS = 4
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """What to plan for: the trace, the fleet's target (model, accelerator, engine, SLO), the
+    """What to plan for: the trace, the brief (model, accelerator, engine, SLO), the
     GPUs, the load scale, the seed, the gateway's settings (as ``Settings`` keywords), the
     price of a GPU-hour and the objective (:data:`gateway.plan.score.OBJECTIVES`)."""
 
     entries: tuple[TraceEntry, ...]
-    target: Target
+    brief: Brief
     gpus: int
     scale: float = 1.0
     seed: int = 0
@@ -85,7 +85,7 @@ class Problem:
 
     @property
     def bounds(self) -> Bounds:
-        return Bounds(self.target.ttft_s, self.target.tpot_s)
+        return Bounds(self.brief.ttft_s, self.brief.tpot_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ class Result:
 def run_candidate(problem: Problem, c: Candidate, share: float) -> Result:
     """Replay ``c`` on the first ``share`` of the trace (a worker process's job)."""
     started = time.process_time()
-    fleet = parse_fleet(fleet_document(c, problem.target))
+    fleet = parse_fleet(fleet_document(c, problem.brief))
     entries = problem.entries[:max(1, math.ceil(share * len(problem.entries)))]
     ev = evaluate(fleet, entries, settings=Settings(**problem.settings), seed=problem.seed,
                   scale=problem.scale)

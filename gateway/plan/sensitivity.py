@@ -37,8 +37,8 @@ def sensitivity(problem: Problem, executor: Executor, top: Sequence[Result],
     """``top`` (the plan first) replayed under each perturbation."""
     jobs = []
     for what, flops, bandwidth in PERTURBATIONS:
-        slower = replace(problem, target=replace(problem.target, flops_scale=flops,
-                                                 bandwidth_scale=bandwidth))
+        slower = replace(problem, brief=replace(problem.brief, flops_scale=flops,
+                                                bandwidth_scale=bandwidth))
         for r in top:
             jobs.append((what, executor.submit(replay, slower, r.candidate, 1.0)))
     shifts = []

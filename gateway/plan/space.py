@@ -178,7 +178,7 @@ def policy_matters(c: Candidate, name: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class Brief:
     """What every pool serves and runs on: the model and accelerator (catalogue names,
     :mod:`config.builtin_facts`), the engine, the SLO bounds [s], the engines' context
     [tokens] (None: the model's), the EAGLE draft model and its per-draft acceptance α (the
@@ -207,43 +207,43 @@ class Target:
                 "mem_bandwidth": spec.mem_bandwidth * self.bandwidth_scale}
 
 
-def available(recipe: Recipe, target: Target) -> bool:
-    """Whether ``recipe`` can run for ``target``: a draft-model method needs a draft model."""
+def available(recipe: Recipe, brief: Brief) -> bool:
+    """Whether ``recipe`` can run for ``brief``: a draft-model method needs a draft model."""
     spec = recipe.levers.get("speculative")
     return not (isinstance(spec, Mapping) and spec.get("method") != "ngram"
-                and target.draft_model is None)
+                and brief.draft_model is None)
 
 
-def why_not(recipe: Recipe, target: Target) -> str | None:
-    """Why an engine of ``recipe`` would not start for ``target`` (its fleet file refused, its
+def why_not(recipe: Recipe, brief: Brief) -> str | None:
+    """Why an engine of ``recipe`` would not start for ``brief`` (its fleet file refused, its
     KV cache shorter than the context, a host tier no larger than the device's), or None."""
     c = candidate(Part(recipe.name, 1, 1 if recipe.pair else 0))
     try:
-        for pool in parse_fleet(fleet_document(c, target)).pools:
+        for pool in parse_fleet(fleet_document(c, brief)).pools:
             engine_config(pool)
     except (FleetConfigError, ValueError) as exc:
         return str(exc)
     return None
 
 
-def fleet_document(c: Candidate, target: Target) -> dict[str, Any]:
+def fleet_document(c: Candidate, brief: Brief) -> dict[str, Any]:
     """``c`` as a fleet file (a mapping ``config.fleet.parse_fleet`` takes): one pool per
     recipe (a pair: ``NAME-prefill`` and ``NAME-decode``), endpoints on consecutive local
     ports, the SLO under ``slos``."""
     pools: list[dict[str, Any]] = []
-    port = target.first_port
+    port = brief.first_port
     for part in c.parts:
         recipe = BY_NAME[part.recipe]
         if recipe.pair:
             prefill, decode = f"{recipe.name}-prefill", f"{recipe.name}-decode"
-            pools.append(_pool(prefill, recipe.levers, part.replicas, port, target,
+            pools.append(_pool(prefill, recipe.levers, part.replicas, port, brief,
                                role="prefill", pair=decode))
             port += part.replicas
-            pools.append(_pool(decode, recipe.decode_levers, part.decode, port, target,
+            pools.append(_pool(decode, recipe.decode_levers, part.decode, port, brief,
                                role="decode"))
             port += part.decode
         else:
-            pools.append(_pool(recipe.name, recipe.levers, part.replicas, port, target))
+            pools.append(_pool(recipe.name, recipe.levers, part.replicas, port, brief))
             port += part.replicas
     doc: dict[str, Any] = {"pools": pools}
     routing: dict[str, Any] = {}
@@ -253,25 +253,25 @@ def fleet_document(c: Candidate, target: Target) -> dict[str, Any]:
         routing["scheduler"] = {"filters": ["healthy"], "scorers": {}, "picker": c.picker}
     if routing:
         doc["routing"] = routing
-    bounds = {k: v for k, v in (("ttft_s", target.ttft_s), ("tpot_s", target.tpot_s))
+    bounds = {k: v for k, v in (("ttft_s", brief.ttft_s), ("tpot_s", brief.tpot_s))
               if v is not None}
     if bounds:
-        doc["slos"] = {target.model: bounds}
+        doc["slos"] = {brief.model: bounds}
     return doc
 
 
-def _pool(name: str, levers: Mapping[str, Any], replicas: int, port: int, target: Target,
+def _pool(name: str, levers: Mapping[str, Any], replicas: int, port: int, brief: Brief,
           **role: str) -> dict[str, Any]:
-    model: Any = target.model
-    if target.max_context is not None:
-        model = {"name": target.model, "max_context": target.max_context}
-    pool = {"name": name, "engine": target.engine, "models": [target.model], **role,
+    model: Any = brief.model
+    if brief.max_context is not None:
+        model = {"name": brief.model, "max_context": brief.max_context}
+    pool = {"name": name, "engine": brief.engine, "models": [brief.model], **role,
             "endpoints": [f"http://127.0.0.1:{port + i}" for i in range(replicas)],
-            "levers": _plain(levers), "model": model, "hardware": target.hardware()}
+            "levers": _plain(levers), "model": model, "hardware": brief.hardware()}
     spec = pool["levers"].get("speculative")
     if isinstance(spec, dict) and spec.get("method") != "ngram":
-        spec["draft_model"] = target.draft_model
-        pool["simulator"] = {"acceptance_rate": target.acceptance}
+        spec["draft_model"] = brief.draft_model
+        pool["simulator"] = {"acceptance_rate": brief.acceptance}
     return pool
 
 

@@ -28,13 +28,13 @@ from gateway.render.blueprint import (
 from gateway.render.compose import ENV_EXAMPLE, render_compose
 from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
 
-Target = Callable[[Blueprint, Assets, Path], Rendered]
-TARGETS: Mapping[str, Target] = MappingProxyType({
+Renderer = Callable[[Blueprint, Assets, Path], Rendered]
+TARGETS: Mapping[str, Renderer] = MappingProxyType({
     "compose": lambda blueprint, assets, out: render_compose(
         blueprint, assets, os.path.relpath(assets.root, out.resolve())),
     "k8s": lambda blueprint, assets, out: render_kubernetes(blueprint, assets),
 })  # fmt: skip
-"""Target name → its renderer (the output folder gives compose its build context)."""
+"""Target name (compose, k8s) → its renderer (the output folder gives compose its build context)."""
 
 HELP = MappingProxyType({
     "compose": "compose.yaml for one GPU host: ridge replicas, Redis, engines, Prometheus, "

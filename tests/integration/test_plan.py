@@ -12,14 +12,14 @@ import pytest
 from config.fleet import load_fleet, parse_fleet
 from gateway.cli.main import main
 from gateway.plan.evaluate import Evaluation, evaluate
-from gateway.plan.space import Part, Target, candidate, fleet_document
+from gateway.plan.space import Brief, Part, candidate, fleet_document
 from gateway.plan.trace import TraceEntry, load_trace
 from gateway.settings import Settings
 from tests.fakes.harness import closed_port_url, quick_settings, running_ridge
 
 TRACES = Path(__file__).resolve().parents[2] / "bench" / "ridge_bench" / "traces"
 TRACE = TRACES / "conversations.jsonl"
-TARGET = Target("llama-3-8b", "nvidia-l4", ttft_s=1.0, tpot_s=0.08)
+BRIEF = Brief("llama-3-8b", "nvidia-l4", ttft_s=1.0, tpot_s=0.08)
 SETTINGS = Settings(auth="off", log_level="warning")
 
 
@@ -29,7 +29,7 @@ def _entries(n: int) -> list[TraceEntry]:
 
 def test_a_replay_is_deterministic_and_coalescing_changes_no_request() -> None:
     fleet = parse_fleet(fleet_document(candidate(Part("general", 1), Part("chunk-512", 1)),
-                                       TARGET))
+                                       BRIEF))
     entries = _entries(40)
     a = evaluate(fleet, entries, settings=SETTINGS, seed=3)
     assert evaluate(fleet, entries, settings=SETTINGS, seed=3) == a
@@ -42,7 +42,7 @@ def test_a_replay_is_deterministic_and_coalescing_changes_no_request() -> None:
 
 
 def test_load_scaled_up_is_served_worse() -> None:
-    fleet = parse_fleet(fleet_document(candidate(Part("general", 1)), TARGET))
+    fleet = parse_fleet(fleet_document(candidate(Part("general", 1)), BRIEF))
     entries = _entries(60)
     calm = evaluate(fleet, entries, settings=SETTINGS)
     busy = evaluate(fleet, entries, settings=SETTINGS, scale=8.0)
@@ -84,7 +84,7 @@ def test_ridge_plan_writes_a_fleet_file_serve_and_render_take(
 
 async def test_a_gateway_serving_a_planned_fleet_exports_its_drift(tmp_path: Path) -> None:
     """The plan the gateway compares with is the fleet file's (after a reload, the new one)."""
-    doc = fleet_document(candidate(Part("general", 1)), TARGET)
+    doc = fleet_document(candidate(Part("general", 1)), BRIEF)
     doc["pools"][0]["endpoints"] = [closed_port_url()]
     planned = parse_fleet({**doc, "plan": {"source": "t.jsonl",
                                            "pools": {"general": {"share": 1.0}}}})

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.plan.executors import LOCAL, RayExecutor, local_executor
 from gateway.plan.search import Problem, Search
-from gateway.plan.space import Target
+from gateway.plan.space import Brief
 from gateway.plan.trace import load_trace
 
 pytestmark = pytest.mark.skipif(not os.environ.get("TEST_ON_RAY"),
@@ -27,7 +27,7 @@ TRACE = Path(__file__).resolve().parents[2] / "bench" / "ridge_bench" / "traces"
 
 def test_a_plan_on_ray_is_the_plan_on_local_processes() -> None:
     pytest.importorskip("ray")
-    problem = Problem(tuple(load_trace(TRACE)[:12]), Target("llama-3-8b", "nvidia-l4", ttft_s=1.0),
+    problem = Problem(tuple(load_trace(TRACE)[:12]), Brief("llama-3-8b", "nvidia-l4", ttft_s=1.0),
                       gpus=2, settings={"auth": "off", "log_level": "warning"},
                       recipes=("general", "chunk-512"))
     with RayExecutor(LOCAL) as ray:

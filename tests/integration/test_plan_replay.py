@@ -17,7 +17,7 @@ import aiohttp
 from backends.sim import start_fleet
 from config.fleet import parse_fleet
 from gateway.plan.evaluate import evaluate, request_body
-from gateway.plan.space import Part, Target, candidate, fleet_document
+from gateway.plan.space import Brief, Part, candidate, fleet_document
 from gateway.plan.trace import BlockTexts, TraceEntry, load_trace
 from gateway.settings import Settings
 from tests.fakes.harness import free_ports, running_ridge
@@ -26,13 +26,13 @@ TRACE = Path(__file__).resolve().parents[2] / "bench" / "ridge_bench" / "traces"
     "conversations.jsonl"
 REQUESTS = 30
 SEED = 4
-TARGET = Target("llama-3-8b", "nvidia-l4", ttft_s=1.0, tpot_s=0.08)
+BRIEF = Brief("llama-3-8b", "nvidia-l4", ttft_s=1.0, tpot_s=0.08)
 Row = tuple[str, float, float]
 """One request: the pool ridge chose, TTFT and TPOT [s]."""
 
 
 def _fleet_doc(*parts: Part) -> dict[str, Any]:
-    doc = fleet_document(candidate(*parts), TARGET)
+    doc = fleet_document(candidate(*parts), BRIEF)
     ports = iter(free_ports(sum(p.gpus for p in parts)))
     for pool in doc["pools"]:
         pool["endpoints"] = [f"http://127.0.0.1:{next(ports)}" for _ in pool["endpoints"]]

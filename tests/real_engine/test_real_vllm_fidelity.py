@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from config.fleet import load_fleet
-from ridge_bench.fidelity.benchmark import FLEET, plan_for, simulated, spec_and_plain, verdict
+from ridge_bench.fidelity.benchmark import FLEET, setup_for, simulated, spec_and_plain, verdict
 from ridge_bench.fidelity.cases import Side, measure
 from ridge_bench.fidelity.doc import markdown
 from tests.real_engine.conftest import MODEL, Engines
@@ -48,9 +48,9 @@ async def test_the_simulator_keeps_the_lever_effects_and_the_token_counts(
     demo = load_fleet(str(FLEET))
     assert [p.levers for p in spec_and_plain(demo)] == \
         [p.levers for p in spec_and_plain(engines.fleet)], "the demo fleet's levers drifted"
-    plan = plan_for(demo, REPEATS, **REDUCED)
-    real = await measure(plan, Side("real", engines.plain.url, engines.spec.url, MODEL))
-    sim = await simulated(demo, plan)
+    setup = setup_for(demo, REPEATS, **REDUCED)
+    real = await measure(setup, Side("real", engines.plain.url, engines.spec.url, MODEL))
+    sim = await simulated(demo, setup)
     print("\n" + markdown(real, sim, {"repeats": REPEATS, "tokens": REDUCED},
                            timed_factor=TIMED_FACTOR))
     assert verdict(real, sim, timed_factor=TIMED_FACTOR) == []

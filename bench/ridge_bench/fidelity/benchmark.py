@@ -33,7 +33,7 @@ from backends.sim import start_fleet
 from config.fleet import Fleet, FleetConfigError, load_fleet
 from config.pools import Pool
 from gateway.cli.demo_ports import endpoint_urls, free_engine_ports
-from ridge_bench.fidelity.cases import Plan, Results, Side, measure
+from ridge_bench.fidelity.cases import FidelitySetup, Results, Side, measure
 from ridge_bench.fidelity.client import FidelityError
 from ridge_bench.fidelity.doc import markdown, write_doc
 from ridge_bench.fidelity.report import TOLERANCE, lever_rows, token_mismatches
@@ -67,29 +67,29 @@ def side_of(name: str, fleet: Fleet) -> Side:
     return Side(name, plain.endpoint_urls()[0], spec.endpoint_urls()[0], plain.models[0])
 
 
-def plan_for(fleet: Fleet, repeats: int, **knobs: Any) -> Plan:
-    """A plan whose draft positions are the spec pool's K."""
+def setup_for(fleet: Fleet, repeats: int, **knobs: Any) -> FidelitySetup:
+    """A setup whose draft positions are the spec pool's K."""
     spec = spec_and_plain(fleet)[0].levers.speculative
     assert spec is not None
-    return Plan(repeats=repeats, spec_k=spec.num_draft_tokens, **knobs)
+    return FidelitySetup(repeats=repeats, spec_k=spec.num_draft_tokens, **knobs)
 
 
-async def simulated(fleet: Fleet, plan: Plan) -> Results:
+async def simulated(fleet: Fleet, setup: FidelitySetup) -> Results:
     """The requests against the fleet simulated in this process (speed 1, seed 0)."""
     moved = on_free_ports(fleet)
     running = await start_fleet(moved, speed=1.0, seed=0)
     try:
-        return await measure(plan, side_of("simulated", moved))
+        return await measure(setup, side_of("simulated", moved))
     finally:
         await running.stop()
 
 
-async def real(fleet: Fleet, plan: Plan, log_dir: Path) -> Results:
+async def real(fleet: Fleet, setup: FidelitySetup, log_dir: Path) -> Results:
     """The requests against real vLLM engines started for the fleet's pools."""
     moved = on_free_ports(fleet)
     running = await start_real_fleet(moved, log_dir, startup_timeout_s=ENGINE_START_S)
     try:
-        return await measure(plan, side_of("real", moved))
+        return await measure(setup, side_of("real", moved))
     finally:
         await running.stop()
 
@@ -104,16 +104,16 @@ def verdict(real_side: Results, sim_side: Results, tolerance: float = TOLERANCE,
     return levers + token_mismatches(real_side, sim_side)
 
 
-def meta(fleet_path: Path, plan: Plan, started: str, seconds: float) -> dict[str, Any]:
+def meta(fleet_path: Path, setup: FidelitySetup, started: str, seconds: float) -> dict[str, Any]:
     """The run's facts (no paths of this machine)."""
     try:
         fleet = str(fleet_path.resolve().relative_to(ROOT))
     except ValueError:
         fleet = fleet_path.name
     return {"date": started, "ridge": ridge_version(ROOT), "machine": machine(),
-            "fleet": fleet, "repeats": plan.repeats,
-            "tokens": f"decode {plan.decode_tokens}, copy {plan.copy_tokens}, "
-                      f"chat {plan.chat_tokens}", "run": f"{seconds:.0f} s"}
+            "fleet": fleet, "repeats": setup.repeats,
+            "tokens": f"decode {setup.decode_tokens}, copy {setup.copy_tokens}, "
+                      f"chat {setup.chat_tokens}", "run": f"{seconds:.0f} s"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -128,12 +128,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-async def both(fleet: Fleet, plan: Plan) -> tuple[Results, Results]:
+async def both(fleet: Fleet, setup: FidelitySetup) -> tuple[Results, Results]:
     """Simulated side, then real side (engine logs in a temporary folder, kept on failure)."""
-    sim_side = await simulated(fleet, plan)
+    sim_side = await simulated(fleet, setup)
     logs = Path(tempfile.mkdtemp(prefix="fidelity-engines-"))
     print(f"simulated side measured; starting the real engines (logs in {logs})", flush=True)
-    return await real(fleet, plan, logs), sim_side
+    return await real(fleet, setup, logs), sim_side
 
 
 def _bounded(run: Callable[[], Coroutine[Any, Any, tuple[Results, Results]]],
@@ -146,18 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     started, clock = now(), time.monotonic()
     try:
         fleet = load_fleet(str(args.fleet))
-        plan = plan_for(fleet, args.repeats)
-        real_side, sim_side = _bounded(lambda: both(fleet, plan), args.max_seconds)
+        setup = setup_for(fleet, args.repeats)
+        real_side, sim_side = _bounded(lambda: both(fleet, setup), args.max_seconds)
     except (FleetConfigError, RealFleetError, FidelityError, aiohttp.ClientError, OSError,
             TimeoutError, ValueError) as exc:  # ValueError: the simulator refuses a pool
         print(f"ridge bench fidelity: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    facts = meta(args.fleet, plan, started, time.monotonic() - clock)
+    facts = meta(args.fleet, setup, started, time.monotonic() - clock)
     text = markdown(real_side, sim_side, facts)
     print(text)
     if not args.no_doc:
         write_doc(args.doc, text)
-        raw = {"meta": facts, "plan": asdict(plan), "real": real_side, "simulated": sim_side}
+        raw = {"meta": facts, "plan": asdict(setup), "real": real_side, "simulated": sim_side}
         args.json.write_text(json.dumps(raw, indent=1) + "\n")
     failures = verdict(real_side, sim_side)
     for line in failures:

@@ -29,7 +29,7 @@ Results = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Plan:
+class FidelitySetup:
     """What to measure: repeats, token counts [tokens], concurrency levels, timeouts [s]."""
 
     repeats: int = 3
@@ -68,12 +68,12 @@ def _tokens(out: Results, case: str, *runs: Timed) -> None:
         _add(out, case, "prompt_tokens", run.prompt_tokens)
 
 
-async def ttft_cases(s: aiohttp.ClientSession, side: Side, plan: Plan, r: int,
+async def ttft_cases(s: aiohttp.ClientSession, side: Side, setup: FidelitySetup, r: int,
                      out: Results) -> None:
     """``short``, ``long`` and ``prefix`` for repeat ``r``."""
     short = await stream_chat(s, side.plain, body(side, prompts.user(prompts.SHORT_QUESTION), 4))
-    long = await stream_chat(s, side.plain, body(side, prompts.long_prompt(plan.tag, r), 4))
-    system = prompts.library_prompt(plan.tag, r)
+    long = await stream_chat(s, side.plain, body(side, prompts.long_prompt(setup.tag, r), 4))
+    system = prompts.library_prompt(setup.tag, r)
     cold, cached = [await stream_chat(s, side.plain,
                                       body(side, prompts.shared_prefix(system, q), 4))
                     for q in prompts.PREFIX_QUESTIONS]
@@ -86,14 +86,15 @@ async def ttft_cases(s: aiohttp.ClientSession, side: Side, plan: Plan, r: int,
     _tokens(out, "prefix", cold, cached)
 
 
-async def decode_cases(s: aiohttp.ClientSession, side: Side, plan: Plan, out: Results) -> None:
+async def decode_cases(s: aiohttp.ClientSession, side: Side, setup: FidelitySetup,
+                       out: Results) -> None:
     """``decode`` and every ``concurrent`` level, once."""
-    one = await stream_chat(s, side.plain, body(side, prompts.story(0), plan.decode_tokens))
+    one = await stream_chat(s, side.plain, body(side, prompts.story(0), setup.decode_tokens))
     _add(out, "decode", "tokens_per_s", one.decode_tokens_per_s)
     _tokens(out, "decode", one)
-    for n in plan.concurrency:
+    for n in setup.concurrency:
         runs = await asyncio.gather(*(stream_chat(s, side.plain, body(side, prompts.story(i),
-                                                                      plan.decode_tokens))
+                                                                      setup.decode_tokens))
                                       for i in range(n)))
         case = f"concurrent_{n}"
         _add(out, case, "ttft_s", sorted(r.ttft_s for r in runs))
@@ -101,7 +102,7 @@ async def decode_cases(s: aiohttp.ClientSession, side: Side, plan: Plan, out: Re
         _tokens(out, case, *runs)
 
 
-async def lever_case(s: aiohttp.ClientSession, side: Side, plan: Plan, case: str,
+async def lever_case(s: aiohttp.ClientSession, side: Side, setup: FidelitySetup, case: str,
                      messages: prompts.Messages, max_tokens: int, out: Results) -> None:
     """One task on plain then on spec; the spec engine's counters around the spec run."""
     request = body(side, messages, max_tokens)
@@ -115,7 +116,7 @@ async def lever_case(s: aiohttp.ClientSession, side: Side, plan: Plan, case: str
     _add(out, case, "drafts", after.get(DRAFTS, 0.0) - before.get(DRAFTS, 0.0))
     _add(out, case, "accepted_per_position", [
         after.get(ACCEPTED_AT.format(i), 0.0) - before.get(ACCEPTED_AT.format(i), 0.0)
-        for i in range(plan.spec_k)])
+        for i in range(setup.spec_k)])
     _tokens(out, case, plain, spec)
 
 
@@ -141,24 +142,24 @@ async def error_cases(s: aiohttp.ClientSession, side: Side) -> dict[str, dict[st
     return out
 
 
-async def measure(plan: Plan, side: Side) -> Results:
+async def measure(setup: FidelitySetup, side: Side) -> Results:
     """Every case of the module docstring against ``side``; raw figures, per repeat."""
     out: Results = {}
-    limit = max((*plan.concurrency, 1))
-    timeout = aiohttp.ClientTimeout(total=plan.timeout_s)
+    limit = max((*setup.concurrency, 1))
+    timeout = aiohttp.ClientTimeout(total=setup.timeout_s)
     # a new connection per request: an engine closing an idle keep-alive connection just as a
     # request goes out (uvicorn, after 5 s) must not fail the run
     connector = aiohttp.TCPConnector(limit=limit, force_close=True)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as s:
         await stream_chat(s, side.plain, body(side, prompts.user("Hello."), 2))  # warm-up
         await stream_chat(s, side.spec, body(side, prompts.user("Hello."), 2))
-        for r in range(plan.repeats):
-            await ttft_cases(s, side, plan, r, out)
-            await decode_cases(s, side, plan, out)
-            await lever_case(s, side, plan, "copy", prompts.user(prompts.COPY_PROMPT),
-                             plan.copy_tokens, out)
-            await lever_case(s, side, plan, "chat", prompts.user(prompts.CHAT_QUESTION),
-                             plan.chat_tokens, out)
-        if plan.errors:
+        for r in range(setup.repeats):
+            await ttft_cases(s, side, setup, r, out)
+            await decode_cases(s, side, setup, out)
+            await lever_case(s, side, setup, "copy", prompts.user(prompts.COPY_PROMPT),
+                             setup.copy_tokens, out)
+            await lever_case(s, side, setup, "chat", prompts.user(prompts.CHAT_QUESTION),
+                             setup.chat_tokens, out)
+        if setup.errors:
             out["errors"] = await error_cases(s, side)
     return out

@@ -40,7 +40,7 @@ ENDPOINT_HEADER = "x-ridge-endpoint"
 
 
 @dataclass(frozen=True)
-class Target:
+class Destination:
     """Where to send: the gateway's base URL and the model name."""
 
     base_url: str
@@ -71,7 +71,7 @@ class RunData:
     client_cpu_s: float = 0.0
 
 
-def request_body(target: Target, pending: Pending) -> dict[str, Any]:
+def request_body(target: Destination, pending: Pending) -> dict[str, Any]:
     """The JSON body of one turn (module doc)."""
     key = pending.session.conversation.key
     body: dict[str, Any] = {
@@ -141,7 +141,7 @@ def _usage_int(usage: Mapping[str, Any], *path: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
-async def send_one(session: aiohttp.ClientSession, target: Target, pending: Pending,
+async def send_one(session: aiohttp.ClientSession, target: Destination, pending: Pending,
                    arrival: Arrival, start: float, reader: StreamReader
                    ) -> tuple[RequestResult, str | None]:
     """Send one turn and read its stream into ``reader``; the result and the reply (None when
@@ -187,7 +187,7 @@ def _finished(reader: StreamReader, sent: float, ended: float,
 class _Run:
     """One run's moving parts: the dispatcher, the tasks in flight, the counts."""
 
-    def __init__(self, workload: Workload, target: Target, session: aiohttp.ClientSession,
+    def __init__(self, workload: Workload, target: Destination, session: aiohttp.ClientSession,
                  clock: Callable[[], float]) -> None:
         self.workload, self.target, self.session, self.clock = workload, target, session, clock
         self.dispatcher = Dispatcher(workload.sources)
@@ -269,7 +269,7 @@ async def _tick(run: _Run, progress: Progress) -> None:
         await asyncio.sleep(0.25)
 
 
-async def run_workload(workload: Workload, target: Target, bounds: Bounds,
+async def run_workload(workload: Workload, target: Destination, bounds: Bounds,
                        stop: asyncio.Event | None = None, progress: Progress | None = None,
                        clock: Callable[[], float] = time.perf_counter) -> RunData:
     """Run ``workload`` against ``target`` within ``bounds`` (module doc)."""

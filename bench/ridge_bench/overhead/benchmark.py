@@ -57,7 +57,7 @@ def body(model: str, stream: bool) -> bytes:
 
 
 @dataclass(frozen=True)
-class Plan:
+class OverheadSetup:
     """One benchmark run, as the command line describes it. Times in seconds."""
 
     targets: tuple[Gateway, ...]
@@ -155,7 +155,7 @@ class Meter:
 class Bench:
     """Everything a run holds while it runs."""
 
-    plan: Plan
+    setup: OverheadSetup
     launch: Launch
     workdir: Path
     upstream: Child
@@ -169,26 +169,26 @@ class Bench:
 
 async def measure_wrk(bench: Bench, meter: Meter, url: str, scenario: str,
                       window: Window) -> None:
-    plan = bench.plan
-    connections = plan.concurrency[1] if scenario == "json256" else plan.concurrency[0]
+    setup = bench.setup
+    connections = setup.concurrency[1] if scenario == "json256" else setup.concurrency[0]
     script = bench.scripts["stream" if scenario == "burst32" else "json"]
-    await wrk.run(url, script, connections, plan.warmup_s, cpus=plan.client_cpus)
+    await wrk.run(url, script, connections, setup.warmup_s, cpus=setup.client_cpus)
     meter.begin()
-    result = await wrk.run(url, script, connections, plan.seconds, cpus=plan.client_cpus)
+    result = await wrk.run(url, script, connections, setup.seconds, cpus=setup.client_cpus)
     meter.end(window)
     window.ok, window.errors = result.ok, result.errors
     window.error_kinds = {"non-200": result.non200, "socket": result.socket_errors}
     window.p50_ms, window.p99_ms = result.p50_ms, result.p99_ms
-    window.events = result.ok * (plan.chunks + 2) if scenario == "burst32" else 0
+    window.events = result.ok * (setup.chunks + 2) if scenario == "burst32" else 0
 
 
 async def measure_paced(bench: Bench, meter: Meter, url: str, window: Window) -> None:
-    plan = bench.plan
+    setup = bench.setup
     paced = body(PACED_MODEL, stream=True)
-    n = plan.stream_concurrency
-    await stream_client.run_streams(url, paced, plan.chunks, n, min(plan.warmup_s, 0.5))
+    n = setup.stream_concurrency
+    await stream_client.run_streams(url, paced, setup.chunks, n, min(setup.warmup_s, 0.5))
     meter.begin()
-    result = await stream_client.run_streams(url, paced, plan.chunks, n, plan.paced_seconds)
+    result = await stream_client.run_streams(url, paced, setup.chunks, n, setup.paced_seconds)
     meter.end(window)
     _stream_figures(window, result)
 
@@ -211,7 +211,7 @@ async def run_target(bench: Bench, target: Gateway, round_no: int) -> list[Windo
         workdir = bench.workdir / f"round{round_no}-{target.key}"
         workdir.mkdir(parents=True, exist_ok=True)
         child = await gateways.start(target, bench.launch, bench.urls, workdir,
-                                     bench.plan.gateway_cpus, START_TIMEOUT_S)
+                                     bench.setup.gateway_cpus, START_TIMEOUT_S)
         url = child.url
     try:
         return [await _scenario(bench, child, url + "/v1/chat/completions", target, round_no, s)
@@ -248,9 +248,9 @@ def rotated(targets: Sequence[Gateway], round_no: int) -> list[Gateway]:
 
 
 async def run_rounds(bench: Bench, save: Path) -> None:
-    for round_no in range(bench.plan.rounds):
-        for target in rotated(bench.plan.targets, round_no):
-            print(f"round {round_no + 1}/{bench.plan.rounds}: {target.label}", flush=True)
+    for round_no in range(bench.setup.rounds):
+        for target in rotated(bench.setup.targets, round_no):
+            print(f"round {round_no + 1}/{bench.setup.rounds}: {target.label}", flush=True)
             try:
                 bench.windows += await run_target(bench, target, round_no)
             except RuntimeError as exc:
@@ -289,7 +289,7 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 def results(bench: Bench) -> dict[str, Any]:
     """What ``results.json`` holds: the run's facts, every window, and the summary."""
-    facts = overhead_doc.meta(bench.plan, bench.launch, bench.notes, bench.command,
+    facts = overhead_doc.meta(bench.setup, bench.launch, bench.notes, bench.command,
                               bench.started)
     return {"meta": facts,
             "windows": [{**asdict(w), **w.figures()} for w in bench.windows],
@@ -323,7 +323,7 @@ def cores() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, str]:
                                        f"on core {usable[1]}"
 
 
-async def execute(plan: Plan, launch: Launch, out: Path, notes: Sequence[str] = (),
+async def execute(setup: OverheadSetup, launch: Launch, out: Path, notes: Sequence[str] = (),
                   command: str = "") -> dict[str, Any]:
     """The whole run (module doc); returns what ``results.json`` holds."""
     workdir = out / "logs"
@@ -331,9 +331,9 @@ async def execute(plan: Plan, launch: Launch, out: Path, notes: Sequence[str] = 
     scripts = {"json": workdir / "json.lua", "stream": workdir / "stream.lua"}
     scripts["json"].write_text(wrk.script(body(MODEL, stream=False)))
     scripts["stream"].write_text(wrk.script(body(MODEL, stream=True)))
-    upstream, urls = await start_upstream(workdir, plan.endpoints, plan.chunks, 30.0,
-                                          plan.client_cpus)
-    bench = Bench(plan, launch, workdir, upstream, urls, scripts, command, notes=list(notes))
+    upstream, urls = await start_upstream(workdir, setup.endpoints, setup.chunks, 30.0,
+                                          setup.client_cpus)
+    bench = Bench(setup, launch, workdir, upstream, urls, scripts, command, notes=list(notes))
     try:
         await run_rounds(bench, out / "results.json")
     finally:
@@ -369,8 +369,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def plan_from(args: argparse.Namespace, notes: list[str]) -> tuple[Plan, Launch]:
-    """The plan and launch set-up; appends to ``notes`` what was left out and why."""
+def setup_from(args: argparse.Namespace, notes: list[str]) -> tuple[OverheadSetup, Launch]:
+    """The run's setup and launch; appends to ``notes`` what was left out and why."""
     keys = [k for k in args.gateways.split(",") if k]
     unknown = [k for k in keys if k not in gateways.BY_KEY]
     if unknown or args.rounds < 1 or args.seconds <= 0 or args.paced_seconds <= 0:
@@ -384,10 +384,10 @@ def plan_from(args: argparse.Namespace, notes: list[str]) -> tuple[Plan, Launch]
             keys = [k for k in keys if gateways.BY_KEY[k].kind != "sglang"]
     gw_cpus, client_cpus, pinning = cores()
     notes.append(pinning)
-    plan = Plan((DIRECT, *(gateways.BY_KEY[k] for k in keys)), rounds=args.rounds,
-                seconds=args.seconds, paced_seconds=args.paced_seconds,
-                gateway_cpus=gw_cpus, client_cpus=client_cpus)
-    return plan, Launch(args.ridge_src.resolve() if args.ridge_src else None, sglang)
+    setup = OverheadSetup((DIRECT, *(gateways.BY_KEY[k] for k in keys)), rounds=args.rounds,
+                          seconds=args.seconds, paced_seconds=args.paced_seconds,
+                          gateway_cpus=gw_cpus, client_cpus=client_cpus)
+    return setup, Launch(args.ridge_src.resolve() if args.ridge_src else None, sglang)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -405,14 +405,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     notes: list[str] = []
     try:
-        plan, launch = plan_from(args, notes)
+        setup, launch = setup_from(args, notes)
     except ValueError as exc:
         print(f"ridge bench overhead: {exc}", file=sys.stderr)
         return 2
-    if plan.client_cpus is not None:
-        os.sched_setaffinity(0, set(plan.client_cpus))
+    if setup.client_cpus is not None:
+        os.sched_setaffinity(0, set(setup.client_cpus))
     out = args.out.resolve()
-    data = _run(plan, launch, out, notes, portable_command(argv))
+    data = _run(setup, launch, out, notes, portable_command(argv))
     if args.doc is not None:
         overhead_doc.write(args.doc, data, args.section, args.title)
         kept = args.doc.with_name(f"{args.doc.stem}-{args.section}.json")
@@ -421,12 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if data["summary"] else 1
 
 
-def _run(plan: Plan, launch: Launch, out: Path, notes: list[str],
+def _run(setup: OverheadSetup, launch: Launch, out: Path, notes: list[str],
          command: str) -> dict[str, Any]:
     holder: dict[str, Any] = {}
 
     async def go() -> None:
-        holder.update(await execute(plan, launch, out, notes, command))
+        holder.update(await execute(setup, launch, out, notes, command))
 
     with contextlib.suppress(KeyboardInterrupt):
         run_loop(go())

@@ -25,7 +25,7 @@ from ridge_bench.harness.procs import ROOT
 
 if TYPE_CHECKING:
     from ridge_bench.harness.gateways import Launch
-    from ridge_bench.overhead.benchmark import Plan
+    from ridge_bench.overhead.benchmark import OverheadSetup
 
 PACKAGES = ("aiohttp", "fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pydantic")
 ORDER = ("sglang-rr", "sglang-ca", "aiohttp", "fastapi", "ridge", "direct")
@@ -100,7 +100,7 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def meta(plan: Plan, launch: Launch, notes: Sequence[str], command: str,
+def meta(setup: OverheadSetup, launch: Launch, notes: Sequence[str], command: str,
          started: str) -> dict[str, Any]:
     """The run's facts for ``results.json`` and the doc (no paths of this machine)."""
     return {
@@ -111,12 +111,12 @@ def meta(plan: Plan, launch: Launch, notes: Sequence[str], command: str,
         "machine": machine(),
         "software": f"Python {platform.python_version()}; {_versions(PACKAGES)}; "
                     f"{_wrk_version()}",
-        "targets": {g.key: g.label for g in plan.targets},
-        "plan": {"rounds": plan.rounds, "seconds": plan.seconds,
-                 "paced_seconds": plan.paced_seconds, "warmup_s": plan.warmup_s,
-                 "concurrency": list(plan.concurrency),
-                 "stream_concurrency": plan.stream_concurrency, "chunks": plan.chunks,
-                 "endpoints": plan.endpoints},
+        "targets": {g.key: g.label for g in setup.targets},
+        "plan": {"rounds": setup.rounds, "seconds": setup.seconds,
+                 "paced_seconds": setup.paced_seconds, "warmup_s": setup.warmup_s,
+                 "concurrency": list(setup.concurrency),
+                 "stream_concurrency": setup.stream_concurrency, "chunks": setup.chunks,
+                 "endpoints": setup.endpoints},
         "notes": list(notes),
     }
 
@@ -205,19 +205,19 @@ def stream_table(data: Mapping[str, Any]) -> list[str]:
 def markdown(data: Mapping[str, Any], title: str | None = None) -> str:
     """The generated block: facts, the headline table and the two detail tables."""
     m = data["meta"]
-    plan = m["plan"]
+    setup = m["plan"]
     lines = [f"### {title or 'ridge at ' + m['ridge']}", "",
              f"Run {m['date']}; ridge {m['ridge']}, run from {m['ridge_from']}.", "",
              f"Command: `{m['command']}`", "",
              f"- Machine: {m['machine']}", f"- Software: {m['software']}",
-             f"- {plan['rounds']} round(s), medians; wrk windows {plan['seconds']:g} s and paced "
-             f"windows {plan['paced_seconds']:g} s, each after a warm-up; "
-             f"{plan['endpoints']} stand-in endpoints; {plan['chunks']} content chunks per "
+             f"- {setup['rounds']} round(s), medians; wrk windows {setup['seconds']:g} s and paced "
+             f"windows {setup['paced_seconds']:g} s, each after a warm-up; "
+             f"{setup['endpoints']} stand-in endpoints; {setup['chunks']} content chunks per "
              "stream (+ usage chunk + `[DONE]` = the events CPU per chunk divides by)",
              *(f"- {note}" for note in m["notes"]), "",
              *summary_table(data), "", "Non-streamed (wrk):", "", *nonstream_table(data), "",
              "Streamed (back-to-back: wrk, 32 connections; paced: Python client, "
-             f"{plan['stream_concurrency']} concurrent streams):", "", *stream_table(data)]
+             f"{setup['stream_concurrency']} concurrent streams):", "", *stream_table(data)]
     return "\n".join(lines)
 
 

@@ -40,7 +40,7 @@ WARMUP_S = 1.0
 
 
 @dataclass(frozen=True)
-class Plan:
+class ScalingSetup:
     """One scaling run. Times in seconds."""
 
     workers: tuple[int, ...] = (1, 2)
@@ -52,7 +52,7 @@ class Plan:
 
 
 @dataclass
-class Window:
+class ScalingWindow:
     """One measured window: ``workers`` workers in round ``round``."""
 
     round: int
@@ -80,31 +80,31 @@ def target(workers: int) -> Gateway:
     return Gateway(f"ridge-w{workers}", f"ridge, --workers {workers}", "ridge", workers=workers)
 
 
-async def measure(plan: Plan, urls: Sequence[str], script: Path, workdir: Path,
-                  workers: int, round_no: int) -> Window:
+async def measure(setup: ScalingSetup, urls: Sequence[str], script: Path, workdir: Path,
+                  workers: int, round_no: int) -> ScalingWindow:
     """Start ridge with ``workers`` workers, run the window, stop it."""
     where = workdir / f"round{round_no}-w{workers}"
     where.mkdir(parents=True, exist_ok=True)
     child = await gateways.start(target(workers), Launch(), urls, where, None, START_TIMEOUT_S)
     try:
         url = child.url + "/v1/chat/completions"
-        await wrk.run(url, script, plan.connections, WARMUP_S, threads=plan.wrk_threads)
-        return await _window(plan, child, url, script, workers, round_no)
+        await wrk.run(url, script, setup.connections, WARMUP_S, threads=setup.wrk_threads)
+        return await _window(setup, child, url, script, workers, round_no)
     finally:
         await child.stop()
 
 
-async def _window(plan: Plan, child: Child, url: str, script: Path, workers: int,
-                  round_no: int) -> Window:
+async def _window(setup: ScalingSetup, child: Child, url: str, script: Path, workers: int,
+                  round_no: int) -> ScalingWindow:
     loop = asyncio.get_running_loop()
     cpu0, busy0, t0 = child.cpu_seconds(), machine_busy_seconds(), loop.time()
-    result = await wrk.run(url, script, plan.connections, plan.seconds,
-                           threads=plan.wrk_threads)
+    result = await wrk.run(url, script, setup.connections, setup.seconds,
+                           threads=setup.wrk_threads)
     cpu1, busy1, t1 = child.cpu_seconds(), machine_busy_seconds(), loop.time()
-    window = Window(round_no, workers, result.ok, result.errors, t1 - t0,
-                    None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                    None if busy0 is None or busy1 is None else busy1 - busy0,
-                    result.p50_ms, result.p99_ms)
+    window = ScalingWindow(round_no, workers, result.ok, result.errors, t1 - t0,
+                           None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+                           None if busy0 is None or busy1 is None else busy1 - busy0,
+                           result.p50_ms, result.p99_ms)
     f = window.figures()
     print(f"  round {round_no + 1} workers {workers}: req/s {f['rps']:.0f} cpu µs/req "
           f"{f['cpu_us'] or 0:.0f} gateway cores {f['gateway_cores'] or 0:.2f} "
@@ -117,10 +117,10 @@ def rotated(values: Sequence[int], round_no: int) -> list[int]:
     return [*values[k:], *values[:k]]
 
 
-def summary(windows: Sequence[Window]) -> dict[int, dict[str, Any]]:
+def summary(windows: Sequence[ScalingWindow]) -> dict[int, dict[str, Any]]:
     """workers → the median of each figure over rounds, summed errors, and the speed-up and
     CPU scaling against the smallest worker count measured (module doc)."""
-    by: dict[int, list[Window]] = {}
+    by: dict[int, list[ScalingWindow]] = {}
     for w in windows:
         by.setdefault(w.workers, []).append(w)
     out: dict[int, dict[str, Any]] = {}
@@ -181,23 +181,23 @@ def write_doc(doc: Path, data: Mapping[str, Any]) -> None:
     write_block(doc, overhead_doc.begin(SECTION), overhead_doc.end(SECTION), markdown(data))
 
 
-async def execute(plan: Plan, out: Path, command: str) -> dict[str, Any]:
+async def execute(setup: ScalingSetup, out: Path, command: str) -> dict[str, Any]:
     workdir = out / "scaling-logs"
     workdir.mkdir(parents=True, exist_ok=True)
     script = workdir / "json.lua"
     script.write_text(wrk.script(body(MODEL, stream=False)))
     started = overhead_doc.now()
-    upstream, urls = await start_upstream(workdir, plan.endpoints, 20, 30.0, None)
-    windows: list[Window] = []
+    upstream, urls = await start_upstream(workdir, setup.endpoints, 20, 30.0, None)
+    windows: list[ScalingWindow] = []
     try:
-        for round_no in range(plan.rounds):
-            print(f"round {round_no + 1}/{plan.rounds}", flush=True)
-            for n in rotated(plan.workers, round_no):
-                windows.append(await measure(plan, urls, script, workdir, n, round_no))
+        for round_no in range(setup.rounds):
+            print(f"round {round_no + 1}/{setup.rounds}", flush=True)
+            for n in rotated(setup.workers, round_no):
+                windows.append(await measure(setup, urls, script, workdir, n, round_no))
     finally:
         await upstream.stop()
     meta = {"ridge": overhead_doc.ridge_version(ROOT), "started": started,
-            "command": command, "machine": overhead_doc.machine(), **asdict(plan)}
+            "command": command, "machine": overhead_doc.machine(), **asdict(setup)}
     return {"meta": meta, "windows": [asdict(w) | w.figures() for w in windows],
             "summary": summary(windows)}
 
@@ -232,9 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not workers or min(workers) < 1 or args.rounds < 1 or args.seconds <= 0:
         print("ridge bench scaling: bad --workers, --rounds or --seconds", file=sys.stderr)
         return 2
-    plan = Plan(workers, args.rounds, args.seconds, args.connections, args.wrk_threads)
+    setup = ScalingSetup(workers, args.rounds, args.seconds, args.connections, args.wrk_threads)
     command = " ".join(["python -m ridge_bench.overhead.scaling", *argv])
-    data = asyncio.run(execute(plan, args.out.resolve(), command))
+    data = asyncio.run(execute(setup, args.out.resolve(), command))
     if args.doc is not None:
         write_doc(args.doc, data)
         kept = args.doc.with_name(f"{args.doc.stem}-{SECTION}.json")

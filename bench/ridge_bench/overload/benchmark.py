@@ -32,7 +32,7 @@ from backends.engines.scrape import MetricsParseError, parse_samples
 from config.fleet import Fleet, load_fleet
 from ridge_bench.compare.benchmark import START_TIMEOUT_S, CpuMeter, start_sim
 from ridge_bench.harness import engines, fleets
-from ridge_bench.harness.driver import Bounds, Target, run_workload
+from ridge_bench.harness.driver import Bounds, Destination, run_workload
 from ridge_bench.harness.goodput import RequestResult, Slo, percentile, summarise
 from ridge_bench.harness.procs import ROOT, Child, child_env, free_port, start_ridge
 from ridge_bench.harness.workloads import CHAT, ChatSource, LoadStep, Workload
@@ -45,7 +45,7 @@ WAITED = "wait_expired"
 
 
 @dataclass(frozen=True)
-class Plan:
+class OverloadSetup:
     """What to run (module docstring); token ranges are inclusive, times seconds."""
 
     fleet: Path = FLEET
@@ -83,11 +83,11 @@ class Run:
     cpu: dict[str, Any] = field(default_factory=dict)
 
 
-def workload(plan: Plan, rate: float) -> Workload:
+def workload(setup: OverloadSetup, rate: float) -> Workload:
     """Unique long prompts at ``rate`` requests/s for the run's duration."""
-    source = ChatSource(plan.seed, plan.prompt_tokens, plan.max_tokens)
-    return Workload("overload", plan.seed, {CHAT: source}, {CHAT: 1.0},
-                    (LoadStep(rate, plan.duration_s),))
+    source = ChatSource(setup.seed, setup.prompt_tokens, setup.max_tokens)
+    return Workload("overload", setup.seed, {CHAT: source}, {CHAT: 1.0},
+                    (LoadStep(rate, setup.duration_s),))
 
 
 def fleet_slo(raw: dict[str, Any], speed: float) -> Slo:
@@ -96,10 +96,10 @@ def fleet_slo(raw: dict[str, Any], speed: float) -> Slo:
     return Slo(slo["ttft_s"] / speed, slo["tpot_s"] / speed, slo["e2e_s"] / speed)
 
 
-def render(plan: Plan, path: Path) -> Slo:
+def render(setup: OverloadSetup, path: Path) -> Slo:
     """Write the fleet on free ports (its SLOs scaled to wall-clock time) to ``path``."""
-    raw = fleets.with_ports(yaml.safe_load(plan.fleet.read_text()), free_port)
-    slo = fleet_slo(raw, plan.speed)
+    raw = fleets.with_ports(yaml.safe_load(setup.fleet.read_text()), free_port)
+    slo = fleet_slo(raw, setup.speed)
     raw["slos"]["*"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return slo
@@ -154,13 +154,13 @@ async def refusals_by_reason(url: str) -> dict[str, float]:
     return out
 
 
-async def run_once(plan: Plan, label: str, rate: float, admission: bool) -> Run:
+async def run_once(setup: OverloadSetup, label: str, rate: float, admission: bool) -> Run:
     """One run on a fresh simulator and ridge (module docstring)."""
-    workdir = plan.out / label
+    workdir = setup.out / label
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "fleet.yaml"
-    slo = render(plan, config)
-    sim = await start_sim(workdir, config, plan.speed, plan.seed)
+    slo = render(setup, config)
+    sim = await start_sim(workdir, config, setup.speed, setup.seed)
     ridge: Child | None = None
     watch = Watch(load_fleet(config))
     try:
@@ -170,8 +170,8 @@ async def run_once(plan: Plan, label: str, rate: float, admission: bool) -> Run:
         meter = CpuMeter({"sim": sim, "ridge": ridge})
         meter.begin()
         watcher = asyncio.create_task(watch.run(asyncio.get_running_loop().time))
-        data = await run_workload(workload(plan, rate), Target(ridge.url, MODEL),
-                                  Bounds(10**6, plan.duration_s, plan.drain_s))
+        data = await run_workload(workload(setup, rate), Destination(ridge.url, MODEL),
+                                  Bounds(10**6, setup.duration_s, setup.drain_s))
         watcher.cancel()
         cpu = meter.end()
         reasons = await refusals_by_reason(ridge.url)
@@ -191,12 +191,12 @@ def within_slo(run: Run, slo: Slo) -> bool:
         and run.ttft_p99 <= slo.ttft_s
 
 
-async def find_capacity(plan: Plan, slo: Slo) -> tuple[list[Run], Run | None]:
+async def find_capacity(setup: OverloadSetup, slo: Slo) -> tuple[list[Run], Run | None]:
     """The capacity runs, admission off, and the last one within the SLO (None: none was)."""
     runs: list[Run] = []
     best: Run | None = None
-    for rate in sorted(plan.rates):
-        run = await run_once(plan, f"capacity-{rate:g}", rate, admission=False)
+    for rate in sorted(setup.rates):
+        run = await run_once(setup, f"capacity-{rate:g}", rate, admission=False)
         print(line(run, best), flush=True)
         runs.append(run)
         if not within_slo(run, slo):
@@ -205,13 +205,13 @@ async def find_capacity(plan: Plan, slo: Slo) -> tuple[list[Run], Run | None]:
     return runs, best
 
 
-async def overload(plan: Plan, capacity: Run) -> list[Run]:
+async def overload(setup: OverloadSetup, capacity: Run) -> list[Run]:
     """``factor`` × the capacity, admission off then on."""
-    rate = plan.factor * capacity.rate
+    rate = setup.factor * capacity.rate
     runs = []
     for admission in (False, True):
         label = f"overload-{'on' if admission else 'off'}"
-        run = await run_once(plan, label, rate, admission)
+        run = await run_once(setup, label, rate, admission)
         print(line(run, capacity), flush=True)
         runs.append(run)
     return runs
@@ -245,14 +245,14 @@ def table(runs: Sequence[Run], capacity: Run | None) -> str:
     return "\n".join([HEADER, *(line(r, capacity) for r in runs)])
 
 
-async def execute(plan: Plan) -> tuple[list[Run], Run | None]:
-    """Every run of the plan; the capacity run (None when no rate was within the SLO)."""
-    plan.out.mkdir(parents=True, exist_ok=True)
-    slo = fleet_slo(yaml.safe_load(plan.fleet.read_text()), plan.speed)
+async def execute(setup: OverloadSetup) -> tuple[list[Run], Run | None]:
+    """Every run of the setup; the capacity run (None when no rate was within the SLO)."""
+    setup.out.mkdir(parents=True, exist_ok=True)
+    slo = fleet_slo(yaml.safe_load(setup.fleet.read_text()), setup.speed)
     print(HEADER, flush=True)
-    runs, capacity = await find_capacity(plan, slo)
+    runs, capacity = await find_capacity(setup, slo)
     if capacity is not None:
-        runs += await overload(plan, capacity)
+        runs += await overload(setup, capacity)
     return runs, capacity
 
 
@@ -278,29 +278,30 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def plan_of(args: argparse.Namespace) -> Plan:
+def setup_of(args: argparse.Namespace) -> OverloadSetup:
     rates = tuple(float(r) for r in args.rates.split(",") if r)
     if not rates or min(rates) <= 0 or args.factor <= 0 or args.duration <= 0 \
             or args.speed <= 0:
         raise ValueError("rates, --factor, --duration and --speed must be positive")
-    return Plan(Path(args.fleet), rates, args.factor, args.duration, args.drain, args.speed,
-                args.seed, _pair(args.prompt_tokens), _pair(args.max_tokens), Path(args.out))
+    return OverloadSetup(Path(args.fleet), rates, args.factor, args.duration, args.drain,
+                         args.speed, args.seed, _pair(args.prompt_tokens),
+                         _pair(args.max_tokens), Path(args.out))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        plan = plan_of(args)
+        setup = setup_of(args)
     except ValueError as exc:
         print(f"ridge bench overload: {exc}", file=sys.stderr)
         return 2
-    runs, capacity = asyncio.run(execute(plan))
+    runs, capacity = asyncio.run(execute(setup))
     print("\n" + table(runs, capacity))
     if capacity is None:
         print("no rate was within the SLO: lower --rates", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"plan": {k: str(v) for k, v in asdict(plan).items()},
+            {"plan": {k: str(v) for k, v in asdict(setup).items()},
              "capacity": capacity.label if capacity else None,
              "runs": [asdict(r) for r in runs]}, indent=1) + "\n")
     return 0 if capacity is not None else 1

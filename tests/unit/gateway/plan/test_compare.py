@@ -21,7 +21,7 @@ from gateway.plan.compare import (
 from gateway.plan.plots import cost_against_ttft, goodput_against_gpus
 from gateway.plan.score import Score
 from gateway.plan.search import Problem, Result
-from gateway.plan.space import ROUND_ROBIN, Candidate, Part, Target, candidate
+from gateway.plan.space import ROUND_ROBIN, Brief, Candidate, Part, candidate
 from tests.unit.gateway.plan.test_search import Inline
 
 PLANNED = candidate(Part("fp8-kv", 2), Part("chunk-512", 2))
@@ -53,7 +53,7 @@ def test_the_contenders_on_g_gpus() -> None:
 
 
 def test_the_fewest_gpus_holding_the_slo_at_each_load() -> None:
-    problem = Problem((), Target("llama-3-8b", "nvidia-l4"), gpus=4)
+    problem = Problem((), Brief("llama-3-8b", "nvidia-l4"), gpus=4)
     points = sweep(problem, Inline(), PLANNED, UNIFORM_BEST, (1, 2, 3, 4), (1.0, 2.0),
                    replay=replay)
     fewest = fewest_gpus(points, attainment=0.99)
@@ -72,7 +72,7 @@ def test_the_fewest_gpus_holding_the_slo_at_each_load() -> None:
 
 def test_the_plots_are_pngs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    problem = Problem((), Target("llama-3-8b", "nvidia-l4"), gpus=4)
+    problem = Problem((), Brief("llama-3-8b", "nvidia-l4"), gpus=4)
     points = sweep(problem, Inline(), PLANNED, UNIFORM_BEST, (2, 4), (1.0,), replay=replay)
     results = [p.result for p in points]
     for path in (cost_against_ttft(results, tmp_path / "a.png"),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from gateway.plan.report import headroom
 from gateway.plan.search import Problem
-from gateway.plan.space import Part, Target, candidate
+from gateway.plan.space import Brief, Part, candidate
 
 
 def test_the_tied_leaders_are_listed_by_the_fewest_gpus_they_hold_on() -> None:
-    problem = Problem((), Target("llama-3-8b", "nvidia-l4"), gpus=4)
+    problem = Problem((), Brief("llama-3-8b", "nvidia-l4"), gpus=4)
     mix, fp8, one = (candidate(Part("chunk-512", 1), Part("fp8-kv", 3)),
                      candidate(Part("fp8-kv", 4)), candidate(Part("general", 4)))
     assert headroom({mix: 4, fp8: 3, one: 1}, problem) == [

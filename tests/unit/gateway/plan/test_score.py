@@ -9,10 +9,10 @@ import pytest
 from config.fleet import parse_fleet
 from gateway.plan.evaluate import Evaluation, PoolCounters, Served
 from gateway.plan.score import percentile, score
-from gateway.plan.space import Part, Target, candidate, fleet_document
+from gateway.plan.space import Brief, Part, candidate, fleet_document
 from routing.formulas import Bounds
 
-L4 = Target("llama-3-8b", "nvidia-l4")  # 121 TFLOP/s, 300 GB/s
+L4 = Brief("llama-3-8b", "nvidia-l4")  # 121 TFLOP/s, 300 GB/s
 
 
 def _served(i: int, ttft: float | None, tpot: float | None, pool: str = "general",

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.plan.score import Score
 from gateway.plan.search import Problem, Result, Search
-from gateway.plan.space import Candidate, Part, Target, candidate
+from gateway.plan.space import Brief, Candidate, Part, candidate
 from gateway.plan.trace import TraceEntry
 
 PER_GPU = {"general": (1.0, 8), "fp8-kv": (1.5, 3), "spec-ngram-2": (1.2, 5)}
@@ -46,7 +46,7 @@ class Inline(Executor):
 
 def _problem(requests: int, recipes: tuple[str, ...]) -> Problem:
     entries = tuple(TraceEntry(float(i), 100, 10, ()) for i in range(requests))
-    return Problem(entries, Target("llama-3-8b", "nvidia-l4"), gpus=8, recipes=recipes)
+    return Problem(entries, Brief("llama-3-8b", "nvidia-l4"), gpus=8, recipes=recipes)
 
 
 RECIPES = ("general", "fp8-kv", "spec-ngram-2", "chunk-512", "pd")
@@ -96,7 +96,7 @@ def tied(problem: Problem, c: Candidate, share: float) -> Result:
 def test_a_tie_goes_to_the_fleet_that_holds_the_slo_on_the_fewest_gpus() -> None:
     executor = Inline()
     problem = Problem(tuple(TraceEntry(float(i), 100, 10, ()) for i in range(50)),
-                      Target("llama-3-8b", "nvidia-l4"), gpus=4, recipes=("general", "fp8-kv"))
+                      Brief("llama-3-8b", "nvidia-l4"), gpus=4, recipes=("general", "fp8-kv"))
     search = Search(problem, executor, replay=tied, rounds=0)
     results = search.run()
     assert results[0].candidate == candidate(Part("fp8-kv", 4))

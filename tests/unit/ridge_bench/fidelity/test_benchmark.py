@@ -9,7 +9,7 @@ from ridge_bench.fidelity.benchmark import (
     FLEET,
     meta,
     on_free_ports,
-    plan_for,
+    setup_for,
     spec_and_plain,
     verdict,
 )
@@ -20,7 +20,7 @@ def test_the_real_demo_fleet_has_a_spec_and_a_plain_pool() -> None:
     fleet = load_fleet(str(FLEET))
     spec, plain = spec_and_plain(fleet)
     assert (spec.name, plain.name) == ("spec", "plain")
-    assert plan_for(fleet, 2).spec_k == 4
+    assert setup_for(fleet, 2).spec_k == 4
     moved = on_free_ports(fleet)
     assert [p.endpoint_urls() for p in moved.pools] != [p.endpoint_urls() for p in fleet.pools]
 
@@ -40,6 +40,6 @@ def test_the_verdict_names_what_fails() -> None:
 
 
 def test_the_run_facts_name_the_fleet_relative_to_the_checkout() -> None:
-    facts = meta(FLEET, plan_for(load_fleet(str(FLEET)), 3), "today", 12.3)
+    facts = meta(FLEET, setup_for(load_fleet(str(FLEET)), 3), "today", 12.3)
     assert facts["fleet"] == "gateway/demo/demo-real-fleet.yaml"
     assert (facts["repeats"], facts["run"]) == (3, "12 s")

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from backends.sim import start_fleet
 from config.fleet import load_fleet
-from ridge_bench.fidelity.benchmark import FLEET, on_free_ports, plan_for, side_of
+from ridge_bench.fidelity.benchmark import FLEET, on_free_ports, setup_for, side_of
 from ridge_bench.fidelity.cases import measure
 
 
 async def test_every_case_is_measured_and_every_prompt_counted() -> None:
     fleet = on_free_ports(load_fleet(str(FLEET)))
-    plan = plan_for(fleet, 1, decode_tokens=6, copy_tokens=12, chat_tokens=6,
-                    concurrency=(2,), tag="t")
+    setup = setup_for(fleet, 1, decode_tokens=6, copy_tokens=12, chat_tokens=6,
+                      concurrency=(2,), tag="t")
     running = await start_fleet(fleet, speed=50.0)
     try:
-        out = await measure(plan, side_of("simulated", fleet))
+        out = await measure(setup, side_of("simulated", fleet))
     finally:
         await running.stop()
     assert sorted(out) == ["chat", "concurrent_2", "copy", "decode", "errors", "long", "prefix",

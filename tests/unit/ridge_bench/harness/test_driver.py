@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from ridge_bench.harness.driver import Bounds, StreamReader, Target, request_body, run_workload
+from ridge_bench.harness.driver import Bounds, Destination, StreamReader, request_body, run_workload
 from ridge_bench.harness.turns import Dispatcher
 from ridge_bench.harness.workloads import Conversation, LoadStep, Turn, Workload
 
@@ -107,18 +107,19 @@ def test_stream_reader_reports_an_error_event() -> None:
 def test_request_body_streams_with_usage_a_fixed_seed_and_exact_length() -> None:
     d = Dispatcher({"agent": TwoTurns()})
     pending = d.take("agent")
-    body = request_body(Target("http://x", "m"), pending)
+    body = request_body(Destination("http://x", "m"), pending)
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 3 and body["ignore_eos"] is True and body["model"] == "m"
-    again = request_body(Target("http://x", "m"), Dispatcher({"agent": TwoTurns()}).take("agent"))
+    turns = Dispatcher({"agent": TwoTurns()})
+    again = request_body(Destination("http://x", "m"), turns.take("agent"))
     assert again["seed"] == body["seed"]
-    assert "ignore_eos" not in request_body(Target("http://x", "m", ignore_eos=False), pending)
+    assert "ignore_eos" not in request_body(Destination("http://x", "m", ignore_eos=False), pending)
 
 
 async def test_a_run_sends_turns_with_history_and_measures_them(
         engine: tuple[FakeEngine, str]) -> None:
     fake, url = engine
-    data = await run_workload(_workload(), Target(url, "m"), Bounds(8, 5.0, 5.0))
+    data = await run_workload(_workload(), Destination(url, "m"), Bounds(8, 5.0, 5.0))
     assert len(data.results) == 8 and all(r.ok for r in data.results)
     assert not data.interrupted and 0 < data.window_s <= 5.0
     r = data.results[0]
@@ -140,7 +141,7 @@ async def test_http_errors_are_counted_and_end_the_conversation(
         engine: tuple[FakeEngine, str]) -> None:
     fake, url = engine
     fake.status = 503
-    data = await run_workload(_workload(), Target(url, "m"), Bounds(4, 5.0, 5.0))
+    data = await run_workload(_workload(), Destination(url, "m"), Bounds(4, 5.0, 5.0))
     assert [r.error for r in data.results] == ["HTTP 503"] * 4
     assert all(r.e2e_s is not None and r.e2e_s >= 0 for r in data.results)  # refusal latency
     assert all(len(b["messages"]) == 2 for b in fake.bodies)  # no second turn ever
@@ -158,7 +159,7 @@ async def test_requests_still_running_after_the_drain_are_cancelled(
             return Conversation(f"h{index}", self.kind, (), (Turn("hang", 2),))
 
     wl = Workload("h", 0, {"agent": Hangs()}, {"agent": 1.0}, (LoadStep(500.0, 5.0),))
-    data = await run_workload(wl, Target(url, "m"), Bounds(3, 5.0, 0.2))
+    data = await run_workload(wl, Destination(url, "m"), Bounds(3, 5.0, 0.2))
     assert [r.error for r in data.results] == ["unfinished"] * 3
     assert all(r.route.pool == "radix" for r in data.results)  # headers had arrived
     for _ in range(100):  # the server sees the closed connections soon after
@@ -172,13 +173,13 @@ async def test_a_stop_before_the_start_sends_nothing(engine: tuple[FakeEngine, s
     fake, url = engine
     stop = asyncio.Event()
     stop.set()
-    data = await run_workload(_workload(rate=1.0), Target(url, "m"), Bounds(5, 60.0, 5.0),
+    data = await run_workload(_workload(rate=1.0), Destination(url, "m"), Bounds(5, 60.0, 5.0),
                               stop=stop)
     assert data.interrupted and data.results == [] and fake.bodies == []
 
 
 async def test_the_duration_bound_ends_the_window(engine: tuple[FakeEngine, str]) -> None:
     _, url = engine
-    data = await run_workload(_workload(rate=1e-6, duration_s=0.3), Target(url, "m"),
+    data = await run_workload(_workload(rate=1e-6, duration_s=0.3), Destination(url, "m"),
                               Bounds(5, 0.3, 1.0))
     assert data.results == [] and data.window_s == pytest.approx(0.3)

@@ -13,9 +13,9 @@ from ridge_bench.overhead.benchmark import (
     body,
     parser,
     percentile,
-    plan_from,
     portable_command,
     rotated,
+    setup_from,
     summary,
 )
 
@@ -77,8 +77,8 @@ def test_the_shown_command_has_no_paths_of_this_machine() -> None:
 def test_plan_without_the_sglang_router(tmp_path: object) -> None:
     notes: list[str] = []
     args = parser().parse_args(["--gateways", "ridge,aiohttp", "--rounds", "2"])
-    plan, launch = plan_from(args, notes)
-    assert [g.key for g in plan.targets] == ["direct", "ridge", "aiohttp"]
-    assert plan.rounds == 2 and launch.sglang_python is None and len(notes) == 1
+    setup, launch = setup_from(args, notes)
+    assert [g.key for g in setup.targets] == ["direct", "ridge", "aiohttp"]
+    assert setup.rounds == 2 and launch.sglang_python is None and len(notes) == 1
     with pytest.raises(ValueError, match="unknown"):
-        plan_from(parser().parse_args(["--gateways", "nginx"]), [])
+        setup_from(parser().parse_args(["--gateways", "nginx"]), [])

@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from ridge_bench.overhead.scaling import Window, markdown, rotated, summary, target, write_doc
+from ridge_bench.overhead.scaling import (
+    ScalingWindow,
+    markdown,
+    rotated,
+    summary,
+    target,
+    write_doc,
+)
 
 
 def test_target_passes_the_worker_count() -> None:
@@ -13,10 +20,10 @@ def test_target_passes_the_worker_count() -> None:
 
 def test_summary_takes_medians_and_derives_speedup_and_cpu_scaling() -> None:
     windows = [  # 1 worker: 1,000 req/s at 250 µs; 2 workers: 1,500 req/s at 300 µs
-        Window(0, 1, ok=1000, wall_s=1.0, gateway_cpu_s=0.25),
-        Window(1, 1, ok=1200, wall_s=1.0, gateway_cpu_s=0.30),  # 250 µs again
-        Window(2, 1, ok=900, wall_s=1.0, gateway_cpu_s=0.25, errors=1),
-        Window(0, 2, ok=1500, wall_s=1.0, gateway_cpu_s=0.45),
+        ScalingWindow(0, 1, ok=1000, wall_s=1.0, gateway_cpu_s=0.25),
+        ScalingWindow(1, 1, ok=1200, wall_s=1.0, gateway_cpu_s=0.30),  # 250 µs again
+        ScalingWindow(2, 1, ok=900, wall_s=1.0, gateway_cpu_s=0.25, errors=1),
+        ScalingWindow(0, 2, ok=1500, wall_s=1.0, gateway_cpu_s=0.45),
     ]
     out = summary(windows)
     assert out[1]["rps"] == 1000 and out[1]["errors"] == 1 and out[1]["rounds"] == 3
@@ -27,7 +34,7 @@ def test_summary_takes_medians_and_derives_speedup_and_cpu_scaling() -> None:
 
 
 def test_a_missing_cpu_reading_gives_no_scaling() -> None:
-    out = summary([Window(0, 1, ok=10, wall_s=1.0), Window(0, 2, ok=20, wall_s=1.0)])
+    out = summary([ScalingWindow(0, 1, ok=10, wall_s=1.0), ScalingWindow(0, 2, ok=20, wall_s=1.0)])
     assert out[2]["cpu_scaling"] is None and out[2]["speedup"] == pytest.approx(2.0)
 
 
@@ -36,8 +43,8 @@ def test_rounds_rotate() -> None:
 
 
 def _data() -> dict[str, object]:
-    windows = [Window(0, 1, ok=1000, wall_s=1.0, gateway_cpu_s=0.25),
-               Window(0, 2, ok=1800, wall_s=1.0, gateway_cpu_s=0.5)]
+    windows = [ScalingWindow(0, 1, ok=1000, wall_s=1.0, gateway_cpu_s=0.25),
+               ScalingWindow(0, 2, ok=1800, wall_s=1.0, gateway_cpu_s=0.5)]
     meta = {"ridge": "abc1234", "started": "now",
             "command": "python -m ridge_bench.overhead.scaling",
             "machine": "2 cores", "rounds": 1, "seconds": 6.0, "wrk_threads": 2,

@@ -45,8 +45,8 @@ def test_the_capacity_is_a_run_with_every_request_answered_within_the_slo() -> N
 
 def test_the_fleet_is_rendered_on_free_ports_with_its_slo_in_wall_clock_time(
         tmp_path: Path) -> None:
-    plan = overload.Plan(speed=4.0)
-    slo = overload.render(plan, tmp_path / "fleet.yaml")
+    setup = overload.OverloadSetup(speed=4.0)
+    slo = overload.render(setup, tmp_path / "fleet.yaml")
     assert slo == Slo(0.25, 0.05, 15.0)
     fleet = load_fleet(tmp_path / "fleet.yaml")
     assert len(fleet.pools) == 1 and len(fleet.pools[0].endpoints) == 2
@@ -56,7 +56,7 @@ def test_the_fleet_is_rendered_on_free_ports_with_its_slo_in_wall_clock_time(
 
 
 def test_the_workload_is_unique_long_prompts_at_the_rate() -> None:
-    work = overload.workload(overload.Plan(duration_s=10.0), 3.0)
+    work = overload.workload(overload.OverloadSetup(duration_s=10.0), 3.0)
     arrivals = work.arrivals(1000)
     assert 10 < len(arrivals) < 60 and all(a.at_s < 10.0 for a in arrivals)
     conv = work.sources["chat"].conversation(0)
@@ -66,10 +66,10 @@ def test_the_workload_is_unique_long_prompts_at_the_rate() -> None:
 def test_bad_options_exit_2_through_ridge_bench(capsys: pytest.CaptureFixture[str]) -> None:
     assert command.run(["overload", "--rates", "0"]) == 2
     assert "must be positive" in capsys.readouterr().err
-    plan = overload.plan_of(overload.parser().parse_args(
+    setup = overload.setup_of(overload.parser().parse_args(
         ["--rates", "1,2", "--prompt-tokens", "100-200", "--max-tokens", "50"]))
-    assert plan.rates == (1.0, 2.0) and plan.prompt_tokens == (100, 200)
-    assert plan.max_tokens == (50, 50)
+    assert setup.rates == (1.0, 2.0) and setup.prompt_tokens == (100, 200)
+    assert setup.max_tokens == (50, 50)
 
 
 def test_the_refusals_split_into_at_once_and_after_waiting_and_the_engines_are_averaged(
