@@ -32,7 +32,9 @@ MEMBER: Mapping[ApiPath, bytes] = MappingProxyType({
     ApiPath.TOKENIZE: b'"tokens"', ApiPath.DETOKENIZE: b'"prompt"'})
 """The member every whole 200 answer of an API holds (vLLM's and SGLang's response models)."""
 
-_DONE = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
+_DONE = b"[DONE]"
+_DONE_LINE = (b"data: ", b"data:")
+"""What the line holds before ``[DONE]`` in the last event of a chat stream."""
 _RESPONSE_END = re.compile(rb'"type"\s*:\s*"response\.(?:completed|failed|incomplete)"')
 
 
@@ -52,8 +54,15 @@ def broken_whole(api_path: ApiPath, body: bytes) -> str | None:
 
 def chat_stream_ended(region: bytes) -> bool:
     """Whether ``region`` (whole events of a chat or completions stream) holds its last
-    event, ``data: [DONE]``."""
-    return b"[DONE]" in region and _DONE.search(region) is not None
+    event, ``data: [DONE]`` at the start of a line (found from the end by byte search: a
+    regular expression anchored at line starts would try every byte of the region)."""
+    at = region.rfind(_DONE)
+    while at >= 0:
+        start = region.rfind(b"\n", 0, at) + 1
+        if at - start <= 6 and region[start:at] in _DONE_LINE:
+            return True
+        at = region.rfind(_DONE, 0, at)
+    return False
 
 
 def responses_stream_ended(region: bytes) -> bool:

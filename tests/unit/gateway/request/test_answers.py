@@ -50,6 +50,10 @@ def test_every_api_names_its_member() -> None:
     (b'data: {"choices": [{"delta": {"content": "[DONE]"}}]}\n\n', False),  # generated text
     (b'data: {"choices": [{"delta": {"content": "\\ndata: [DONE]"}}]}\n\n', False),
     (b'data: {"choices": []}\n\n', False),
+    (b'data: {"content": "[DONE]"}\n\ndata: [DONE]\n\n', True),  # the last one found
+    (b'data: [DONE]\n\ndata: {"content": "x [DONE]"}\n\n', True),  # an earlier one
+    (b'event: x\ndata: [DONE]\n\n', True),
+    (b'xdata: [DONE]\n\n', False),
 ])
 def test_a_chat_stream_ends_with_done_outside_any_string(region: bytes, ended: bool) -> None:
     assert chat_stream_ended(region) is ended
