@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?=
-APT_PACKAGES ?= prometheus redis-server curl
+APT_PACKAGES ?= prometheus redis-server curl chromium fonts-dejavu-core
 
 .PHONY: demo test test-fast lint typecheck engines deps native clean-native bench-overhead clean
 

@@ -60,14 +60,14 @@ from gateway.request.dispatch import (
 from gateway.request.proxy import PROXIED_PATHS, BodyLimits, Proxy, send_error
 from gateway.server.errors import GatewayError, error_body, install_error_handlers
 from gateway.server.openapi import openapi_with_engine_routes
-from gateway.server.routes import ridge_version, router
+from gateway.server.routes import PAGE_FILES, ridge_version, router
 from gateway.server.shutdown import Lifecycle
 from gateway.services import Gateway
 from gateway.settings import AdmissionSettings, Settings, StateSettings, UpstreamSettings
 from gateway.state.redis import RedisState, RedisUnavailable
 from gateway.state.shared_memory import WorkerContext, WorkerState
 from gateway.telemetry.access_log import AccessLog
-from gateway.telemetry.fleet_gauges import CircuitGauges
+from gateway.telemetry.fleet_gauges import CapacityGauges, CircuitGauges
 from gateway.telemetry.prometheus import Telemetry
 from gateway.telemetry.slos import slo_policy
 from gateway.telemetry.state_gauges import StateGauges
@@ -152,10 +152,13 @@ def create_app(
     return RidgeApp(api, settings.admin_port, settings.cors_origins)
 
 
-ADMIN_PATHS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc",
+ADMIN_PATHS = frozenset({"/metrics", "/status", "/docs", "/docs/oauth2-redirect", "/redoc",
                          "/openapi.json", "/admin/reload"})
 """The operator's routes: on the admin port when there is one, else behind an admin key
 whenever keys are required."""
+PAGE_PATHS = frozenset(PAGE_FILES)
+"""The live page's files: where the admin routes are, with no key (they hold no data; the page
+asks for an admin key when ``/status`` needs one)."""
 PROBE_PATHS = frozenset({"/health", "/ready"})
 """Routes every listener answers without a key (liveness and readiness probes)."""
 
@@ -213,8 +216,10 @@ class RidgeApp:
         the admin and probe routes exist; an admin route elsewhere exists only without an
         admin listener, and then needs an admin key when keys are required."""
         if self._on_admin_port(scope):
-            return None if path in ADMIN_PATHS or path in PROBE_PATHS else \
-                _not_found(scope["method"], path)
+            return None if path in ADMIN_PATHS or path in PROBE_PATHS or path in PAGE_PATHS \
+                else _not_found(scope["method"], path)
+        if path in PAGE_PATHS:
+            return None if self.admin_port is None else _not_found(scope["method"], path)
         if path not in ADMIN_PATHS:
             return None
         if self.admin_port is not None:
@@ -306,6 +311,7 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
         await build_state(settings, telemetry, bounds, parts.worker, parts.monotonic()))
     telemetry.bind_fleet(fleet, registry.snapshot, state, plan=lambda: gateway.fleet.plan)
     telemetry.metrics_registry.register(CircuitGauges(registry))
+    telemetry.metrics_registry.register(CapacityGauges(lambda: _capacities(gateway)))
     telemetry.metrics_registry.register(StateGauges(bounds.max_prefix_entries, state_sizes(state)))
     if events is not None:
         telemetry.metrics_registry.register(KvEventGauges(events))
@@ -490,6 +496,12 @@ def build_extractor(fleet: Fleet) -> FeatureExtractor:
     config = FeatureConfig(f.block_tokens, f.chars_per_token, f.default_output_tokens)
     tokenizers = fleet_tokenizers(fleet)
     return FeatureExtractor(config, tokenizers, exact=tokenizers)
+
+
+def _capacities(gateway: Gateway) -> list[tuple[str, str, int]]:
+    """Admission control's endpoint capacities on the gateway's request path now."""
+    admission = gateway.proxy.dispatcher.admission
+    return admission.capacities() if admission is not None else []
 
 
 def build_admission(settings: AdmissionSettings, fleet: Fleet,

@@ -16,6 +16,7 @@ from gateway.settings import Settings
 from gateway.state.shared_memory import WorkerContext
 from gateway.telemetry.page import page
 from gateway.telemetry.prometheus import Telemetry
+from gateway.telemetry.status import StatusHistory
 from gateway.workers.merged_metrics import merged_page
 from routing.state.protocol import RouterState
 
@@ -24,7 +25,8 @@ from routing.state.protocol import RouterState
 class Gateway:
     """One running gateway: created in the app's lifespan, stored on ``app.state``.
     ``worker``: its place among ``ridge serve --workers N`` (None: the only process);
-    ``lifecycle``: whether it is draining."""
+    ``lifecycle``: whether it is draining; ``status_history``: the samples ``/status`` counts
+    its window from."""
 
     settings: Settings
     fleet: Fleet
@@ -35,6 +37,7 @@ class Gateway:
     worker: WorkerContext | None = None
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     access: Access | None = None
+    status_history: StatusHistory = field(default_factory=StatusHistory)
 
     def own_metrics(self) -> bytes:
         """This process's Prometheus page (``_created`` series only when the settings ask)."""

@@ -202,6 +202,15 @@ class Admission:
         self._held: dict[str, int] = {}
         """Reservations this gateway placed and has not released, per pool."""
 
+    def capacities(self) -> list[tuple[str, str, int]]:
+        """(pool, endpoint, requests) for every endpoint whose capacity is known now: the
+        requests it holds before admission counts it full (:mod:`routing.admission.capacity`;
+        an endpoint known only by its KV size in tokens has none until it serves)."""
+        limits = self._capacity.limits(self._snapshot())
+        pool_of = self._capacity.pool_of
+        return [(pool_of(url) or "", url, at - limits.allowance)
+                for url, at in sorted(limits.at.items())]
+
     def waiting(self, pool: str) -> int:
         """Requests waiting for ``pool``."""
         queue = self._queues.get(pool)

@@ -542,6 +542,9 @@ def _print_demo_banner(settings: Settings, fleet: Fleet, kind: str = "simulated"
         f'"content": "Hello"}}]}}\'',
         flush=True,
     )
+    where = f"http://{address(settings.host, settings.admin_port)}" \
+        if settings.admin_port is not None else base
+    print(f"watch: {where}/dashboard (the live page of the fleet)", flush=True)
 
 
 if __name__ == "__main__":

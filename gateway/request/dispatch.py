@@ -195,6 +195,11 @@ class Dispatcher:
         self._model_names = model_names
         self._by_load = load_router(router)
 
+    @property
+    def admission(self) -> Admission | None:
+        """Admission control on this request path (None: off)."""
+        return self._admission
+
     async def dispatch(
         self, parsed: ParsedRequest, session_hint: str | None, attempts: Attempts, *,
         key: str | None = None, slo_class: str | None = None,

@@ -133,6 +133,10 @@ class Proxy:
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send,
                        api_path: ApiPath) -> None:
         call = Call(self._clock(), path=api_path.value)

@@ -1,13 +1,15 @@
 """The HTTP API besides what engines answer (which :mod:`gateway.request.proxy` serves on a lean
 path): the model list and one model (the caller's key sees the models it may use: any other
 is OpenAI's 404 ``model_not_found``; a LoRA adapter is listed as a model of its own, its base
-model as ``parent``, as vLLM lists it), ridge's version, health, readiness and metrics (which
-:class:`gateway.app.RidgeApp` guards: admin listener or admin key)."""
+model as ``parent``, as vLLM lists it), ridge's version, health, readiness, metrics, the
+fleet's status and the live page that draws it (which :class:`gateway.app.RidgeApp` places
+and guards: admin listener or admin key; the page's files hold no data and need no key)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import time
+from importlib.resources import files
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.access.keys import ANONYMOUS, Caller, model_refused
 from gateway.server.errors import error_body
 from gateway.services import Gateway, GatewayDep
+from gateway.telemetry.status import sample, status
 
 router = APIRouter()
 
@@ -101,3 +104,39 @@ async def ready(gateway: GatewayDep) -> Response:
 @router.get("/metrics")
 async def metrics(gateway: GatewayDep) -> Response:
     return Response(await gateway.metrics_page(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/status")
+async def fleet_status(gateway: GatewayDep) -> JSONResponse:
+    """The fleet at a glance over the last minute (:mod:`gateway.telemetry.status`)."""
+    old, new = gateway.status_history.add(sample(await gateway.metrics_page(), time.monotonic()))
+    return JSONResponse(status(new, old, gateway.registry.snapshot(), ridge_version()))
+
+
+PAGE_FILES = {"/dashboard": ("index.html", "text/html; charset=utf-8"),
+              "/dashboard/app.js": ("app.js", "text/javascript; charset=utf-8"),
+              "/dashboard/style.css": ("style.css", "text/css; charset=utf-8")}
+"""The live page's files (in the package, beside this module) by path, with their types."""
+_PAGE_HEADERS = {"content-security-policy": "default-src 'self'; img-src 'self' data:",
+                 "x-content-type-options": "nosniff", "cache-control": "no-cache"}
+
+
+def _page_file(path: str) -> Response:
+    name, media = PAGE_FILES[path]
+    body = files("gateway.server").joinpath("dashboard", name).read_bytes()
+    return Response(body, media_type=media, headers=_PAGE_HEADERS)
+
+
+@router.get("/dashboard", include_in_schema=False)
+async def dashboard() -> Response:
+    """The live page of the fleet, drawn from :func:`fleet_status` every 2 s."""
+    return _page_file("/dashboard")
+
+
+@router.get("/dashboard/{name}", include_in_schema=False)
+async def dashboard_file(name: str) -> Response:
+    path = f"/dashboard/{name}"
+    if path not in PAGE_FILES:
+        return JSONResponse(error_body(404, f"Not Found (GET {path})", code="not_found"),
+                            status_code=404)
+    return _page_file(path)

@@ -6,7 +6,8 @@
   normalises them (a figure the engine does not export is left out); per ``model`` the
   workload windows the lever policy reads (:class:`routing.window.WorkloadMeasures`); per
   ``pool`` the in-flight load joined with the snapshot (:func:`routing.load.pool_summary`).
-- :class:`CircuitGauges`: ``ridge_endpoint_circuit_open`` and ``ridge_lever_mismatch``.
+- :class:`CircuitGauges`: ``ridge_endpoint_circuit_open`` and ``ridge_lever_mismatch``;
+  :class:`CapacityGauges`: ``ridge_endpoint_capacity_requests`` (admission control's).
 
 Model names from clients are never labels: only configured models (and ``*``) are exported.
 See docs/telemetry.md#fleet-and-workload-gauges.
@@ -102,6 +103,26 @@ class CircuitGauges(Collector):
                                   1.0 if check.mismatched(lever) else 0.0)
         yield family
         yield levers
+
+
+Capacities = Callable[[], Sequence[tuple[str, str, int]]]
+"""(pool, endpoint, requests) of every endpoint whose capacity admission control knows."""
+
+
+class CapacityGauges(Collector):
+    """``ridge_endpoint_capacity_requests`` {pool, endpoint}: the requests an endpoint holds
+    before admission control counts it full (:meth:`gateway.access.admission.Admission.
+    capacities`); no series where it is not known, or admission control is off."""
+
+    def __init__(self, capacities: Capacities) -> None:
+        self._capacities = capacities
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("ridge_endpoint_capacity_requests", "Requests the endpoint "
+                                   "holds before admission control counts it full", labels=_EP)
+        for pool, url, requests in self._capacities():
+            family.add_metric([pool, url], float(requests))
+        yield family
 
 
 def endpoint_families(pools: Sequence[PoolSnapshot], own: InFlight) -> Iterator[Metric]:

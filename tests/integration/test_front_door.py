@@ -74,8 +74,11 @@ async def test_the_admin_routes_live_on_the_admin_port_only(tmp_path: Path) -> N
     try:
         async with aiohttp.ClientSession() as session:
             expected = [(ridge.url, "/metrics", 404), (ridge.url, "/docs", 404),
+                        (ridge.url, "/status", 404), (ridge.url, "/dashboard", 404),
                         (ridge.url, "/health", 200), (admin, "/metrics", 200),
                         (admin, "/openapi.json", 200), (admin, "/health", 200),
+                        (admin, "/status", 200), (admin, "/dashboard", 200),
+                        (admin, "/dashboard/app.js", 200), (admin, "/dashboard/nope", 404),
                         (admin, "/v1/models", 404)]
             for base, path, status in expected:
                 async with session.get(base + path) as resp:

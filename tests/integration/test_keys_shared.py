@@ -186,14 +186,15 @@ async def test_the_admin_routes_need_an_admin_key(
     user, admin = add_key(redis, "user"), add_key(redis, "operator", "--admin")
     gateway = gateways[0]
     await until_status(session, gateway, admin, 200)
-    for path in ("/metrics", "/openapi.json"):
+    for path in ("/metrics", "/openapi.json", "/status"):
         expected = {None: 401, user: 403, admin: 200}
         for key, status in expected.items():
             headers = {"authorization": f"Bearer {key}"} if key else {}
             async with session.get(gateway.url + path, headers=headers) as resp:
                 assert resp.status == status, (path, key is admin, await resp.text())
-    async with session.get(gateway.url + "/health") as resp:
-        assert resp.status == 200
+    for path in ("/health", "/dashboard", "/dashboard/style.css"):  # the page holds no data
+        async with session.get(gateway.url + path) as resp:
+            assert resp.status == 200, path
 
 
 def test_keys_never_reach_the_gateway_logs(gateways: list[Server]) -> None:

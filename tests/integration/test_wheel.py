@@ -80,6 +80,8 @@ def test_the_wheel_ships_the_product_and_its_demo_fleets_not_the_benchmarks(
     assert not [n for n in names if n.split("/")[0] in ("ridge_bench", "bench")]
     assert {"gateway/cli/main.py", "routing/__init__.py", "backends/__init__.py"} <= set(names)
     assert {"gateway/demo/demo-fleet.yaml", "gateway/demo/demo-real-fleet.yaml"} <= set(names)
+    assert {f"gateway/server/dashboard/{f}" for f in ("index.html", "app.js", "style.css")} \
+        <= set(names)
 
 
 def test_the_compiled_wheel_carries_every_compiled_module_beside_its_source(
@@ -149,6 +151,8 @@ def test_ridge_demo_runs_from_the_installed_wheel(wheel: Path, site: Path,
             models = _models(f"http://127.0.0.1:{port}")
         assert models is not None, f"no answer from ridge demo:\n{log.read_text()[-3000:]}"
         assert model in models
+        for path in ("/dashboard", "/dashboard/app.js", "/dashboard/style.css"):  # its files
+            assert httpx.get(f"http://127.0.0.1:{port}{path}", timeout=10.0).status_code == 200
     finally:
         proc.terminate()
         try:

@@ -357,3 +357,10 @@ def test_with_kv_events_the_blocks_sent_to_an_endpoint_count_for_cache_affinity(
                      exact_endpoints=frozenset({A, B}),
                      sent_blocks=None if sent is None else {home: round(sent * ninth)})
     assert cache_affine(route.features, view, frozenset({home}), plan, 0.5) is affine
+
+
+def test_capacities_are_the_requests_an_engine_holds_before_it_counts_full() -> None:
+    r = rig(metrics=EngineMetrics(running=2.0, waiting=0.0, kv_cache_usage=0.45))
+    assert r.admission.capacities() == [("p", A, 4), ("p", B, 4)]  # ⌊0.9 × 2 ÷ 0.45⌋
+    idle = rig(metrics=EngineMetrics(running=0.0, waiting=0.0, kv_cache_usage=0.0))
+    assert idle.admission.capacities() == []  # nothing running: not known yet

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from backends.registry.breaker import BreakerConfig
 from backends.registry.endpoints import EndpointRegistry
 from backends.registry.status import PollResult
-from gateway.telemetry.fleet_gauges import CircuitGauges, FleetGauges
+from gateway.telemetry.fleet_gauges import CapacityGauges, CircuitGauges, FleetGauges
 from routing.state.memory import MemoryState
 from routing.state.protocol import Ask, Outcome
 from tests.unit.backends.registry.fakes import (
@@ -85,3 +85,12 @@ class Only:
     @property
     def urls(self) -> tuple[str, ...]:
         return (self.url,)
+
+
+def test_capacities_read_as_one_gauge_per_endpoint_known() -> None:
+    metrics = CollectorRegistry()
+    metrics.register(CapacityGauges(lambda: [("p", A1, 6)]))
+    assert metrics.get_sample_value("ridge_endpoint_capacity_requests",
+                                    {"pool": "p", "endpoint": A1}) == 6.0
+    assert metrics.get_sample_value("ridge_endpoint_capacity_requests",
+                                    {"pool": "p", "endpoint": A2}) is None
