@@ -74,6 +74,7 @@ from gateway.telemetry.state_gauges import StateGauges
 from gateway.telemetry.trace import build_recorder
 from gateway.workers.merged_metrics import serve_own_page
 from routing.admission.capacity import CapacityConfig
+from routing.admission.prefill_pace import roofline_prefill_rate
 from routing.features import FeatureConfig, FeatureExtractor
 from routing.kv_events.state import unwrapped
 from routing.policy import LeverPolicy
@@ -517,7 +518,27 @@ def build_admission(settings: AdmissionSettings, fleet: Fleet,
                              settings.cache_affinity)
     if telemetry is not None:
         telemetry.admission_pools((p.name for p in fleet.pools), REASONS)
-    return Admission(config, slo_policy(fleet), snapshot, telemetry, clock)
+    return Admission(config, slo_policy(fleet), snapshot, telemetry, clock,
+                     prefill_priors(fleet, settings.prefill_efficiency))
+
+
+DEFAULT_PREFILL_CHUNK = 2048
+"""Prompt tokens per engine step for a pool that declares no chunked-prefill budget (vLLM's
+``max_num_batched_tokens`` on a GPU of less than 70 GiB)."""
+
+
+def prefill_priors(fleet: Fleet, efficiency: float) -> dict[str, float]:
+    """Each pool's prior prefill rate [prompt tokens/s] from its model and hardware facts
+    (pools without both have none)."""
+    out: dict[str, float] = {}
+    for pool in fleet.pools:
+        if pool.model is None or pool.hardware is None:
+            continue
+        chunked = pool.levers.chunked_prefill
+        chunk = chunked.token_budget if chunked and chunked.enabled else DEFAULT_PREFILL_CHUNK
+        out[pool.name] = roofline_prefill_rate(pool.model.to_shape(), pool.hardware.to_rates(),
+                                               chunk, efficiency)
+    return out
 
 
 def build_router(fleet: Fleet) -> Router:

@@ -145,6 +145,10 @@ class AdmissionSettings(BaseModel):
         default=0.5, ge=0, le=1, description="prefill pacing: an endpoint is given no more "
         "prompt than it clears, at its measured prefill rate, within this fraction of the TTFT "
         "SLO before its earlier prompts' first tokens (0: off)")
+    prefill_efficiency: float = Field(
+        default=0.5, gt=0, le=1, description="prefill pacing before a pool's rate is "
+        "measured: the share of its roofline prefill rate (its model and hardware facts) its "
+        "engines are taken to reach, so a cold burst is paced from the first request")
     wait_deviations: float = Field(
         default=2.0, ge=0, description="a request waits for a slot only when its expected wait "
         "plus this many standard deviations (slots freeing at random) is within its budget")

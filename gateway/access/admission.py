@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.server.errors import GatewayError
@@ -185,12 +185,16 @@ Placement = tuple[Placed[RoutePlan] | None, float]
 
 class Admission:
     """Admission control for one gateway process (module docstring). ``snapshot``: the
-    registry's pools now; ``clock``: monotonic seconds."""
+    registry's pools now; ``clock``: monotonic seconds; ``prefill_priors``: each pool's prefill
+    rate [prompt tokens/s] until one is measured
+    (:func:`routing.admission.prefill_pace.roofline_prefill_rate`)."""
 
     def __init__(self, config: AdmissionConfig, slos: SloPolicy, snapshot: Snapshot,
                  telemetry: Telemetry | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 prefill_priors: Mapping[str, float] | None = None) -> None:
         self._config, self._slos, self._snapshot = config, slos, snapshot
+        self._prefill_priors = dict(prefill_priors or {})
         self._telemetry, self._clock = telemetry, clock
         self._capacity = CapacityTracker(config.capacity, clock)
         self._queues: dict[str, FairQueue[Ticket]] = {}
@@ -320,12 +324,10 @@ class Admission:
         ttft = bounds.ttft_s
         if ttft is None:
             return NOTHING
-        target, rates = self._config.prefill_target, self._prefill_rates
-        pool_of = self._capacity.pool_of
+        target, pool_of = self._config.prefill_target, self._capacity.pool_of
 
         def cap_of(url: str) -> float | None:
-            rate = rates.get(pool_of(url) or "")
-            per_s = rate.tokens_per_s if rate is not None else None
+            per_s = self.prefill_rate(pool_of(url) or "")
             return prefill_cap(per_s, ttft, target) if per_s is not None else None
 
         return paced_endpoints(self._prefill, features.prompt_tokens, cap_of)
@@ -402,19 +404,27 @@ class Admission:
         if budget <= 0 or expected is None or expected > budget:
             raise self._refusal(pool, WOULD_MISS_SLO, expected, budget, mean)
 
+    def prefill_rate(self, pool: str) -> float | None:
+        """``pool``'s prefill rate [prompt tokens/s]: as measured, else its roofline prior
+        (None: neither known)."""
+        rate = self._prefill_rates.get(pool)
+        if rate is not None and rate.tokens_per_s is not None:
+            return rate.tokens_per_s
+        return self._prefill_priors.get(pool)
+
     def _prefill_expected(self, pool: str, route: Route, ahead: int) -> float:
         """[s] until ``pool`` has prefill room for the request with ``ahead`` before it; 0
         while its prefill rate or the request's TTFT SLO is unknown."""
-        rate = self._prefill_rates.get(pool)
+        per_s = self.prefill_rate(pool)
         features = route.features
         _, bounds = self._slos.bounds_for(features.model, features.max_tokens, route.slo_class)
-        if rate is None or rate.tokens_per_s is None or bounds.ttft_s is None:
+        if per_s is None or bounds.ttft_s is None:
             return 0.0
         urls = [ep.url for p in route.pools if p.name == pool for ep in p.endpoints]
-        cap = prefill_cap(rate.tokens_per_s, bounds.ttft_s, self._config.prefill_target)
+        cap = prefill_cap(per_s, bounds.ttft_s, self._config.prefill_target)
         outstanding = sum(self._prefill.get(url, 0) for url in urls)
         return prefill_wait_s(outstanding, features.prompt_tokens, max(0, ahead),
-                              max(1, len(urls)), cap, rate.tokens_per_s)
+                              max(1, len(urls)), cap, per_s)
 
     def _expected(self, pool: str, ahead: int, now: float | None = None) -> float | None:
         rate = self._rates.get(pool)

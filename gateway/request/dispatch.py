@@ -229,14 +229,16 @@ class Dispatcher:
             if placed is None:
                 break
             attempts.plan = placed.choice
+            ahead = self._prefill_started(parsed, placed.choice, features)
             sent = await self._try(parsed, features, placed, attempts)
             if sent is not None:
                 sent.endpoint_index = _index_of(placed.choice.endpoint.url, pools)
                 sent.waited_s = waited_s
-                if self._admission is not None and parsed.stream:
-                    sent.prefill_ahead = self._admission.prefill_started(
-                        sent.plan.first.url, features.prompt_tokens)
+                sent.prefill_ahead = ahead
                 return sent
+            if ahead and self._admission is not None:
+                self._admission.prefill_done(placed.choice.first.url, features.prompt_tokens,
+                                             ahead, None)
             pools = self._registry.snapshot() if kind is not None else \
                 as_whole_pools(self._registry.snapshot())
         if not attempts.tried:
@@ -441,6 +443,15 @@ class Dispatcher:
         self._admission.observed_ttft(sent.plan.decision.pool, engine_ttft_s)
         if sent.prefill_ahead:
             self._prefill_done(sent, engine_ttft_s)
+
+    def _prefill_started(self, parsed: ParsedRequest, plan: RoutePlan,
+                         features: RequestFeatures) -> int:
+        """A streamed request's prefill counted as outstanding from its placement, before it
+        is sent (a burst is placed whole before any engine answers): admission control's
+        :meth:`~gateway.access.admission.Admission.prefill_started`; 0 when not counted."""
+        if self._admission is None or not parsed.stream:
+            return 0
+        return self._admission.prefill_started(plan.first.url, features.prompt_tokens)
 
     def _prefill_done(self, sent: Dispatched, engine_ttft_s: float | None) -> None:
         assert self._admission is not None

@@ -364,3 +364,42 @@ def test_capacities_are_the_requests_an_engine_holds_before_it_counts_full() -> 
     assert r.admission.capacities() == [("p", A, 4), ("p", B, 4)]  # ⌊0.9 × 2 ÷ 0.45⌋
     idle = rig(metrics=EngineMetrics(running=0.0, waiting=0.0, kv_cache_usage=0.0))
     assert idle.admission.capacities() == []  # nothing running: not known yet
+
+
+def test_the_app_gives_each_pool_its_roofline_prefill_rate_until_one_is_measured() -> None:
+    fleet = parse_fleet({"pools": [
+        {"name": "p", "engine": "vllm", "models": ["m"], "endpoints": [A], "model": MODEL_FACTS,
+         "hardware": HARDWARE, "levers": {"chunked_prefill": {"token_budget": 512}}},
+        {"name": "bare", "engine": "vllm", "models": ["m"], "endpoints": [B]}]})
+    registry = EndpointRegistry(fleet)
+    admission = build_admission(AdmissionSettings(prefill_efficiency=0.5), fleet,
+                                registry.snapshot)
+    assert admission is not None
+    prior = admission.prefill_rate("p")
+    assert prior is not None and prior > 0 and admission.prefill_rate("bare") is None
+    admission.capacities()  # the endpoints' pools learned, as at a first placement
+    ahead = admission.prefill_started(A, 4000)
+    admission.prefill_done(A, 4000, ahead, engine_ttft_s=2.0)
+    assert admission.prefill_rate("p") == 2000.0  # the first measure replaces the prior
+
+
+@pytest.mark.parametrize("priors", [{}, {"p": 1000.0}])
+async def test_a_cold_burst_is_paced_by_the_prior_before_any_first_token(
+        priors: dict[str, float]) -> None:
+    """Nothing measured yet, a long prompt in prefill on each endpoint: a prior of 1,000
+    tokens/s, a TTFT SLO of 1 s and a target of 0.5 leave neither room for another ~900-token
+    prompt (no slot ever freed: refused at once); without a prior nothing is paced."""
+    r = rig(ttft_s=1.0)
+    r.admission = Admission(AdmissionConfig(1000.0, 256, 30.0), SloPolicy(
+        {"m": ModelSlo(Bounds(ttft_s=1.0))}), r.registry.snapshot, None, r.clock,
+        prefill_priors=priors)
+    for url in (A, B):
+        r.admission.prefill_started(url, 2000)
+    ask, route = _long_route(r, " ".join(f"word{i}" for i in range(400)))
+    if not priors:
+        placed, _ = await r.admission.place(r.state, ask, route)
+        assert placed is not None
+        return
+    with pytest.raises(GatewayError) as info:
+        await r.admission.place(r.state, ask, route)
+    assert info.value.status == 503

@@ -513,3 +513,51 @@ async def test_an_sglang_engine_gets_a_lora_adapter_as_base_colon_adapter(
         body = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}]}' % model.encode()
         await dispatcher.dispatch(parse_request(ApiPath.CHAT, body), None, Attempts())
         assert json.loads(client.bodies[-1])["model"] == expected
+
+
+async def test_a_streams_prefill_counts_from_its_placement_and_leaves_with_a_failed_send(
+) -> None:
+    """The prefill is counted before the engine answers (a burst is placed whole before any
+    does); an endpoint that refuses the connection keeps none of it, the one that serves it
+    holds exactly its prompt."""
+    fleet = fleet_of({"p": [A, B]})
+    registry = EndpointRegistry(fleet)
+    for url in (A, B):
+        registry.record_poll(url, PollResult(registry.now(), True, EngineMetrics(
+            running=1.0, waiting=0.0, kv_cache_usage=0.1)))
+    admission = Admission(AdmissionConfig(recheck_s=30.0), SloPolicy(
+        {"m": ModelSlo(Bounds(ttft_s=1.0))}), registry.snapshot)
+    client = Client({A: "refuse"})
+    dispatcher = Dispatcher(registry, client, build_router(fleet), MemoryState(),
+                            FeatureExtractor(), retries=1, admission=admission)
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, STREAM), None, Attempts())
+    assert [u.split("/v1")[0] for u in client.sent] == [A, B] and sent.plan.first.url == B
+    assert sent.prefill_ahead == sent.features.prompt_tokens
+    assert admission.prefill_started(A, 1) == 1  # nothing of the refused attempt left on A
+
+
+async def test_a_streams_prefill_is_outstanding_while_its_engine_has_not_answered() -> None:
+    fleet = fleet_of({"p": [A]})
+    registry = EndpointRegistry(fleet)
+    registry.record_poll(A, PollResult(registry.now(), True, EngineMetrics(
+        running=1.0, waiting=0.0, kv_cache_usage=0.1)))
+    admission = Admission(AdmissionConfig(recheck_s=30.0), SloPolicy(
+        {"m": ModelSlo(Bounds(ttft_s=1.0))}), registry.snapshot)
+    answer = asyncio.Event()
+
+    class SlowClient(Client):
+        async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+            await answer.wait()
+            return await super().send(url, body, headers)
+
+    dispatcher = Dispatcher(registry, SlowClient(), build_router(fleet), MemoryState(),
+                            FeatureExtractor(), retries=1, admission=admission)
+    task = asyncio.create_task(dispatcher.dispatch(parse_request(ApiPath.CHAT, STREAM), None,
+                                                   Attempts()))
+    for _ in range(100):  # the dispatch runs up to its send, which waits for ``answer``
+        await asyncio.sleep(0)
+    assert not task.done()
+    probe = admission.prefill_started(A, 1)  # the outstanding prefill on A, with one token
+    answer.set()
+    sent = await asyncio.wait_for(task, 10)
+    assert probe == sent.features.prompt_tokens + 1

@@ -10,7 +10,9 @@ from routing.admission.prefill_pace import (
     paced_endpoints,
     prefill_cap,
     prefill_wait_s,
+    roofline_prefill_rate,
 )
+from routing.formulas import HardwareRates, ModelShape
 
 
 def test_the_rate_is_the_outstanding_prefill_over_the_engine_ttft_weighted() -> None:
@@ -44,3 +46,14 @@ def test_the_prefill_wait_is_the_excess_over_the_pools_caps_at_the_pools_rate() 
     # two requests of its size ahead: + 4,800 tokens → 6,000 ÷ 12,000
     assert prefill_wait_s(4_800, 2_400, 2, 2, 3_000, 6_000) == pytest.approx(0.5)
     assert prefill_wait_s(0, 2_400, 0, 2, 3_000, 6_000) == 0.0  # fits now
+
+
+def test_the_prior_is_a_chunks_roofline_step_times_the_efficiency() -> None:
+    """Llama-3-8B fp16 on an L4, chunks of 512: compute (8.22e12 linear + 6.9e10 attention
+    FLOP ÷ 121e12 FLOP/s = 68.5 ms) binds over memory (16.2 GB ÷ 300 GB/s = 54 ms): 512 ÷
+    0.0685 ≈ 7,470 tokens/s, half of it 3,735."""
+    llama, l4 = ModelShape(8.03e9, 32, 4096, 8, 128, 2), HardwareRates(121e12, 300e9)
+    assert roofline_prefill_rate(llama, l4, 512, 0.5) == pytest.approx(3735, rel=0.005)
+    assert roofline_prefill_rate(llama, l4, 512, 1.0) == pytest.approx(7470, rel=0.005)
+    # a chunk of 64 is memory-bound: the weights' read, not the FLOPs, sets the step
+    assert roofline_prefill_rate(llama, l4, 64, 1.0) < 64 / 0.053
