@@ -450,7 +450,8 @@ class Admission:
                               0.0 if reason == WAIT_EXPIRED else budget)
         return GatewayError(503, refusal_message(pool, reason, expected, budget, after),
                             code="overloaded", pool=pool,
-                            headers=((b"retry-after", str(after).encode()),))
+                            headers=((b"retry-after", str(after).encode()),
+                                     (b"x-ridge-route", f"pool={pool}; refused={reason}".encode())))
 
 
 def refusal_message(pool: str, reason: str, expected: float | None, budget: float,

@@ -190,6 +190,7 @@ async def test_a_full_queue_refuses_at_once_with_retry_after() -> None:
     assert err.status == 503 and err.code == "overloaded" and "queue is full" in err.message
     assert dict(err.headers)[b"retry-after"].isdigit()
     assert int(dict(err.headers)[b"retry-after"]) >= 1
+    assert dict(err.headers)[b"x-ridge-route"] == b"pool=p; refused=queue_full"
     assert r.sample("ridge_admission_rejected_total", pool="p", reason="queue_full") == 1
     waiter.cancel()
 
