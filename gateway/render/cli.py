@@ -26,7 +26,7 @@ from gateway.render.blueprint import (
     make_blueprint,
 )
 from gateway.render.compose import ENV_EXAMPLE, render_compose
-from gateway.render.kubernetes import KEYS_SECRET, render_kubernetes
+from gateway.render.kubernetes import GRAFANA_SECRET, KEYS_SECRET, render_kubernetes
 
 Renderer = Callable[[Blueprint, Assets, Path], Rendered]
 TARGETS: Mapping[str, Renderer] = MappingProxyType({
@@ -113,8 +113,11 @@ def next_steps(target: str, out: Path, options: RenderOptions, secrets: list[str
                  ] if secrets else []
         lines.append(f"then: docker compose --project-directory {out} up -d --build")
         return "\n".join(lines)
-    literals = " ".join(f"--from-literal={s}=..." for s in secrets)
-    lines = [f"next: kubectl create namespace {options.namespace} && kubectl create secret "
-             f"generic {KEYS_SECRET} -n {options.namespace} {literals}"] if secrets else []
+    ns, literals = options.namespace, " ".join(f"--from-literal={s}=..." for s in secrets)
+    lines = [f"next: kubectl create namespace {ns}"]
+    if secrets:
+        lines.append(f"      kubectl create secret generic {KEYS_SECRET} -n {ns} {literals}")
+    lines.append(f"      kubectl create secret generic {GRAFANA_SECRET} -n {ns} "
+                 "--from-literal=admin-password=...")
     lines.append(f"then: kubectl apply -k {out}")
     return "\n".join(lines)

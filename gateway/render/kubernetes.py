@@ -41,6 +41,7 @@ from gateway.render.monitoring import METRICS_PORT_NAME, POOL_ANNOTATION, kubern
 KEYS_SECRET = "ridge-engine-keys"
 RIDGE_METRICS = "ridge-metrics"  # headless: one DNS record per gateway replica, for Prometheus
 HF_SECRET = "ridge-hf-token"
+GRAFANA_SECRET = "ridge-grafana"  # key admin-password: Grafana's admin password, never admin
 POOL_LABEL = "ridge-pool"
 PART_OF = "ridge"
 KUSTOMIZATION = "kustomization.yaml"
@@ -290,7 +291,8 @@ def prometheus_pod(blueprint: Blueprint, rules: Sequence[str]) -> Obj:
 
 
 def grafana_objects(blueprint: Blueprint, assets: Assets) -> list[Obj]:
-    """Grafana with the project's provisioning and dashboards as ConfigMaps."""
+    """Grafana with the project's provisioning and dashboards as ConfigMaps; its admin password
+    from the Secret :data:`GRAFANA_SECRET` (required: the pod does not start without it)."""
     provisioning = assets.provisioning()
     maps = {f"grafana-{kind}": {"ridge.yml": path.read_text()}
             for kind, path in provisioning.items()}
@@ -311,7 +313,9 @@ def grafana_pod(blueprint: Blueprint, kinds: Sequence[str]) -> Obj:
         "name": "grafana", "image": blueprint.options.image("grafana"),
         "env": [{"name": "RIDGE_PROMETHEUS_URL",
                  "value": f"http://prometheus:{PROMETHEUS_PORT}"},
-                {"name": "RIDGE_DASHBOARDS", "value": DASHBOARDS_MOUNT}],
+                {"name": "RIDGE_DASHBOARDS", "value": DASHBOARDS_MOUNT},
+                {"name": "GF_SECURITY_ADMIN_PASSWORD", "valueFrom": {"secretKeyRef": {
+                    "name": GRAFANA_SECRET, "key": "admin-password"}}}],
         "ports": container_ports({"web": GRAFANA_PORT}),
         "readinessProbe": http_probe("/api/health", "web", 10, 3),
         "volumeMounts": mounts,

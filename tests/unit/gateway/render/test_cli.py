@@ -40,6 +40,8 @@ def test_k8s_with_secrets_namespace_and_images(tmp_path: Path,
     captured = capsys.readouterr()
     assert "kubectl create secret generic ridge-engine-keys -n llm" in captured.out
     assert "--from-literal=SGL_KEY=..." in captured.out and "kubectl apply -k" in captured.out
+    assert "kubectl create secret generic ridge-grafana -n llm " \
+        "--from-literal=admin-password=..." in captured.out
     assert "warning: routing.features.tokenizers" in captured.err
 
 

@@ -161,6 +161,14 @@ def test_grafana_gets_the_projects_dashboards(rich: list[dict[str, Any]]) -> Non
     assert sum(len(t.encode()) for t in data.values()) < 1024 * 1024  # a ConfigMap's limit
 
 
+def test_grafanas_admin_password_comes_from_a_required_secret(
+        rich: list[dict[str, Any]]) -> None:
+    pod = find(rich, "Deployment", "grafana")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    ref = env["GF_SECURITY_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "ridge-grafana", "key": "admin-password"}  # not optional
+
+
 def test_kv_event_ports_are_declared_and_streams_follow_each_pod() -> None:
     raw = rich_raw()
     raw["pools"][0]["kv_events"] = {"port": 5557, "replay_port": 5558,
