@@ -5,8 +5,8 @@
 (Poisson arrivals whatever the gateway's speed), bounded, then a drain of ``--drain`` seconds;
 Ctrl-C prints the partial report (exit 130). ``--fleet`` lets the engines' own prefix-cache
 hit rate be scraped; ``--requests-out`` writes every request's record. ``ridge bench --trace
-FILE`` replays a Mooncake trace instead (:mod:`ridge_bench.replay.trace`). Definitions:
-:mod:`ridge_bench.harness.goodput`.
+FILE`` replays a Mooncake trace instead (:mod:`ridge_bench.replay.trace`); ``--plots DIR``
+draws the run's PNGs there (:func:`draw_plots`). Definitions: :mod:`ridge_bench.harness.goodput`.
 
 ``ridge bench overhead|scaling|routing-cost|overload|fidelity|calibrate ...`` run the other
 benchmarks (:func:`run` hands them on). Entry point for the ``ridge`` command (entry-point group
@@ -32,9 +32,9 @@ import aiohttp
 
 from config.fleet import Fleet, FleetConfigError, load_fleet
 from ridge_bench.compare.report import RunReport, build_report, report_dict, text
-from ridge_bench.harness import engines
+from ridge_bench.harness import engines, plots
 from ridge_bench.harness.driver import Bounds, Destination, RunData, run_workload
-from ridge_bench.harness.goodput import Slo, in_simulated_time, write_records
+from ridge_bench.harness.goodput import Slo, in_simulated_time, record, write_records
 from ridge_bench.harness.progress import Progress
 from ridge_bench.harness.workloads import NAMES, LoadStep, Workload, build, theoretical_f
 from ridge_bench.replay.trace import TraceWorkload, trace_workload, workload_f
@@ -111,6 +111,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests-out", metavar="FILE",
                    help="also write every request (key, times, tokens, error, pool, replica) "
                         "to this file, one JSON line each")
+    p.add_argument("--plots", metavar="DIR",
+                   help="also draw the run's plots into this folder, WORKLOAD-PLOT.png (TTFT "
+                        "and TPOT over time and their CDFs, refusals over time, goodput per "
+                        "pool, with --fleet the hit rate per replica)")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="let engines stop early (default: ignore_eos, exact max_tokens)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -217,6 +221,15 @@ async def _main(opts: Options) -> RunReport:
             loop.remove_signal_handler(signal.SIGINT)
 
 
+def draw_plots(report: RunReport, directory: Path) -> list[Path]:
+    """The run's plots (:func:`ridge_bench.harness.plots.draw_run`) in ``directory``, each
+    named after the workload (``agent-ttft-time.png``; a trace's: ``trace-...``), drawn from
+    the report's JSON values and its requests' records; the paths written."""
+    samples = [plots.sample_of(record(r)) for r in report.results]
+    return plots.draw_run(report_dict(report), samples, directory,
+                          report.workload.split()[0], report.workload)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """``ridge bench``; returns the exit status (0 done, 2 bad arguments or unreachable
     gateway, 130 interrupted)."""
@@ -259,6 +272,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     print(text(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report_dict(report), indent=1) + "\n")
+    if args.plots:
+        plots.draw_or_say(lambda: draw_plots(report, Path(args.plots)), "ridge bench")
     return 130 if report.interrupted else 0
 
 

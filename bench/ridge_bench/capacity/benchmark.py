@@ -9,7 +9,8 @@ one fleet of :data:`FLEETS`, with the router comparison's cell runner
 (:func:`ridge_bench.compare.benchmark.run_cell`). Per cell: the engines' prefix-cache hit rate
 against two bounds from the trace (:mod:`ridge_bench.replay.bounds`), goodput, TTFT, the spread
 over replicas and the gateway's memory, in simulated seconds. Results go to
-``DIR/results.json`` after each cell; ``--doc`` rewrites the doc's generated block.
+``DIR/results.json`` after each cell; ``--doc`` rewrites the doc's generated block; the plots
+(:func:`draw_plots`) go to ``--plots`` (default ``DIR/plots``), also from ``--from-results``.
 See docs/benchmarks/capacity.md#the-capacity-benchmarks-run.
 """
 
@@ -30,7 +31,7 @@ from config.fleet import Fleet, load_fleet
 from ridge_bench.capacity import doc as capacity_doc
 from ridge_bench.command import Options
 from ridge_bench.compare import benchmark as compare
-from ridge_bench.harness import fleets
+from ridge_bench.harness import fleets, plots
 from ridge_bench.harness.goodput import Slo
 from ridge_bench.replay.bounds import lru_bound, unlimited_bound
 from ridge_bench.replay.trace import TRACE, TRACES_DIR, load_trace, trace_workload
@@ -132,14 +133,44 @@ async def run(cells: Sequence[Cell], args: argparse.Namespace) -> dict[str, Any]
                                                       {c.fleet: c.file for c in cells})},
                             "cells": []}
     stop = asyncio.Event()
-    for cell in cells:
+    for index, cell in enumerate(cells):
         print(f"== {cell.name}", file=sys.stderr, flush=True)
         result = await compare.run_cell(m, cell.name, TRACE, stop)
+        records = out / str(result.get("requests_file"))
+        if records.is_file():  # kept apart: a repeated cell runs in the same folder
+            kept = records.with_name(f"requests-{index + 1}.jsonl")
+            records.replace(kept)
+            result["requests_file"] = str(kept.relative_to(out))
         body["cells"].append({**result, "fleet": cell.fleet, "router": cell.router,
                               "fleet_file": str(cell.file)})
         (out / "results.json").write_text(json.dumps(body, indent=1) + "\n")
         await asyncio.sleep(compare.SETTLE_S)
     return body
+
+
+def draw_plots(results: Mapping[str, Any], base: Path, directory: Path) -> list[Path]:
+    """Each cell's plots, ``capacity-FLEET-ROUTER-PLOT.png`` (a repeated cell's with ``-2``
+    …; :func:`ridge_bench.compare.benchmark.draw_cell`, records under ``base``), and every
+    cell's hit rate against the trace's bounds, ``capacity-hit-rate.png``; the paths written."""
+    drawn: list[Path] = []
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for c in results["cells"]:
+        name = f"{c['fleet']}:{c['router']}"
+        n = seen[name] = seen.get(name, 0) + 1
+        names.append(name if n == 1 else f"{name} ({n})")
+        prefix = "capacity-" + plots.slug(name) + ("" if n == 1 else f"-{n}")
+        drawn += compare.draw_cell(c, base, directory, prefix, names[-1])
+    bounds = results["meta"]["bounds"]
+    hit = {label: {"engine hit rate": (c.get("engine_prefix_cache") or {}).get("hit_rate"),
+                   "LRU bound (fleet KV)": bounds["lru"].get(c["fleet"])}
+           for label, c in zip(names, results["cells"], strict=True)}
+    figure = plots.grouped_bars(hit, directory / "capacity-hit-rate.png",
+                                "engine prefix-cache hit rate per cell, against the trace's "
+                                "bounds", "prompt tokens served from cache [fraction]",
+                                xlabel="fleet:router",
+                                line=("unlimited shared cache", float(bounds["unlimited"])))
+    return drawn + ([figure] if figure is not None else [])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -158,14 +189,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-e2e", type=float, default=60.0)
     p.add_argument("--out", default="bench-results/capacity")
     p.add_argument("--doc", help="rewrite the generated block of this markdown file")
+    p.add_argument("--plots", metavar="DIR",
+                   help="draw the plots into this folder (default: plots/ beside "
+                        "results.json; '' for none)")
     p.add_argument("--from-results", metavar="RESULTS_JSON",
-                   help="run nothing: rewrite --doc from a saved results.json")
+                   help="run nothing: rewrite --doc and draw the plots from a saved "
+                        "results.json (and its cells' request records beside it)")
     p.add_argument("--progress", action="store_true")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    base = Path(args.from_results).parent if args.from_results else Path(args.out)
     if args.from_results:  # the bounds computed again: a pure function of the trace
         saved = json.loads(Path(args.from_results).read_text())
         meta = saved["meta"]
@@ -179,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = asyncio.run(run(cells, args))
     if args.doc:
         capacity_doc.write(Path(args.doc), saved)
+    where = plots.plot_dir(args.plots, base / "plots")
+    if where is not None:
+        plots.draw_or_say(lambda: draw_plots(saved, base, where), "python -m ridge_bench.capacity")
     return 0
 
 

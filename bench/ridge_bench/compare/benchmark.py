@@ -12,8 +12,8 @@ time settings divided by S (:data:`TIME_SETTINGS`); a process over
 :data:`SATURATED_CORE_FRACTION` of a core is flagged.
 
 Results go to ``DIR/results.json`` after every cell; ``--doc`` (or ``--from-results``) rewrites
-the doc's generated part (:mod:`ridge_bench.compare.doc`). Ctrl-C stops the current cell
-cleanly. See docs/benchmarks/router.md#the-comparisons-cells.
+the doc's generated part (:mod:`ridge_bench.compare.doc`) and :func:`draw_plots` draws them.
+Ctrl-C stops the current cell cleanly. See docs/benchmarks/router.md#the-comparisons-cells.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from gateway.settings import AdmissionSettings, RegistrySettings, StateSettings
 from ridge_bench.command import DEFAULT_RATES, Options, execute
 from ridge_bench.compare import doc as compare_doc
 from ridge_bench.compare.report import report_dict, text
-from ridge_bench.harness import fleets, gateways
+from ridge_bench.harness import fleets, gateways, plots
 from ridge_bench.harness.goodput import Slo
 from ridge_bench.harness.procs import (
     ROOT,
@@ -297,7 +297,9 @@ async def run_cell(matrix: Matrix, router_name: str, workload: str,
         await sim.stop()
     print(text(report), flush=True)
     return {**report_dict(report), "cpu": cpu, **figures,
-            "saturated": saturated(cpu, report.client_cpu_s)}
+            "saturated": saturated(cpu, report.client_cpu_s),
+            "requests_file": str(opts.requests_out.relative_to(matrix.out))
+            if opts.requests_out is not None else None}
 
 
 def _save(out: Path, results: list[dict[str, Any]], matrix: Matrix) -> None:
@@ -305,8 +307,34 @@ def _save(out: Path, results: list[dict[str, Any]], matrix: Matrix) -> None:
     (out / "results.json").write_text(json.dumps(body, indent=1) + "\n")
 
 
-async def run_matrix(matrix: Matrix, doc: Path | None) -> int:
-    """Every cell in order; results saved after each; the doc rewritten at the end."""
+def draw_cell(cell: Mapping[str, Any], base: Path, directory: Path, prefix: str,
+              title: str) -> list[Path]:
+    """One cell's plots (:func:`ridge_bench.harness.plots.draw_run`) from its saved report and
+    its requests' records, ``base / cell["requests_file"]`` (none: only the report's plots)."""
+    records = cell.get("requests_file")
+    samples = plots.read_samples(base / records) if records else []
+    return plots.draw_run(cell, samples, directory, prefix, title)
+
+
+def draw_plots(cells: Sequence[Mapping[str, Any]], base: Path, directory: Path) -> list[Path]:
+    """Each cell's plots, ``router-WORKLOAD-ROUTER-PLOT.png`` (:func:`draw_cell`, records under
+    ``base``), and every cell's goodput, ``router-goodput.png``; the paths written."""
+    drawn: list[Path] = []
+    for c in cells:
+        drawn += draw_cell(c, base, directory, f"router-{c['workload']}-{c['router']}",
+                           f"{c['workload']} × {c['router']}")
+    goodput: dict[str, dict[str, float | None]] = {}
+    for c in cells:
+        goodput.setdefault(c["workload"], {})[c["router"]] = c["summary"]["goodput_rps"]
+    matrix = plots.grouped_bars(goodput, directory / "router-goodput.png",
+                                "goodput per workload and router",
+                                "goodput [req/s meeting every SLO]", xlabel="workload")
+    return drawn + ([matrix] if matrix is not None else [])
+
+
+async def run_matrix(matrix: Matrix, doc: Path | None, plot_dir: Path | None = None) -> int:
+    """Every cell in order; results saved after each; the doc rewritten and the plots drawn
+    (into ``plot_dir``, when given) at the end."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError):
@@ -323,6 +351,8 @@ async def run_matrix(matrix: Matrix, doc: Path | None) -> int:
             await asyncio.sleep(SETTLE_S)
     if doc is not None and not stop.is_set():
         compare_doc.write_doc(doc, compare_doc.markdown(results, matrix.meta()))
+    if plot_dir is not None:
+        plots.draw_or_say(lambda: draw_plots(results, matrix.out, plot_dir), PROG)
     return 130 if stop.is_set() else 0
 
 
@@ -339,8 +369,11 @@ def per_workload(items: Sequence[str], defaults: Mapping[str, float], flag: str
     return out
 
 
+PROG = "python -m ridge_bench.compare"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ridge_bench.compare",
+    p = argparse.ArgumentParser(prog=PROG,
                                 description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(NAMES))
     p.add_argument("--routers", default=",".join(n for n, r in fleets.ROUTERS.items()
@@ -373,10 +406,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-results/router", help="results directory")
     p.add_argument("--doc", help="rewrite the generated part of this markdown file")
     p.add_argument("--progress", action="store_true", help="progress bar per cell")
+    p.add_argument("--plots", metavar="DIR",
+                   help="draw the plots into this folder (default: plots/ beside "
+                        "results.json; '' for none)")
     p.add_argument("--from-results", metavar="RESULTS_JSON", action="append",
-                   help="run nothing: rewrite --doc from a saved results.json; repeated, a "
-                        "later file's cells replace the earlier ones of the same workload and "
-                        "router (runs with the same settings but their rates)")
+                   help="run nothing: rewrite --doc (if given) and draw the plots from a saved "
+                        "results.json and its cells' request records; repeated, a later file's "
+                        "cells replace the earlier ones of the same workload and router (runs "
+                        "with the same settings but their rates)")
     return p
 
 
@@ -429,24 +466,37 @@ def matrix_of(args: argparse.Namespace) -> Matrix:
 
 def command_line(argv: Sequence[str]) -> str:
     """How this run was started, to print in the doc."""
-    return " ".join(["python -m ridge_bench.compare", *(shlex.quote(a) for a in argv)])
+    return " ".join([PROG, *(shlex.quote(a) for a in argv)])
+
+
+def saved_cells(path: Path) -> dict[str, Any]:
+    """A saved ``results.json``, each cell's ``requests_file`` made absolute (relative to the
+    file's folder; cells saved before the key get their cell folder's ``requests.jsonl``)."""
+    run = json.loads(path.read_text())
+    for c in run["cells"]:
+        records = c.get("requests_file") or f"{c['workload']}-{c['router']}/requests.jsonl"
+        c["requests_file"] = str((path.parent / records).resolve())
+    return dict(run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.from_results:
-        if not args.doc:
-            raise SystemExit("--from-results needs --doc")
-        runs = [json.loads(Path(f).read_text()) for f in args.from_results]
+        runs = [saved_cells(Path(f)) for f in args.from_results]
         try:
             cells, m = compare_doc.merged(runs)
         except ValueError as exc:
             raise SystemExit(f"--from-results: {exc}") from None
-        compare_doc.write_doc(Path(args.doc), compare_doc.markdown(cells, m))
+        if args.doc:
+            compare_doc.write_doc(Path(args.doc), compare_doc.markdown(cells, m))
+        where = plots.plot_dir(args.plots, Path(args.from_results[-1]).parent / "plots")
+        if where is not None:
+            plots.draw_or_say(lambda: draw_plots(cells, Path.cwd(), where), PROG)  # absolute
         return 0
     matrix = replace(matrix_of(args), command=command_line(argv))
-    return asyncio.run(run_matrix(matrix, Path(args.doc) if args.doc else None))
+    return asyncio.run(run_matrix(matrix, Path(args.doc) if args.doc else None,
+                                  plots.plot_dir(args.plots, matrix.out / "plots")))
 
 
 if __name__ == "__main__":

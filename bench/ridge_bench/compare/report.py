@@ -42,6 +42,8 @@ class RunReport:
     interrupted: bool
     cache: FleetCacheUse | None = None
     labels: Mapping[str, Any] = field(default_factory=dict)
+    results: tuple[RequestResult, ...] = ()
+    """Every request of the run (not in :func:`report_dict`: ``--requests-out`` writes them)."""
 
 
 def build_report(workload: Workload, data: RunData, slo: Slo, f_theory: float,
@@ -66,7 +68,7 @@ def build_report(workload: Workload, data: RunData, slo: Slo, f_theory: float,
         pools={k: summarise(v, slo, data.window_s) for k, v in sorted(by_pool.items())},
         f_theory=f_theory, f_sent=data.sent_prefix.f, wall_s=data.wall_s,
         client_cpu_s=data.client_cpu_s, interrupted=data.interrupted, cache=cache,
-        labels=dict(labels or {}),
+        labels=dict(labels or {}), results=tuple(data.results),
     )
 
 
@@ -103,7 +105,7 @@ def _cache_dict(cache: FleetCacheUse | None) -> dict[str, Any] | None:
                       "requests": v.requests}
                   for k, v in cache.pools.items()},
         "endpoints": {k: {"queries_tokens": v.queries, "hits_tokens": v.hits,
-                          "requests": v.requests}
+                          "requests": v.requests, "pool": cache.endpoint_pools.get(k)}
                       for k, v in cache.endpoints.items()},
     }
 

@@ -46,12 +46,14 @@ class CacheUse:
 @dataclass(frozen=True)
 class FleetCacheUse:
     """Per pool, per endpoint and for the whole fleet; ``missing``: endpoints left out. The
-    per-endpoint queries (prompt tokens) also show how evenly the router spread the work."""
+    per-endpoint queries (prompt tokens) also show how evenly the router spread the work;
+    ``endpoint_pools``: each endpoint's pool."""
 
     total: CacheUse
     pools: Mapping[str, CacheUse]
     missing: tuple[str, ...] = field(default=())
     endpoints: Mapping[str, CacheUse] = field(default_factory=dict)
+    endpoint_pools: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def max_mean_requests(self) -> float | None:
@@ -121,12 +123,14 @@ def cache_use(fleet: Fleet, before: Scrape, after: Scrape) -> FleetCacheUse:
     """Hit rates over the run from two scrapes (module doc)."""
     total, pools, missing = CacheUse(), dict[str, CacheUse](), []
     endpoints: dict[str, CacheUse] = {}
+    endpoint_pools: dict[str, str] = {}
     for pool in fleet.pools:
         for url in pool.endpoint_urls():
             if url not in before or url not in after:
                 missing.append(url)
                 continue
             use = endpoints[url] = _delta(before[url], after[url])
+            endpoint_pools[url] = pool.name
             pools[pool.name] = _add(pools.get(pool.name, CacheUse()), use)
             total = _add(total, use)
-    return FleetCacheUse(total, pools, tuple(missing), endpoints)
+    return FleetCacheUse(total, pools, tuple(missing), endpoints, endpoint_pools)

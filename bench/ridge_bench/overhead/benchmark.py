@@ -3,8 +3,8 @@
 What each gateway costs, and the time to first token it adds, in front of an engine stand-in
 that costs next to nothing (:mod:`ridge_bench.harness.upstream`). ``python -m
 ridge_bench.overhead`` (or ``ridge bench overhead``) ``[--rounds N] [--seconds S]
-[--gateways ...] [--ridge-src DIR] [--section NAME] [--out DIR] [--doc FILE]``;
-``--from-results FILE`` only rewrites the doc from saved results.
+[--gateways ...] [--ridge-src DIR] [--section NAME] [--out DIR] [--doc FILE] [--plots DIR]``;
+``--from-results FILE`` only rewrites the doc and draws the plots (:func:`draw_plots`).
 
 Each round starts every target once, in an order rotated by one per round, pinned to its own
 core where two are usable, and runs each scenario (``json32``, ``json256``, ``burst32``:
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ridge_bench.harness import gateways
+from ridge_bench.harness import gateways, plots
 from ridge_bench.harness.gateways import Gateway, Launch
 from ridge_bench.harness.procs import ROOT, Child, machine_busy_seconds, start_upstream
 from ridge_bench.harness.upstream import MODEL, PACED_MODEL, run_loop
@@ -341,6 +341,42 @@ async def execute(setup: OverheadSetup, launch: Launch, out: Path, notes: Sequen
     return results(bench)
 
 
+SCENARIO_LABELS = {"json32": "non-streamed, 32 connections",
+                   "json256": "non-streamed, 256 connections",
+                   "burst32": "back-to-back streams, 32", "paced32": "paced streams, 32"}
+PLOTS = {"cpu-request": (("json32", "json256"), "cpu_us", "gateway CPU per request [µs]"),
+         "cpu-chunk": (("burst32", "paced32"), "cpu_us", "gateway CPU per relayed chunk [µs]"),
+         "rps": (("json32", "json256", "burst32"), "rps", "requests answered per second")}
+"""Plot name → (scenarios, figure of :meth:`Window.figures`, axis label): the bars of
+:func:`draw_plots`."""
+
+
+def draw_plots(data: Mapping[str, Any], section: str, directory: Path) -> list[Path]:
+    """From a run's results (:func:`results`), per gateway (in the doc's order, then the
+    rest; not the direct runs: no gateway, and the bare stand-in's req/s would dwarf the
+    bars), bars of each scenario's median: CPU per request and per relayed chunk [µs],
+    requests/s; ``overhead-SECTION-PLOT.png`` for each of :data:`PLOTS`; the paths written
+    (a plot with no figure is left out)."""
+    summary = {k: v for k, v in (data.get("summary") or {}).items() if k != DIRECT.key}
+    targets = [t for t in overhead_doc.ORDER if t in summary] + \
+        [t for t in summary if t not in overhead_doc.ORDER]
+    drawn = []
+    for name, (scenarios, figure, label) in PLOTS.items():
+        values = {t: {SCENARIO_LABELS[s]: summary[t].get(s, {}).get(figure) for s in scenarios}
+                  for t in targets if any(summary[t].get(s, {}).get(figure) is not None
+                                          for s in scenarios)}
+        drawn.append(plots.grouped_bars(
+            values, directory / f"overhead-{plots.slug(section)}-{name}.png",
+            f"overhead ({section}): {label.split(' [')[0]}, median over rounds", label,
+            xlabel="gateway"))
+    return [p for p in drawn if p is not None]
+
+
+def _draw(data: Mapping[str, Any], section: str, directory: Path | None) -> None:
+    if directory is not None:
+        plots.draw_or_say(lambda: draw_plots(data, section, directory), "ridge bench overhead")
+
+
 def _doc_path(value: str) -> Path | None:
     """``--doc``: a path, or None for '' (no doc)."""
     return Path(value) if value else None
@@ -365,7 +401,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results and logs")
     p.add_argument("--doc", type=_doc_path, default=DEFAULT_DOC,
                    help="'' to leave the doc alone")
-    p.add_argument("--from-results", type=Path, help="only rewrite the doc from this file")
+    p.add_argument("--plots", metavar="DIR",
+                   help="draw the plots into this folder (default: plots/ beside "
+                        "results.json; '' for none)")
+    p.add_argument("--from-results", type=Path,
+                   help="run nothing: rewrite the doc and draw the plots from this file")
     return p
 
 
@@ -394,11 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     if args.from_results is not None:
-        if args.doc is None:
-            print("ridge bench overhead: --from-results needs a --doc", file=sys.stderr)
-            return 2
-        overhead_doc.write(args.doc, json.loads(args.from_results.read_text()), args.section,
-                           args.title)
+        saved = json.loads(args.from_results.read_text())
+        if args.doc is not None:
+            overhead_doc.write(args.doc, saved, args.section, args.title)
+        _draw(saved, args.section, plots.plot_dir(args.plots, args.from_results.parent / "plots"))
         return 0
     if not wrk.available():
         print("ridge bench overhead: wrk is not installed (apt-get install wrk)", file=sys.stderr)
@@ -418,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kept = args.doc.with_name(f"{args.doc.stem}-{args.section}.json")
         kept.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.doc} (section {args.section}), {kept} and {out / 'results.json'}")
+    _draw(data, args.section, plots.plot_dir(args.plots, out / "plots"))
     return 0 if data["summary"] else 1
 
 

@@ -10,8 +10,8 @@ increasing order until TTFT p99 exceeds the SLO or a request fails. Then the **o
 Reported per run: requests sent, admitted and refused (at once, or after waiting), TTFT of the
 admitted, time to refusal, goodput against the goodput at capacity, and what the engines held
 (read every :data:`WATCH_S`). ``--speed`` compresses the simulator's time and the SLOs with it;
-``--json FILE`` saves every run. A measurement to run and report, not a test.
-See docs/benchmarks/overload.md#the-overload-benchmarks-run.
+``--json FILE`` saves every run; :func:`draw_plots` draws them (again: ``--from-results``).
+A measurement, not a test. See docs/benchmarks/overload.md#the-overload-benchmarks-run.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import yaml
 from backends.engines.scrape import MetricsParseError, parse_samples
 from config.fleet import Fleet, load_fleet
 from ridge_bench.compare.benchmark import START_TIMEOUT_S, CpuMeter, start_sim
-from ridge_bench.harness import engines, fleets
+from ridge_bench.harness import engines, fleets, plots
 from ridge_bench.harness.driver import Bounds, Destination, run_workload
-from ridge_bench.harness.goodput import RequestResult, Slo, percentile, summarise
+from ridge_bench.harness.goodput import RequestResult, Slo, percentile, summarise, write_records
 from ridge_bench.harness.procs import ROOT, Child, child_env, free_port, start_ridge
 from ridge_bench.harness.workloads import CHAT, ChatSource, LoadStep, Workload
 
@@ -81,6 +81,8 @@ class Run:
     engine_waiting: float | None = None
     engine_kv: float | None = None
     cpu: dict[str, Any] = field(default_factory=dict)
+    requests_file: str | None = None
+    """Where the run's request records are (:func:`ridge_bench.harness.goodput.record`)."""
 
 
 def workload(setup: OverloadSetup, rate: float) -> Workload:
@@ -181,8 +183,10 @@ async def run_once(setup: OverloadSetup, label: str, rate: float, admission: boo
         await sim.stop()
     run = row(label, admission, rate, data.results, slo, data.window_s)
     waiting, kv = watch.means(data.window_s)
+    write_records(workdir / "requests.jsonl", data.results)
     return Run(**{**asdict(run), "cpu": cpu, "refused_after_wait": int(reasons.get(WAITED, 0)),
-                  "engine_waiting": waiting, "engine_kv": kv})
+                  "engine_waiting": waiting, "engine_kv": kv,
+                  "requests_file": str(workdir / "requests.jsonl")})
 
 
 def within_slo(run: Run, slo: Slo) -> bool:
@@ -256,6 +260,41 @@ async def execute(setup: OverloadSetup) -> tuple[list[Run], Run | None]:
     return runs, capacity
 
 
+def draw_plots(runs: Sequence[Run], slo: Slo, directory: Path) -> list[Path]:
+    """TTFT p50/p99 against the offered rate, admission off and on
+    (``overload-ttft-rate.png``); each run's requests answered, refused and failed
+    (``overload-outcomes.png``); per run with its records, TTFT and TPOT over time and their
+    CDFs, and the refusals over time (``overload-on-ttft-time.png``,
+    ``overload-capacity-1.25-...``: the run's label, ``overload-`` once); the paths written."""
+    points = [plots.RatePoint(f"admission {'on' if r.admission else 'off'}", r.rate, r.ttft_p50,
+                              r.ttft_p99, r.sent, r.refused, r.failed, r.label) for r in runs]
+    drawn = [plots.ttft_against_rate(points, slo.ttft_s, directory / "overload-ttft-rate.png",
+                                     "overload"),
+             plots.outcomes_per_run(points, directory / "overload-outcomes.png", "overload")]
+    bounds = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
+    out = [p for p in drawn if p is not None]
+    for r in runs:
+        samples = plots.read_samples(Path(r.requests_file)) if r.requests_file else []
+        out += plots.draw_requests(samples, bounds, directory,
+                                   "overload-" + r.label.removeprefix("overload-"),
+                                   f"{r.label} ({r.rate:g} req/s)")
+    return out
+
+
+def saved(path: Path) -> tuple[list[Run], Run | None, Slo]:
+    """The runs, the capacity run and the SLO of a ``--json`` file (the SLO of files saved
+    without it: the fleet file's at the saved speed)."""
+    body = json.loads(path.read_text())
+    runs = [Run(**r) for r in body["runs"]]
+    capacity = next((r for r in runs if r.label == body.get("capacity")), None)
+    if "slo" in body:
+        slo = Slo(**body["slo"])
+    else:
+        plan = body["plan"]
+        slo = fleet_slo(yaml.safe_load(Path(plan["fleet"]).read_text()), float(plan["speed"]))
+    return runs, capacity, slo
+
+
 def _pair(text: str) -> tuple[int, int]:
     low, _, high = text.partition("-")
     return int(low), int(high or low)
@@ -275,6 +314,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", default="64-192", help="LOW-HIGH, per answer")
     p.add_argument("--out", default="bench-results/overload", help="logs and fleet files")
     p.add_argument("--json", help="also write every run as JSON to this file")
+    p.add_argument("--plots", metavar="DIR",
+                   help="draw the plots into this folder (default: OUT/plots; '' for none)")
+    p.add_argument("--from-results", metavar="JSON",
+                   help="run nothing: print the table and draw the plots from a saved --json "
+                        "file (and the request records it names)")
     return p
 
 
@@ -288,6 +332,11 @@ def setup_of(args: argparse.Namespace) -> OverloadSetup:
                          _pair(args.max_tokens), Path(args.out))
 
 
+def _draw(runs: Sequence[Run], slo: Slo, directory: Path | None) -> None:
+    if directory is not None:
+        plots.draw_or_say(lambda: draw_plots(runs, slo, directory), "ridge bench overload")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -295,15 +344,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"ridge bench overload: {exc}", file=sys.stderr)
         return 2
+    where = plots.plot_dir(args.plots, setup.out / "plots")
+    if args.from_results:
+        runs, capacity, slo = saved(Path(args.from_results))
+        print(table(runs, capacity))
+        _draw(runs, slo, where)
+        return 0
     runs, capacity = asyncio.run(execute(setup))
     print("\n" + table(runs, capacity))
     if capacity is None:
         print("no rate was within the SLO: lower --rates", file=sys.stderr)
+    slo = fleet_slo(yaml.safe_load(setup.fleet.read_text()), setup.speed)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"plan": {k: str(v) for k, v in asdict(setup).items()},
              "capacity": capacity.label if capacity else None,
+             "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
              "runs": [asdict(r) for r in runs]}, indent=1) + "\n")
+    _draw(runs, slo, where)
     return 0 if capacity is not None else 1
 
 

@@ -1,7 +1,10 @@
 """ridge_bench.capacity.benchmark: its cells, the fleets' KV capacity, the matrix it hands the
-runner."""
+runner, the plots from saved results."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +60,32 @@ def test_bounds_of_the_shipped_trace(tmp_path: object) -> None:
     assert out["requests"] == 300
     assert 0 < out["lru"]["plain"] <= out["unlimited"] < 1
     assert out["fleet_kv_tokens"] == {"plain": 8 * 207_061}
+
+
+def _cell(fleet: str, router: str, records: str | None) -> dict[str, object]:
+    return {"fleet": fleet, "router": router, "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+            "summary": {"goodput_rps": 2.0}, "requests_file": records,
+            "pools": {"radix": {"goodput_rps": 2.0, "throughput_rps": 2.2}},
+            "engine_prefix_cache": {"hit_rate": 0.6, "endpoints": {}}}
+
+
+def test_from_results_draws_every_cell_and_the_hit_rates_against_the_bounds(
+        tmp_path: Path) -> None:
+    (tmp_path / "cell").mkdir()
+    (tmp_path / "cell" / "requests-1.jsonl").write_text("".join(
+        json.dumps({"sent_s": i * 0.5, "pool": "radix", "error": None, "ttft_s": 0.3,
+                    "tpot_s": 0.04}) + "\n" for i in range(10)))
+    cells = [_cell("plain", "ridge", "cell/requests-1.jsonl"), _cell("fp8", "ridge", None),
+             _cell("plain", "ridge", "cell/requests-3.jsonl")]  # a repeat, its records lost
+    (tmp_path / "results.json").write_text(json.dumps(
+        {"meta": {"requests": 20, "trace": "long-sessions.jsonl"}, "cells": cells}))
+    assert capacity.main(["--from-results", str(tmp_path / "results.json"), "--plots",
+                          str(tmp_path / "plots")]) == 0
+    names = {p.name for p in (tmp_path / "plots").iterdir()}
+    assert {"capacity-hit-rate.png", "capacity-plain-ridge-ttft-time.png",
+            "capacity-plain-ridge-goodput-pools.png", "capacity-fp8-ridge-goodput-pools.png",
+            "capacity-plain-ridge-2-goodput-pools.png"} <= names
+    assert "capacity-plain-ridge-2-ttft-time.png" not in names
+    assert capacity.main(["--from-results", str(tmp_path / "results.json"), "--plots", "",
+                          "--out", str(tmp_path / "none")]) == 0
+    assert not (tmp_path / "none").exists()

@@ -1,9 +1,11 @@
 """The comparison's gateways (nothing started): the SGLang router's command over the rendered
-fleet, the --extra-router forms, and the memory figures each cell reads."""
+fleet, the --extra-router forms, the memory figures each cell reads, and the plots drawn from
+the saved cells."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from pathlib import Path
 
@@ -156,3 +158,45 @@ ridge_prefix_lost_tokens_total{pool="a"} 40.0
     figures = compare.ridge_figures(counters)
     assert (figures["prefix_predicted_tokens"], figures["prefix_lost_tokens"]) == (400.0, 40.0)
     assert compare.ridge_figures(METRICS)["prefix_lost_tokens"] is None
+
+
+def _cell(workload: str, router: str, goodput: float) -> dict[str, object]:
+    return {"workload": workload, "router": router, "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+            "summary": {"goodput_rps": goodput},
+            "pools": {"general": {"goodput_rps": goodput, "throughput_rps": goodput + 1}},
+            "engine_prefix_cache": {"hit_rate": 0.5, "endpoints": {
+                "http://127.0.0.1:1": {"queries_tokens": 10, "hits_tokens": 5,
+                                       "pool": "general"}}},
+            "requests_file": f"{workload}-{router}/requests.jsonl"}
+
+
+def _records(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"sent_s": i * 0.2, "pool": "general", "error": None,
+                                        "ttft_s": 0.1 + i * 0.01, "tpot_s": 0.05}) + "\n"
+                            for i in range(20)))
+
+
+def test_the_plots_come_from_the_saved_cells_and_their_records(tmp_path: Path) -> None:
+    cells = [_cell("agent", "ridge", 13.5), _cell("agent", "round_robin", 7.0)]
+    _records(tmp_path / "agent-ridge" / "requests.jsonl")  # round_robin's records are gone
+    drawn = {p.name for p in compare.draw_plots(cells, tmp_path, tmp_path / "plots")}
+    assert "router-goodput.png" in drawn
+    assert {"router-agent-ridge-ttft-time.png", "router-agent-ridge-refusals-time.png",
+            "router-agent-ridge-hit-rate-replicas.png"} <= drawn
+    assert {n for n in drawn if "round_robin" in n} == {
+        "router-agent-round_robin-goodput-pools.png",
+        "router-agent-round_robin-hit-rate-replicas.png"}
+
+
+def test_from_results_draws_the_plots_beside_the_results(tmp_path: Path) -> None:
+    meta = {"rates": {"agent": 16.0}, "durations_s": {"agent": 60.0}}
+    cell = _cell("agent", "ridge", 13.5)
+    del cell["requests_file"]  # saved before the key: the cell folder's records
+    (tmp_path / "results.json").write_text(json.dumps({"meta": meta, "cells": [cell]}))
+    _records(tmp_path / "agent-ridge" / "requests.jsonl")
+    assert compare.main(["--from-results", str(tmp_path / "results.json")]) == 0
+    assert (tmp_path / "plots" / "router-agent-ridge-ttft-cdf.png").is_file()
+    assert compare.main(["--from-results", str(tmp_path / "results.json"), "--plots",
+                         str(tmp_path / "elsewhere")]) == 0
+    assert (tmp_path / "elsewhere" / "router-goodput.png").is_file()

@@ -36,6 +36,7 @@ def test_hit_rate_is_the_sum_of_deltas_per_pool_and_fleet() -> None:
     assert use.missing == ()
     assert use.endpoints[urls["prefix"][1]] == CacheUse(1000, 200)
     assert len(use.endpoints) == sum(len(u) for u in urls.values())
+    assert use.endpoint_pools == {u: pool for pool, us in urls.items() for u in us}
 
 
 def test_unscraped_endpoints_are_left_out_and_named() -> None:

@@ -1,8 +1,10 @@
-"""The overhead benchmark's arithmetic: windows, medians over rounds, added TTFT, rotation."""
+"""The overhead benchmark's arithmetic: windows, medians over rounds, added TTFT, rotation;
+its plots from saved results."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,8 @@ from ridge_bench.overhead.benchmark import (
     DIRECT,
     Window,
     body,
+    draw_plots,
+    main,
     parser,
     percentile,
     portable_command,
@@ -82,3 +86,21 @@ def test_plan_without_the_sglang_router(tmp_path: object) -> None:
     assert setup.rounds == 2 and launch.sglang_python is None and len(notes) == 1
     with pytest.raises(ValueError, match="unknown"):
         setup_from(parser().parse_args(["--gateways", "nginx"]), [])
+
+
+def test_from_results_draws_the_bars_without_the_direct_runs(tmp_path: Path) -> None:
+    saved = tmp_path / "results.json"
+    saved.write_text(json.dumps({"summary": {
+        "direct": {"json32": {"rps": 50_000.0, "cpu_us": None}},
+        "ridge": {"json32": {"rps": 5_000.0, "cpu_us": 200.0},
+                  "json256": {"rps": 4_500.0, "cpu_us": 220.0},
+                  "burst32": {"rps": 3_300.0, "cpu_us": 14.0},
+                  "paced32": {"rps": 300.0, "cpu_us": 35.0}},
+        "fastapi": {"json32": {"rps": 4_500.0, "cpu_us": 220.0}}}}))
+    assert main(["--from-results", str(saved), "--doc", "", "--plots", str(tmp_path / "p")]) == 0
+    names = sorted(p.name for p in (tmp_path / "p").iterdir())
+    assert names == ["overhead-current-cpu-chunk.png", "overhead-current-cpu-request.png",
+                     "overhead-current-rps.png"]
+    assert main(["--from-results", str(saved), "--doc", "", "--section", "before"]) == 0
+    assert (tmp_path / "plots" / "overhead-before-rps.png").is_file()  # beside the results
+    assert draw_plots({"summary": {}}, "x", tmp_path / "none") == []

@@ -1,7 +1,10 @@
-"""The overload benchmark's arithmetic and plumbing (the runs themselves are a measurement)."""
+"""The overload benchmark's arithmetic, plumbing and plots (the runs themselves are a
+measurement)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,7 @@ import yaml
 
 from config.fleet import load_fleet
 from ridge_bench import command
-from ridge_bench.harness.goodput import RequestResult, Slo
+from ridge_bench.harness.goodput import RequestResult, Slo, write_records
 from ridge_bench.overload import benchmark as overload
 from routing.snapshots import EngineMetrics
 
@@ -85,3 +88,30 @@ def test_the_refusals_split_into_at_once_and_after_waiting_and_the_engines_are_a
             for w, kv in ((0.0, 0.8), (2.0, 1.0)))
     watch.readings = [(0.0, {"x": a, "y": b}), (2.0, {"x": b}), (99.0, {"x": b})]
     assert watch.means(60.0) == (pytest.approx(4 / 3), pytest.approx(2.8 / 3))
+
+
+def test_the_plots_are_drawn_from_the_saved_runs_and_their_records(tmp_path: Path) -> None:
+    records = tmp_path / "overload-on" / "requests.jsonl"
+    records.parent.mkdir()
+    write_records(records, [ok(0.4), ok(0.5), refused(1.0)])
+    runs = [overload.row("capacity-1", False, 1.0, [ok(0.4), ok(0.9)], SLO, 2.0),
+            overload.row("overload-off", False, 4.0, [ok(3.0), ok(9.0)], SLO, 2.0),
+            overload.Run(**{**overload.row("overload-on", True, 4.0, [ok(0.4), refused(1.0)],
+                                           SLO, 2.0).__dict__,
+                            "requests_file": str(records)})]
+    saved = tmp_path / "overload.json"
+    saved.write_text(json.dumps({"plan": {}, "capacity": "capacity-1", "slo": asdict(SLO),
+                                 "runs": [asdict(r) for r in runs]}))
+    assert overload.main(["--from-results", str(saved), "--plots", str(tmp_path / "p")]) == 0
+    names = {p.name for p in (tmp_path / "p").iterdir()}
+    assert {"overload-ttft-rate.png", "overload-outcomes.png", "overload-on-ttft-time.png",
+            "overload-on-refusals-time.png"} <= names
+    assert not any("capacity-1-" in n for n in names)  # no records kept for it
+
+
+def test_a_saved_file_without_its_slo_takes_the_fleet_files(tmp_path: Path) -> None:
+    saved = tmp_path / "overload.json"
+    saved.write_text(json.dumps({"plan": {"fleet": str(overload.FLEET), "speed": "2.0"},
+                                 "capacity": None, "runs": []}))
+    runs, capacity, slo = overload.saved(saved)
+    assert (runs, capacity, slo) == ([], None, Slo(0.5, 0.1, 30.0))
