@@ -99,26 +99,39 @@ class Gate:
     prompt in the cache of a full or paced endpoint (the prefix index's match) goes where the
     router would send it with nothing left out, when that is such an endpoint
     (:func:`cache_affine`). ``held``: after a call that chose nothing, the pool the router would
-    have chosen without them (None: it would have chosen nothing anyway)."""
+    have chosen without them (None: it would have chosen nothing anyway). ``paced`` is asked at
+    each call, not at construction: a state that reads over the network chooses after an
+    await, when other requests may have been placed; ``hold`` is told each call's choice."""
 
     __slots__ = ("_route", "_pools", "_limits", "_check", "_blocked", "_paced", "_affinity",
-                 "held")
+                 "_hold", "held")
 
     def __init__(self, route: Route, pools: tuple[PoolSnapshot, ...], limits: Limits,
-                 blocked: frozenset[str], paced: frozenset[str] = NOTHING,
-                 affinity: float = 0.0) -> None:
+                 blocked: frozenset[str], paced: Callable[[], frozenset[str]] | None = None,
+                 affinity: float = 0.0,
+                 hold: Callable[[RoutePlan | None], None] | None = None) -> None:
         self._route, self._pools, self._limits = route, pools, limits
         self._check = bool(limits)
         self._blocked, self._paced, self._affinity = blocked, paced, affinity
+        self._hold = hold
         self.held: str | None = None
 
     def __call__(self, view: StateView) -> RoutePlan | None:
+        if self._hold is None:
+            return self._choose(view)
+        self._hold(None)  # a second call (the state chose again): its last choice is void
+        plan = self._choose(view)
+        self._hold(plan)
+        return plan
+
+    def _choose(self, view: StateView) -> RoutePlan | None:
         route = self._route
         self.held = None
         load = view.load
         full = full_endpoints(load, self._limits) if self._check and load else NOTHING
-        if self._paced:
-            full = full | self._paced
+        paced = self._paced() if self._paced is not None else NOTHING
+        if paced:
+            full = full | paced
         choose = route.router.choose
         if not full and not self._blocked:
             return choose(route.features, self._pools, view, route.exclude)
@@ -155,6 +168,28 @@ def _held(view: StateView, url: str) -> int:
     """The blocks ``url`` counts as holding for :func:`cache_affine`."""
     matched, sent = view.matched_blocks.get(url, 0), view.sent_blocks
     return matched if sent is None else max(matched, sent.get(url, 0))
+
+
+class Tentative:
+    """A prompt's ``tokens`` counted in ``outstanding`` (URL → prefill tokens) on the first
+    endpoint of the last plan it was told of; told None, it counts nowhere."""
+
+    __slots__ = ("_outstanding", "_tokens", "_url")
+
+    def __init__(self, outstanding: dict[str, int], tokens: int) -> None:
+        self._outstanding, self._tokens = outstanding, tokens
+        self._url: str | None = None
+
+    def __call__(self, plan: RoutePlan | None) -> None:
+        if self._url is not None:
+            left = self._outstanding.get(self._url, 0) - self._tokens
+            if left > 0:
+                self._outstanding[self._url] = left
+            else:
+                self._outstanding.pop(self._url, None)
+        self._url = plan.first.url if plan is not None else None
+        if self._url is not None:
+            self._outstanding[self._url] = self._outstanding.get(self._url, 0) + self._tokens
 
 
 class Ticket:
@@ -223,15 +258,36 @@ class Admission:
     async def place(self, state: RouterState, ask: Ask, route: Route) -> Placement:
         """Place the request through ``state`` if an endpoint has room, else wait for one or
         raise the 503 (module docstring)."""
-        gate = self._gate(route, route.pools, None)
-        placed = await state.place(ask, gate)
-        if placed is None and gate.held is not None:
-            placed, waited = await self._wait(gate.held, state, ask, route)
+        placed, held = await self._try_place(state, ask, route, route.pools, None)
+        if placed is None and held is not None:
+            placed, waited = await self._wait(held, state, ask, route)
         else:
             waited = 0.0
         if placed is not None:
             self._holding(placed)
         return placed, waited
+
+    async def _try_place(self, state: RouterState, ask: Ask, route: Route,
+                         pools: tuple[PoolSnapshot, ...],
+                         own: str | None) -> tuple[Placed[RoutePlan] | None, str | None]:
+        """One placement through a gate (``own``: the pool whose queue the request waits in);
+        the placement, and the pool the router would have chosen when it placed nothing."""
+        hold = self._tentative(route)
+        gate = self._gate(route, pools, own, hold)
+        try:
+            return await state.place(ask, gate), gate.held
+        finally:
+            if hold is not None:
+                hold(None)
+
+    def _tentative(self, route: Route) -> Tentative | None:
+        """What counts the prompt of a request being placed as outstanding prefill on the
+        endpoint its gate chose, until the placement ends (the dispatcher then counts it for
+        good, :meth:`prefill_started`, without a turn of the event loop between)."""
+        tokens = route.features.prompt_tokens
+        if not self._config.prefill_target or tokens <= 0:
+            return None
+        return Tentative(self._prefill, tokens)
 
     def _holding(self, placed: Placed[RoutePlan]) -> None:
         """Count ``placed``'s reservations in flight on their pools; a pool that held none
@@ -310,11 +366,16 @@ class Admission:
         return wait_budget_s(bounds.ttft_s, floor.floor_s() if floor else 0.0,
                              self._config.max_wait_s)
 
-    def _gate(self, route: Route, pools: tuple[PoolSnapshot, ...], own: str | None) -> Gate:
+    def _gate(self, route: Route, pools: tuple[PoolSnapshot, ...], own: str | None,
+              hold: Tentative | None = None) -> Gate:
         limits = self._capacity.limits(pools)
         blocked = self._blocked(pools, own) if self._waiting else NOTHING
-        paced = self._paced(route) if self._prefill else NOTHING
-        return Gate(route, pools, limits, blocked, paced, self._config.cache_affinity)
+
+        def paced() -> frozenset[str]:
+            return self._paced(route) if self._prefill else NOTHING
+
+        return Gate(route, pools, limits, blocked, paced if self._config.prefill_target else None,
+                    self._config.cache_affinity, hold)
 
     def _paced(self, route: Route) -> frozenset[str]:
         """The endpoints prefill pacing keeps this request from
@@ -378,10 +439,8 @@ class Admission:
             await ticket.sleep(min(left, self._config.recheck_s) if head else left)
             if queue.head() is not ticket:
                 continue
-            pools = self._snapshot()
-            gate = self._gate(route, pools, pool)
-            placed = await state.place(ask, gate)
-            if placed is not None or gate.held is None:
+            placed, held = await self._try_place(state, ask, route, self._snapshot(), pool)
+            if placed is not None or held is None:
                 return placed
 
     def _check_join(self, pool: str, queue: FairQueue[Ticket], route: Route,

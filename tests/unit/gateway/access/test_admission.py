@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -404,3 +405,42 @@ async def test_a_cold_burst_is_paced_by_the_prior_before_any_first_token(
     with pytest.raises(GatewayError) as info:
         await r.admission.place(r.state, ask, route)
     assert info.value.status == 503
+
+
+class NetworkState:
+    """The in-memory state behind the awaits of one over the network (Redis): a read before
+    it chooses, the reserve's reply after."""
+
+    def __init__(self, inner: MemoryState) -> None:
+        self.inner = inner
+
+    async def place(self, ask: Ask, choose: Any) -> Any:
+        await asyncio.sleep(0)
+        placed = await self.inner.place(ask, choose)
+        await asyncio.sleep(0)
+        return placed
+
+
+async def test_requests_placed_together_over_the_network_see_each_others_prefill() -> None:
+    """Three long prompts at once through a state that awaits before and after it chooses:
+    each endpoint takes one (nothing outstanding there), the third finds both paced by the
+    prompts still on their way — and, no slot ever freed, is refused. Capacity is no limit
+    here (0.9 × 1 ÷ 0.1 = 9 requests per endpoint)."""
+    r = rig(metrics=EngineMetrics(running=1.0, waiting=0.0, kv_cache_usage=0.1), ttft_s=1.0)
+    r.admission = Admission(AdmissionConfig(1000.0, 256, 30.0), SloPolicy(
+        {"m": ModelSlo(Bounds(ttft_s=1.0))}), r.registry.snapshot, None, r.clock,
+        prefill_priors={"p": 1000.0})
+    state = NetworkState(r.state)
+
+    async def one(n: int) -> str:  # prompts of their own: no cache to follow
+        ask, route = _long_route(r, " ".join(f"word{n}-{i}" for i in range(400)))
+        placed, _ = await r.admission.place(state, ask, route)  # type: ignore[arg-type]
+        assert placed is not None
+        url = placed.reservations[0].endpoint
+        r.admission.prefill_started(url, route.features.prompt_tokens)  # as dispatch does
+        return url
+
+    outcomes = await asyncio.gather(one(0), one(1), one(2), return_exceptions=True)
+    placed = sorted(o for o in outcomes if isinstance(o, str))
+    refused = [o for o in outcomes if isinstance(o, GatewayError)]
+    assert placed == [A, B] and len(refused) == 1 and refused[0].status == 503
