@@ -1,5 +1,6 @@
 """The overload benchmark: one pool pushed to a multiple of its capacity, admission control off
-and on. ``ridge bench overload [--rates 1,1.5,2,2.5] [--factor 4] [--duration 60] ...``.
+and on. ``ridge bench overload [--rates 1,1.5,2,2.5] [--factor 4] [--duration 60] ...``;
+``ridge bench overload burst ...``: bursts on a mixed fleet (:mod:`ridge_bench.overload.burst`).
 
 The fleet (``--fleet``, default ``deploy/bench/overload.yaml``) is one pool of two simulated
 engines and its SLO; the workload unique prompts, Poisson arrivals, open loop; every run a
@@ -100,8 +101,14 @@ def fleet_slo(raw: dict[str, Any], speed: float) -> Slo:
 
 def render(setup: OverloadSetup, path: Path) -> Slo:
     """Write the fleet on free ports (its SLOs scaled to wall-clock time) to ``path``."""
-    raw = fleets.with_ports(yaml.safe_load(setup.fleet.read_text()), free_port)
-    slo = fleet_slo(raw, setup.speed)
+    return render_fleet(setup.fleet, setup.speed, path)
+
+
+def render_fleet(fleet: Path, speed: float, path: Path) -> Slo:
+    """Write ``fleet`` on free ports to ``path``, its ``*`` SLO scaled to wall-clock time at
+    ``speed``; that SLO."""
+    raw = fleets.with_ports(yaml.safe_load(fleet.read_text()), free_port)
+    slo = fleet_slo(raw, speed)
     raw["slos"]["*"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return slo
@@ -338,6 +345,13 @@ def _draw(runs: Sequence[Run], slo: Slo, directory: Path | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``ridge bench overload``; ``ridge bench overload burst ...`` runs
+    :mod:`ridge_bench.overload.burst`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["burst"]:
+        from ridge_bench.overload import burst
+
+        return burst.main(argv[1:])
     args = parser().parse_args(argv)
     try:
         setup = setup_of(args)
