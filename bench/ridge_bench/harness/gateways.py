@@ -1,22 +1,18 @@
 """The gateways the overhead benchmark puts in front of the engine stand-in, and how each is
 started (one process each, pinned to the gateway core by the caller).
 
-- ``ridge``: ``ridge serve --config FLEET --port P`` with every default setting (no ``RIDGE_*``
-  variable reaches it) and a fleet of one vLLM pool over the stand-in's endpoints
-  (:func:`fleet`). ``ridge_src`` runs another source tree instead (``python -m gateway.cli
-  serve`` there, with it first on the import path), e.g. an older commit in a git worktree.
-  ``ridge-aiohttp`` (not run by default): the same with the aiohttp upstream transport.
+- ``ridge``: ``ridge serve --config FLEET --port P``, every default setting (no ``RIDGE_*``
+  variable), a fleet of one vLLM pool over the stand-in's endpoints (:func:`fleet`);
+  ``ridge_src`` runs another source tree (``python -m gateway.cli serve`` there), e.g. an older
+  commit. ``ridge-aiohttp`` (not by default): the same with the aiohttp upstream transport.
 - ``fastapi``, ``aiohttp``: the bare pass-throughs of :mod:`ridge_bench.overhead.passthrough`;
-  ``asgi-uvicorn``, ``asgi-granian`` (not run by default): its bare ASGI app on two servers.
-- ``sglang-rr``, ``sglang-ca``: the SGLang router (``sglang-router`` from PyPI, pinned to
-  :data:`SGLANG_ROUTER`), round robin and cache_aware, from its own virtual environment
-  (:func:`sglang_python`; never a dependency of ridge or of its tests). Its Prometheus
-  listener goes to a free port; everything else is its default.
+  ``asgi-uvicorn``, ``asgi-granian`` (not by default): its bare ASGI app on two servers.
+- the Rust routers of :data:`ROUTERS`, round robin and cache_aware (``sglang-*``, ``smg-*``,
+  ``vllm-*``): pinned, installed into :data:`BENCH_VENV` (:func:`router_python`; never a
+  dependency of ridge or its tests), on 127.0.0.1, Prometheus on a free port (:func:`command`).
 
-:func:`ready` waits until the gateway answers a real non-streamed completion with 200.
-:func:`start` is shared with the router comparison (:mod:`ridge_bench.compare.benchmark`), which
-puts the
-SGLang router in front of the simulated fleet the same way.
+:func:`start` waits until the gateway is ready (:func:`ready`, :func:`router_ready`); the router
+comparison (:mod:`ridge_bench.compare.benchmark`) starts the SGLang router with it too.
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import yaml
@@ -37,10 +34,44 @@ from ridge_bench.harness.procs import ROOT, Child, free_port, ridge_command, spa
 from ridge_bench.harness.upstream import MODEL, PACED_MODEL
 
 SGLANG_ROUTER = "sglang-router==0.3.2"
+SMG = "smg==1.13.0"
+VLLM_ROUTER = "vllm-router==0.1.17"
 BENCH_VENV = ROOT / ".bench-venv"
+"""The benchmarks' own virtual environment: every router of :data:`ROUTERS` is installed
+there (their dependencies do not conflict); never ridge's ``.venv``."""
 INSTALL_TIMEOUT_S = 900.0
-_CHECK = ("import importlib.metadata as m, sglang_router.launch_router; "
-          f"raise SystemExit(m.version('sglang-router') != '{SGLANG_ROUTER.split('==')[1]}')")
+POLICY_NAMES = {"round_robin": "round robin", "cache_aware": "cache_aware"}
+
+
+@dataclass(frozen=True)
+class RustRouter:
+    """A Rust router from PyPI: its kind, the name its rows carry, its pinned requirement
+    (``DISTRIBUTION==VERSION``) and the module ``python -m`` starts."""
+
+    kind: str
+    name: str
+    requirement: str
+    module: str
+
+    @property
+    def distribution(self) -> str:
+        return self.requirement.split("==")[0]
+
+    @property
+    def version(self) -> str:
+        return self.requirement.split("==")[1]
+
+    def label(self, policy: str) -> str:
+        """The row label of this router with ``policy``."""
+        return f"{self.name} {self.version}, {POLICY_NAMES.get(policy, policy)}"
+
+
+ROUTERS: Mapping[str, RustRouter] = {r.kind: r for r in (
+    RustRouter("sglang", "SGLang router", SGLANG_ROUTER, "sglang_router.launch_router"),
+    RustRouter("smg", "smg", SMG, "smg.launch_router"),
+    RustRouter("vllm-router", "vLLM router", VLLM_ROUTER, "vllm_router.launch_router"),
+)}
+"""Every router kind → its :class:`RustRouter`; a :class:`Gateway` of such a kind runs it."""
 
 
 @dataclass(frozen=True)
@@ -49,17 +80,25 @@ class Gateway:
 
     key: str
     label: str
-    kind: str  # "ridge" | "passthrough" | "sglang"
-    arg: str = ""  # the pass-through's server, the SGLang router's policy, ridge's transport
+    kind: str  # "ridge" | "passthrough" | a key of ROUTERS
+    arg: str = ""  # the pass-through's server, a router's policy, ridge's transport
     workers: int = 1  # ridge: ``--workers``
+
+
+def router_gateways(prefix: str, kind: str) -> tuple[Gateway, Gateway]:
+    """``PREFIX-rr`` and ``PREFIX-ca``: the router of ``kind``, round robin and cache_aware."""
+    router = ROUTERS[kind]
+    return (Gateway(f"{prefix}-rr", router.label("round_robin"), kind, "round_robin"),
+            Gateway(f"{prefix}-ca", router.label("cache_aware"), kind, "cache_aware"))
 
 
 GATEWAYS: tuple[Gateway, ...] = (
     Gateway("ridge", "ridge, default settings", "ridge"),
     Gateway("fastapi", "FastAPI + aiohttp client, no routing", "passthrough", "fastapi"),
     Gateway("aiohttp", "aiohttp.web + aiohttp client, no routing", "passthrough", "aiohttp"),
-    Gateway("sglang-rr", "SGLang router 0.3.2, round robin", "sglang", "round_robin"),
-    Gateway("sglang-ca", "SGLang router 0.3.2, cache_aware", "sglang", "cache_aware"),
+    *router_gateways("sglang", "sglang"),
+    *router_gateways("smg", "smg"),
+    *router_gateways("vllm", "vllm-router"),
 )
 SERVER_COMPARISON: tuple[Gateway, ...] = (
     Gateway("asgi-uvicorn", "bare ASGI app on uvicorn + httptools, no routing", "passthrough",
@@ -79,10 +118,17 @@ BY_KEY: Mapping[str, Gateway] = {
 @dataclass(frozen=True)
 class Launch:
     """Where the gateways come from: ridge's source tree (None: the installed ``ridge``) and
-    the SGLang router's interpreter (None: not available)."""
+    each router's interpreter (None: not available)."""
 
     ridge_src: Path | None = None
     sglang_python: Path | None = None
+    smg_python: Path | None = None
+    vllm_router_python: Path | None = None
+
+    def python(self, kind: str) -> Path | None:
+        """The interpreter that runs the router of ``kind`` (None: not available)."""
+        return {"sglang": self.sglang_python, "smg": self.smg_python,
+                "vllm-router": self.vllm_router_python}.get(kind)
 
 
 def fleet(urls: Sequence[str]) -> dict[str, Any]:
@@ -100,7 +146,10 @@ def fleet(urls: Sequence[str]) -> dict[str, Any]:
 
 def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
             workdir: Path) -> tuple[list[str], dict[str, str], Path]:
-    """argv, extra environment and working directory of ``gateway`` on ``port``."""
+    """argv, extra environment and working directory of ``gateway`` on ``port``. A router:
+    ``python -m MODULE --host 127.0.0.1 --port P --worker-urls URL... --policy POLICY
+    --prometheus-port FREE --prometheus-host 127.0.0.1`` (the same flags for all three),
+    with nothing of ridge's on its import path."""
     if gateway.kind == "ridge":
         config = workdir / "fleet.yaml"
         config.write_text(yaml.safe_dump(fleet(urls), sort_keys=False))
@@ -115,24 +164,30 @@ def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
         argv = [sys.executable, "-m", "ridge_bench.overhead.passthrough", "--server", gateway.arg,
                 "--port", str(port), "--upstream", *urls]
         return argv, {}, ROOT
-    if launch.sglang_python is None:
-        raise RuntimeError("the SGLang router is not installed")
-    argv = [str(launch.sglang_python), "-m", "sglang_router.launch_router",
-            "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls,
-            "--policy", gateway.arg, "--prometheus-port", str(free_port())]
+    router = ROUTERS[gateway.kind]
+    python = launch.python(gateway.kind)
+    if python is None:
+        raise RuntimeError(f"the {router.name} ({router.requirement}) is not installed")
+    argv = [str(python), "-m", router.module, "--host", "127.0.0.1", "--port", str(port),
+            "--worker-urls", *urls, "--policy", gateway.arg,
+            "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
     return argv, {"PYTHONPATH": ""}, workdir
 
 
 async def start(gateway: Gateway, launch: Launch, urls: Sequence[str], workdir: Path,
                 cpus: Sequence[int] | None, timeout_s: float, model: str = MODEL) -> Child:
-    """``gateway`` on a free port, answering a completion for ``model`` (:func:`ready`), or
-    RuntimeError with its log; the process is stopped if waiting fails in any way."""
+    """``gateway`` on a free port, answering a completion for ``model`` (:func:`ready`; a
+    router also :func:`router_ready`), or RuntimeError with its log; the process is stopped
+    if waiting fails in any way."""
     port = free_port()
     argv, env, cwd = command(gateway, launch, port, urls, workdir)
     child = await spawn(gateway.key, argv, workdir, env, cwd=cwd, cpus=cpus, drop_prefix="RIDGE_")
     child.url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
     try:
         answered = await ready(child, timeout_s, model)
+        if answered and gateway.kind in ROUTERS:
+            answered = await router_ready(child, gateway.kind, urls, deadline - time.monotonic())
     except BaseException:
         await child.stop()
         raise
@@ -163,37 +218,111 @@ async def ready(child: Child, timeout_s: float, model: str = MODEL) -> bool:
     return False
 
 
-def sglang_python(install: bool, log: Path) -> tuple[Path | None, str]:
-    """The interpreter of :data:`BENCH_VENV` with the SGLang router importable, creating the
-    environment and installing it there when ``install`` (bounded by
-    :data:`INSTALL_TIMEOUT_S`); else None and why."""
-    python = BENCH_VENV / "bin" / "python"
-    if _imports_router(python):
+def alias_url(url: str) -> str:
+    """``url`` (on 127.0.0.1) with its host named ``localhost``: the same endpoint under
+    another URL, which smg takes as another worker."""
+    parts = urlsplit(url)
+    if parts.hostname != "127.0.0.1" or parts.port is None:
+        raise ValueError(f"not an endpoint on 127.0.0.1: {url}")
+    return f"{parts.scheme}://localhost:{parts.port}{parts.path.rstrip('/')}"
+
+
+def smg_worker(url: str, model: str = PACED_MODEL) -> dict[str, Any]:
+    """What ``POST /workers`` sends smg: the endpoint at ``url`` as :func:`alias_url`,
+    serving ``model``."""
+    return {"url": alias_url(url), "models": [{"id": model}]}
+
+
+def serving(listing: Mapping[str, Any]) -> int:
+    """How many workers a router's ``GET /workers`` answer lists as serving: smg's with
+    status ``ready``, the others' (no status) healthy."""
+    return sum(1 for w in listing.get("workers", [])
+               if (w.get("status") == "ready" if "status" in w else w.get("is_healthy") is True))
+
+
+async def router_ready(child: Child, kind: str, urls: Sequence[str], timeout_s: float) -> bool:
+    """After :func:`ready`: whether the router of ``kind`` lists every worker as serving
+    (:func:`serving`) within ``timeout_s``. The SGLang router and smg answer once a worker is
+    registered, before the others are; vLLM's router listens only once all are healthy. smg
+    registers an HTTP worker under the first model its ``/v1/models`` lists, routes by that
+    exact name (``--model-alias`` does not apply to HTTP workers) and takes each URL once: so
+    the paced model's workers are added first (:func:`smg_worker`) and it must answer for it."""
+    deadline = time.monotonic() + timeout_s
+    wanted = len(urls) * (2 if kind == "smg" else 1)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
+        try:
+            for url in urls if kind == "smg" else ():
+                async with session.post(child.url + "/workers", json=smg_worker(url)) as resp:
+                    await resp.read()
+                    if resp.status not in (200, 201, 202, 409):  # 409: already there
+                        return False
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+        while await _serving(session, child.url) < wanted:
+            if time.monotonic() >= deadline or child.proc.returncode is not None:
+                return False
+            await asyncio.sleep(0.25)
+    return kind != "smg" or await ready(child, deadline - time.monotonic(), PACED_MODEL)
+
+
+async def _serving(session: aiohttp.ClientSession, base: str) -> int:
+    try:
+        async with session.get(base + "/workers") as resp:
+            listing = await resp.json(content_type=None) if resp.status == 200 else {}
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return 0
+    return serving(listing) if isinstance(listing, dict) else 0
+
+
+def install_plan(router: RustRouter, venv: Path = BENCH_VENV) -> list[list[str]]:
+    """The commands that put ``router`` into ``venv``: create it when it has no interpreter,
+    then ``pip install`` the pinned requirement (nothing else of the environment changes)."""
+    python = venv / "bin" / "python"
+    create = [] if python.exists() else [[sys.executable, "-m", "venv", str(venv)]]
+    return [*create, [str(python), "-m", "pip", "install", "-q", router.requirement]]
+
+
+def router_python(router: RustRouter, install: bool, log: Path,
+                  venv: Path = BENCH_VENV) -> tuple[Path | None, str]:
+    """The interpreter of ``venv`` with ``router`` at its pinned version importable,
+    installing it there first when ``install`` (:func:`install_plan`, each step bounded by
+    :data:`INSTALL_TIMEOUT_S`, output to ``log``); else None and why."""
+    python = venv / "bin" / "python"
+    if _imports(python, router):
         return python, ""
     if not install:
-        return None, f"not installed in {BENCH_VENV.name}/ (and --no-install)"
-    steps = ([sys.executable, "-m", "venv", str(BENCH_VENV)],
-             [str(python), "-m", "pip", "install", "-q", SGLANG_ROUTER])
+        return None, f"not installed in {venv.name}/ (and --no-install)"
     with log.open("ab") as out:
-        for argv in steps:
+        for argv in install_plan(router, venv):
             try:
                 done = subprocess.run(argv, stdout=out, stderr=out, timeout=INSTALL_TIMEOUT_S,
                                       check=False)
             except (OSError, subprocess.TimeoutExpired) as exc:
-                return None, f"cannot install {SGLANG_ROUTER}: {exc}"
+                return None, f"cannot install {router.requirement}: {exc}"
             if done.returncode != 0:
-                return None, f"cannot install {SGLANG_ROUTER} (see {log.name})"
-    if _imports_router(python):
+                return None, f"cannot install {router.requirement} (see {log.name})"
+    if _imports(python, router):
         return python, ""
-    return None, f"{SGLANG_ROUTER} installed but does not import (see {log.name})"
+    return None, f"{router.requirement} installed but does not import (see {log.name})"
 
 
-def _imports_router(python: Path) -> bool:
+def sglang_python(install: bool, log: Path) -> tuple[Path | None, str]:
+    """:func:`router_python` of the SGLang router."""
+    return router_python(ROUTERS["sglang"], install, log)
+
+
+def import_check(router: RustRouter) -> str:
+    """Python that exits 0 only where ``router``'s module imports at its pinned version."""
+    return (f"import importlib.metadata as m, {router.module}; "
+            f"raise SystemExit(m.version({router.distribution!r}) != {router.version!r})")
+
+
+def _imports(python: Path, router: RustRouter) -> bool:
     if not python.exists():
         return False
     try:
-        done = subprocess.run([str(python), "-c", _CHECK], capture_output=True, timeout=120,
-                              check=False)
+        done = subprocess.run([str(python), "-c", import_check(router)], capture_output=True,
+                              timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

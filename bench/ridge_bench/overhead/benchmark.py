@@ -386,7 +386,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ridge_bench.overhead",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--gateways", default=",".join(g.key for g in gateways.GATEWAYS),
-                   help="comma-separated, of " + ", ".join(gateways.BY_KEY))
+                   help="comma-separated, of " + ", ".join(gateways.BY_KEY) + " (default: "
+                        + ",".join(g.key for g in gateways.GATEWAYS) + ": with direct, ten "
+                        "targets of about 22 s a round each, so 12-15 minutes with 3 rounds)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=4.0, help="each wrk window (default 4)")
     p.add_argument("--paced-seconds", type=float, default=5.0, help="paced window (default 5)")
@@ -397,7 +399,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the doc block to write (default current; e.g. before)")
     p.add_argument("--title", help="the block's heading (default: from the ridge commit)")
     p.add_argument("--no-install", action="store_true",
-                   help="skip the SGLang router unless .bench-venv/ already has it")
+                   help="skip each router (SGLang router, smg, vLLM router) that "
+                        ".bench-venv/ does not already have at its pinned version")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results and logs")
     p.add_argument("--doc", type=_doc_path, default=DEFAULT_DOC,
                    help="'' to leave the doc alone")
@@ -415,19 +418,28 @@ def setup_from(args: argparse.Namespace, notes: list[str]) -> tuple[OverheadSetu
     unknown = [k for k in keys if k not in gateways.BY_KEY]
     if unknown or args.rounds < 1 or args.seconds <= 0 or args.paced_seconds <= 0:
         raise ValueError(f"unknown gateways {unknown}" if unknown else "bad bounds")
-    sglang = None
-    if any(gateways.BY_KEY[k].kind == "sglang" for k in keys):
+    pythons = {}
+    for kind in dict.fromkeys(gateways.BY_KEY[k].kind for k in keys):
+        if kind not in gateways.ROUTERS:
+            continue
+        router = gateways.ROUTERS[kind]
         args.out.mkdir(parents=True, exist_ok=True)
-        sglang, why = gateways.sglang_python(not args.no_install, args.out / "sglang-install.log")
-        if sglang is None:
-            notes.append(f"SGLang router skipped: {why}")
-            keys = [k for k in keys if gateways.BY_KEY[k].kind != "sglang"]
+        python, why = gateways.router_python(router, not args.no_install,
+                                             args.out / f"{kind}-install.log")
+        if python is None:
+            notes.append(f"{router.name} skipped: {why}")
+            keys = [k for k in keys if gateways.BY_KEY[k].kind != kind]
+        else:
+            pythons[kind] = python
     gw_cpus, client_cpus, pinning = cores()
     notes.append(pinning)
     setup = OverheadSetup((DIRECT, *(gateways.BY_KEY[k] for k in keys)), rounds=args.rounds,
                           seconds=args.seconds, paced_seconds=args.paced_seconds,
                           gateway_cpus=gw_cpus, client_cpus=client_cpus)
-    return setup, Launch(args.ridge_src.resolve() if args.ridge_src else None, sglang)
+    launch = Launch(args.ridge_src.resolve() if args.ridge_src else None,
+                    sglang_python=pythons.get("sglang"), smg_python=pythons.get("smg"),
+                    vllm_router_python=pythons.get("vllm-router"))
+    return setup, launch
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from ridge_bench.overhead.benchmark import OverheadSetup
 
 PACKAGES = ("aiohttp", "fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pydantic")
-ORDER = ("sglang-rr", "sglang-ca", "aiohttp", "fastapi", "ridge", "direct")
+ORDER = ("sglang-rr", "sglang-ca", "smg-rr", "smg-ca", "vllm-rr", "vllm-ca", "aiohttp", "fastapi",
+         "ridge", "direct")
+"""The rows' order (and the plots' bars'): the routers, the floors, ridge, the stand-in."""
 
 
 def begin(section: str) -> str:

@@ -1,14 +1,17 @@
 """The overhead benchmark's arithmetic: windows, medians over rounds, added TTFT, rotation;
-its plots from saved results."""
+which routers a run installs or skips; its plots from saved results."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ridge_bench.harness.gateways import BY_KEY
+from ridge_bench.harness import gateways, plots
+from ridge_bench.harness.gateways import BY_KEY, RustRouter
+from ridge_bench.overhead import doc as overhead_doc
 from ridge_bench.overhead.benchmark import (
     DIRECT,
     Window,
@@ -104,3 +107,45 @@ def test_from_results_draws_the_bars_without_the_direct_runs(tmp_path: Path) -> 
     assert main(["--from-results", str(saved), "--doc", "", "--section", "before"]) == 0
     assert (tmp_path / "plots" / "overhead-before-rps.png").is_file()  # beside the results
     assert draw_plots({"summary": {}}, "x", tmp_path / "none") == []
+
+
+def test_the_default_run_has_every_router_and_each_is_installed_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, bool, str]] = []
+
+    def fake(router: RustRouter, install: bool, log: Path) -> tuple[Path | None, str]:
+        asked.append((router.kind, install, log.name))
+        if router.kind == "smg":
+            return None, "not installed in .bench-venv/ (and --no-install)"
+        return tmp_path / "python", ""
+
+    monkeypatch.setattr(gateways, "router_python", fake)
+    notes: list[str] = []
+    args = parser().parse_args(["--no-install", "--out", str(tmp_path)])
+    setup, launch = setup_from(args, notes)
+    assert asked == [("sglang", False, "sglang-install.log"), ("smg", False, "smg-install.log"),
+                     ("vllm-router", False, "vllm-router-install.log")]
+    keys = [g.key for g in setup.targets]
+    assert keys == ["direct", "ridge", "fastapi", "aiohttp", "sglang-rr", "sglang-ca",
+                    "vllm-rr", "vllm-ca"]  # smg's rows left out, with a note
+    assert notes[0] == "smg skipped: not installed in .bench-venv/ (and --no-install)"
+    assert launch.smg_python is None and launch.vllm_router_python == tmp_path / "python"
+    assert launch.sglang_python == tmp_path / "python"
+    assert "smg-rr" in parser().parse_args([]).gateways  # all run by default
+
+
+def test_the_plots_and_the_doc_put_the_routers_first(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    drawn: list[list[str]] = []
+
+    def bars(values: dict[str, Any], path: Path, *args: Any, **kwargs: Any) -> Path:
+        drawn.append(list(values))
+        return path
+
+    monkeypatch.setattr(plots, "grouped_bars", bars)
+    cell = {"cpu_us": 100.0, "rps": 1000.0}
+    keys = ["ridge", "vllm-ca", "smg-rr", "direct", "aiohttp", "smg-ca", "vllm-rr", "other"]
+    draw_plots({"summary": {k: {s: dict(cell) for s in ("json32", "paced32")} for k in keys}},
+               "x", tmp_path)
+    assert drawn[0] == ["smg-rr", "smg-ca", "vllm-rr", "vllm-ca", "aiohttp", "ridge", "other"]
+    assert all(g.key in overhead_doc.ORDER for g in gateways.GATEWAYS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ridge_bench.harness.gateways import BY_KEY, SMG
 from ridge_bench.overhead.doc import begin, end, markdown, summary_table, write
 
 CELL = {"cpu_us": 512.4, "rps": 1234.0, "gateway_core_pct": 99.0, "upstream_core_pct": 4.0,
@@ -47,3 +48,14 @@ def test_write_replaces_only_its_section(tmp_path: Path) -> None:
     assert text.index(end("before")) < text.index("middle") < text.index(begin("current"))
     write(doc, DATA, "current")
     assert doc.read_text() == text
+
+
+def test_the_new_routers_rows_carry_their_labels_in_order() -> None:
+    keys = ("ridge", "vllm-ca", "smg-rr", "sglang-rr", "vllm-rr", "smg-ca")
+    data = {**DATA, "meta": {**DATA["meta"], "targets": {k: BY_KEY[k].label for k in keys}},
+            "summary": {k: {s: dict(CELL) for s in ("json32", "json256", "burst32", "paced32")}
+                        for k in keys}}
+    rows = [line.split(" | ")[0].lstrip("| ") for line in summary_table(data)[2:]]
+    assert rows == ["SGLang router 0.3.2, round robin", f"smg {SMG.split('==')[1]}, round robin",
+                    f"smg {SMG.split('==')[1]}, cache_aware", "vLLM router 0.1.17, round robin",
+                    "vLLM router 0.1.17, cache_aware", "ridge, default settings"]
