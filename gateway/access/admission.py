@@ -39,7 +39,13 @@ from routing.admission.capacity import (
     wait_budget_s,
 )
 from routing.admission.fair_queue import FairQueue
-from routing.admission.prefill_pace import PrefillRate, paced_endpoints, prefill_cap, prefill_wait_s
+from routing.admission.prefill_pace import (
+    PeerPrefill,
+    PrefillRate,
+    paced_endpoints,
+    prefill_cap,
+    prefill_wait_s,
+)
 from routing.features import RequestFeatures
 from routing.router import RoutePlan, Router
 from routing.snapshots import PoolSnapshot
@@ -107,7 +113,8 @@ class Gate:
                  "_hold", "held")
 
     def __init__(self, route: Route, pools: tuple[PoolSnapshot, ...], limits: Limits,
-                 blocked: frozenset[str], paced: Callable[[], frozenset[str]] | None = None,
+                 blocked: frozenset[str],
+                 paced: Callable[[StateView], frozenset[str]] | None = None,
                  affinity: float = 0.0,
                  hold: Callable[[RoutePlan | None], None] | None = None) -> None:
         self._route, self._pools, self._limits = route, pools, limits
@@ -129,7 +136,7 @@ class Gate:
         self.held = None
         load = view.load
         full = full_endpoints(load, self._limits) if self._check and load else NOTHING
-        paced = self._paced() if self._paced is not None else NOTHING
+        paced = self._paced(view) if self._paced is not None else NOTHING
         if paced:
             full = full | paced
         choose = route.router.choose
@@ -170,26 +177,35 @@ def _held(view: StateView, url: str) -> int:
     return matched if sent is None else max(matched, sent.get(url, 0))
 
 
+def _add(counts: dict[str, int], url: str, n: int) -> None:
+    """``counts[url] += n``, the entry dropped at 0 or below."""
+    left = counts.get(url, 0) + n
+    if left > 0:
+        counts[url] = left
+    else:
+        counts.pop(url, None)
+
+
 class Tentative:
-    """A prompt's ``tokens`` counted in ``outstanding`` (URL → prefill tokens) on the first
-    endpoint of the last plan it was told of; told None, it counts nowhere."""
+    """A prompt being placed, counted on the first endpoint of the last plan it was told of:
+    its ``tokens`` in ``outstanding`` (URL → prefill tokens) and one request in ``placing``
+    (URL → requests); told None, it counts nowhere."""
 
-    __slots__ = ("_outstanding", "_tokens", "_url")
+    __slots__ = ("_outstanding", "_placing", "_tokens", "_url")
 
-    def __init__(self, outstanding: dict[str, int], tokens: int) -> None:
-        self._outstanding, self._tokens = outstanding, tokens
+    def __init__(self, outstanding: dict[str, int], placing: dict[str, int],
+                 tokens: int) -> None:
+        self._outstanding, self._placing, self._tokens = outstanding, placing, tokens
         self._url: str | None = None
 
     def __call__(self, plan: RoutePlan | None) -> None:
         if self._url is not None:
-            left = self._outstanding.get(self._url, 0) - self._tokens
-            if left > 0:
-                self._outstanding[self._url] = left
-            else:
-                self._outstanding.pop(self._url, None)
+            _add(self._outstanding, self._url, -self._tokens)
+            _add(self._placing, self._url, -1)
         self._url = plan.first.url if plan is not None else None
         if self._url is not None:
-            self._outstanding[self._url] = self._outstanding.get(self._url, 0) + self._tokens
+            _add(self._outstanding, self._url, self._tokens)
+            _add(self._placing, self._url, 1)
 
 
 class Ticket:
@@ -240,6 +256,10 @@ class Admission:
         self._waiting = 0
         self._held: dict[str, int] = {}
         """Reservations this gateway placed and has not released, per pool."""
+        self._own: dict[str, int] = {}
+        """The same per endpoint URL; ``_placing``: requests being placed, per first URL."""
+        self._placing: dict[str, int] = {}
+        self._peers = PeerPrefill()
 
     def capacities(self) -> list[tuple[str, str, int]]:
         """(pool, endpoint, requests) for every endpoint whose capacity is known now: the
@@ -287,13 +307,14 @@ class Admission:
         tokens = route.features.prompt_tokens
         if not self._config.prefill_target or tokens <= 0:
             return None
-        return Tentative(self._prefill, tokens)
+        return Tentative(self._prefill, self._placing, tokens)
 
     def _holding(self, placed: Placed[RoutePlan]) -> None:
         """Count ``placed``'s reservations in flight on their pools; a pool that held none
         until now was idle, and idle time is no gap between releases
         (:meth:`routing.admission.capacity.ReleaseRate.resume`)."""
         for reservation in placed.reservations:
+            _add(self._own, reservation.endpoint, 1)
             pool = self._capacity.pool_of(reservation.endpoint)
             if pool is None:
                 continue
@@ -304,6 +325,7 @@ class Admission:
 
     def released(self, url: str) -> None:
         """A reservation on ``url`` was released: count it, and wake the heads of the queues."""
+        _add(self._own, url, -1)
         pool = self._capacity.pool_of(url)
         if pool is None:
             return
@@ -371,19 +393,25 @@ class Admission:
         limits = self._capacity.limits(pools)
         blocked = self._blocked(pools, own) if self._waiting else NOTHING
 
-        def paced() -> frozenset[str]:
-            return self._paced(route) if self._prefill else NOTHING
+        def paced(view: StateView) -> frozenset[str]:
+            return self._paced(route, view)
 
         return Gate(route, pools, limits, blocked, paced if self._config.prefill_target else None,
                     self._config.cache_affinity, hold)
 
-    def _paced(self, route: Route) -> frozenset[str]:
+    def _paced(self, route: Route, view: StateView) -> frozenset[str]:
         """The endpoints prefill pacing keeps this request from
-        (:mod:`routing.admission.prefill_pace`)."""
+        (:mod:`routing.admission.prefill_pace`), with what ``view`` says other gateways
+        placed."""
         features = route.features
         _, bounds = self._slos.bounds_for(features.model, features.max_tokens, route.slo_class)
         ttft = bounds.ttft_s
         if ttft is None:
+            return NOTHING
+        now = self._clock()
+        self._observe_peers(view, features.prompt_tokens, now)
+        outstanding = self._outstanding(now)
+        if not outstanding:
             return NOTHING
         target, pool_of = self._config.prefill_target, self._capacity.pool_of
 
@@ -391,7 +419,32 @@ class Admission:
             per_s = self.prefill_rate(pool_of(url) or "")
             return prefill_cap(per_s, ttft, target) if per_s is not None else None
 
-        return paced_endpoints(self._prefill, features.prompt_tokens, cap_of)
+        return paced_endpoints(outstanding, features.prompt_tokens, cap_of)
+
+    def _observe_peers(self, view: StateView, tokens: int, now: float) -> None:
+        """Tell :class:`PeerPrefill` the requests of other gateways on each endpoint: the
+        shared in-flight count, less this gateway's placed and being placed."""
+        own, placing, peers, pool_of = self._own, self._placing, self._peers, \
+            self._capacity.pool_of
+        load = view.load
+        for url, counts in load.items():
+            others = counts.requests - own.get(url, 0) - placing.get(url, 0)
+            if others > 0:
+                peers.observe(url, others, tokens, self.prefill_rate(pool_of(url) or ""), now)
+        for url in peers.urls:
+            if url not in load or load[url].requests <= own.get(url, 0) + placing.get(url, 0):
+                peers.observe(url, 0, tokens, None, now)
+
+    def _outstanding(self, now: float) -> dict[str, int]:
+        """Each endpoint's outstanding prefill: this gateway's, and its peers' estimate."""
+        urls = self._peers.urls
+        if not urls:
+            return self._prefill
+        merged = dict(self._prefill)
+        for url in urls:
+            if tokens := self._peers.outstanding(url, now):
+                merged[url] = merged.get(url, 0) + tokens
+        return merged
 
     def _blocked(self, pools: tuple[PoolSnapshot, ...], own: str | None) -> frozenset[str]:
         """The endpoints of the pools where requests wait, but ``own``'s."""
@@ -481,7 +534,8 @@ class Admission:
             return 0.0
         urls = [ep.url for p in route.pools if p.name == pool for ep in p.endpoints]
         cap = prefill_cap(per_s, bounds.ttft_s, self._config.prefill_target)
-        outstanding = sum(self._prefill.get(url, 0) for url in urls)
+        pending = self._outstanding(self._clock())
+        outstanding = sum(pending.get(url, 0) for url in urls)
         return prefill_wait_s(outstanding, features.prompt_tokens, max(0, ahead),
                               max(1, len(urls)), cap, per_s)
 

@@ -47,6 +47,52 @@ class PrefillRate:
         self.tokens_per_s = rate if mean is None else mean + self.weight * (rate - mean)
 
 
+@dataclass(slots=True)
+class _Peers:
+    seen: int = 0
+    tokens: int = 0
+    until: float = 0.0
+
+
+class PeerPrefill:
+    """The prefill other gateways (or workers) sharing the router state placed on each
+    endpoint, estimated from the shared in-flight counts, which say how many requests are
+    there but not whose prompt is still prefilling: when the requests on an endpoint that are
+    not this gateway's rise by k since last seen, k × T prompt tokens are outstanding there
+    (T: the prompt being placed, taken as the size of theirs), until they would have been
+    prefilled at the pool's rate R (the tokens ÷ R seconds after the last rise). A count that
+    falls changes only what is seen. Times in seconds."""
+
+    __slots__ = ("_peers",)
+
+    def __init__(self) -> None:
+        self._peers: dict[str, _Peers] = {}
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(self._peers)
+
+    def observe(self, url: str, others: int, tokens: int, per_s: float | None,
+                now: float) -> None:
+        """``others`` requests not this gateway's are in flight on ``url`` at ``now``."""
+        peers = self._peers.get(url)
+        if peers is None:
+            if others <= 0:
+                return
+            peers = self._peers[url] = _Peers()
+        if now >= peers.until:
+            peers.tokens = 0
+        if others > peers.seen and per_s:
+            peers.tokens += (others - peers.seen) * tokens
+            peers.until = now + peers.tokens / per_s
+        peers.seen = others
+
+    def outstanding(self, url: str, now: float) -> int:
+        """The peers' prompt tokens taken as still prefilling on ``url`` at ``now``."""
+        peers = self._peers.get(url)
+        return peers.tokens if peers is not None and now < peers.until else 0
+
+
 def roofline_prefill_rate(shape: ModelShape, rates: HardwareRates, chunk_tokens: int,
                           efficiency: float) -> float:
     """A pool's prior prefill rate [prompt tokens/s]: one engine step computing a chunk of

@@ -444,3 +444,34 @@ async def test_requests_placed_together_over_the_network_see_each_others_prefill
     placed = sorted(o for o in outcomes if isinstance(o, str))
     refused = [o for o in outcomes if isinstance(o, GatewayError)]
     assert placed == [A, B] and len(refused) == 1 and refused[0].status == 503
+
+
+async def test_a_gateway_paces_by_the_prompts_other_gateways_placed_in_the_shared_state(
+) -> None:
+    """Two gateways sharing one router state (as through Redis), capacity no limit: the
+    second sees the first's request on an endpoint it did not place there and takes it for a
+    prompt still prefilling (its own prompt's size, for as long as that takes at the prior
+    rate), so its own two go elsewhere and then nowhere."""
+    r = rig(metrics=EngineMetrics(running=1.0, waiting=0.0, kv_cache_usage=0.1), ttft_s=1.0)
+    slos = SloPolicy({"m": ModelSlo(Bounds(ttft_s=1.0))})
+
+    def gateway() -> Admission:
+        return Admission(AdmissionConfig(1000.0, 256, 30.0), slos, r.registry.snapshot, None,
+                         r.clock, prefill_priors={"p": 1000.0})
+
+    first, second = gateway(), gateway()
+    ask, route = _long_route(r, " ".join(f"one-{i}" for i in range(400)))
+    placed, _ = await first.place(r.state, ask, route)
+    assert placed is not None
+    taken = placed.reservations[0].endpoint
+    ask, route = _long_route(r, " ".join(f"two-{i}" for i in range(400)))
+    placed, _ = await second.place(r.state, ask, route)
+    assert placed is not None and placed.reservations[0].endpoint != taken
+    second.prefill_started(placed.reservations[0].endpoint, route.features.prompt_tokens)
+    ask, route = _long_route(r, " ".join(f"three-{i}" for i in range(400)))
+    with pytest.raises(GatewayError) as info:
+        await second.place(r.state, ask, route)
+    assert info.value.status == 503
+    r.clock.now += 60.0  # long after the first gateway's prompt would have been prefilled
+    placed, _ = await second.place(r.state, ask, route)
+    assert placed is not None and placed.reservations[0].endpoint == taken

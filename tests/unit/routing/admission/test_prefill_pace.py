@@ -6,6 +6,7 @@ import pytest
 
 from routing.admission.prefill_pace import (
     NOTHING,
+    PeerPrefill,
     PrefillRate,
     paced_endpoints,
     prefill_cap,
@@ -57,3 +58,22 @@ def test_the_prior_is_a_chunks_roofline_step_times_the_efficiency() -> None:
     assert roofline_prefill_rate(llama, l4, 512, 1.0) == pytest.approx(7470, rel=0.005)
     # a chunk of 64 is memory-bound: the weights' read, not the FLOPs, sets the step
     assert roofline_prefill_rate(llama, l4, 64, 1.0) < 64 / 0.053
+
+
+def test_peers_arrivals_count_as_prefill_until_they_would_have_been_prefilled() -> None:
+    """Two requests of other gateways appear on A (prompts of 2,000 tokens taken, 1,000
+    tokens/s): 4,000 tokens outstanding for 4 s; one more a second later adds 2,000 and moves
+    the end to 1 + 6 = 7 s; a falling count changes nothing; after the end, nothing."""
+    peers = PeerPrefill()
+    peers.observe("A", 0, 2000, 1000.0, now=0.0)
+    assert peers.urls == () and peers.outstanding("A", 0.0) == 0
+    peers.observe("A", 2, 2000, 1000.0, now=0.0)
+    assert peers.outstanding("A", 3.9) == 4000 and peers.outstanding("A", 4.0) == 0
+    peers.observe("A", 3, 2000, 1000.0, now=1.0)
+    assert peers.outstanding("A", 6.9) == 6000
+    peers.observe("A", 1, 2000, 1000.0, now=2.0)
+    assert peers.outstanding("A", 6.9) == 6000 and peers.outstanding("A", 7.0) == 0
+    peers.observe("A", 2, 2000, 1000.0, now=8.0)  # a rise after the end starts afresh
+    assert peers.outstanding("A", 9.0) == 2000
+    peers.observe("A", 3, 2000, None, now=9.0)  # no rate: nothing known to add
+    assert peers.outstanding("A", 9.0) == 2000
