@@ -107,10 +107,12 @@ class Gate:
     (:func:`cache_affine`). ``held``: after a call that chose nothing, the pool the router would
     have chosen without them (None: it would have chosen nothing anyway). ``paced`` is asked at
     each call, not at construction: a state that reads over the network chooses after an
-    await, when other requests may have been placed; ``hold`` is told each call's choice."""
+    await, when other requests may have been placed; ``hold`` is told each call's choice.
+    ``paced_only``: after a call that chose nothing, whether pacing alone kept the request from
+    the pool the router would have chosen (none of its endpoints at capacity)."""
 
     __slots__ = ("_route", "_pools", "_limits", "_check", "_blocked", "_paced", "_affinity",
-                 "_hold", "held")
+                 "_hold", "held", "paced_only")
 
     def __init__(self, route: Route, pools: tuple[PoolSnapshot, ...], limits: Limits,
                  blocked: frozenset[str],
@@ -122,6 +124,7 @@ class Gate:
         self._blocked, self._paced, self._affinity = blocked, paced, affinity
         self._hold = hold
         self.held: str | None = None
+        self.paced_only = False
 
     def __call__(self, view: StateView) -> RoutePlan | None:
         if self._hold is None:
@@ -133,12 +136,11 @@ class Gate:
 
     def _choose(self, view: StateView) -> RoutePlan | None:
         route = self._route
-        self.held = None
+        self.held, self.paced_only = None, False
         load = view.load
-        full = full_endpoints(load, self._limits) if self._check and load else NOTHING
+        at_capacity = full_endpoints(load, self._limits) if self._check and load else NOTHING
         paced = self._paced(view) if self._paced is not None else NOTHING
-        if paced:
-            full = full | paced
+        full = at_capacity | paced if paced else at_capacity
         choose = route.router.choose
         if not full and not self._blocked:
             return choose(route.features, self._pools, view, route.exclude)
@@ -146,6 +148,8 @@ class Gate:
         if plan is None:
             intended = choose(route.features, self._pools, view, route.exclude)
             self.held = intended.decision.pool if intended is not None else None
+            self.paced_only = intended is not None and not at_capacity.intersection(
+                intended.urls)
         elif full and self._affinity and cache_affine(route.features, view, full, plan,
                                                       self._affinity):
             intended = choose(route.features, self._pools, view, route.exclude | self._blocked)
@@ -278,9 +282,9 @@ class Admission:
     async def place(self, state: RouterState, ask: Ask, route: Route) -> Placement:
         """Place the request through ``state`` if an endpoint has room, else wait for one or
         raise the 503 (module docstring)."""
-        placed, held = await self._try_place(state, ask, route, route.pools, None)
+        placed, held, paced_only = await self._try_place(state, ask, route, route.pools, None)
         if placed is None and held is not None:
-            placed, waited = await self._wait(held, state, ask, route)
+            placed, waited = await self._wait(held, state, ask, route, paced_only)
         else:
             waited = 0.0
         if placed is not None:
@@ -289,13 +293,14 @@ class Admission:
 
     async def _try_place(self, state: RouterState, ask: Ask, route: Route,
                          pools: tuple[PoolSnapshot, ...],
-                         own: str | None) -> tuple[Placed[RoutePlan] | None, str | None]:
+                         own: str | None) -> tuple[Placed[RoutePlan] | None, str | None, bool]:
         """One placement through a gate (``own``: the pool whose queue the request waits in);
-        the placement, and the pool the router would have chosen when it placed nothing."""
+        the placement, the pool the router would have chosen when it placed nothing, and
+        whether only prefill pacing held it from there."""
         hold = self._tentative(route)
         gate = self._gate(route, pools, own, hold)
         try:
-            return await state.place(ask, gate), gate.held
+            return await state.place(ask, gate), gate.held, gate.paced_only
         finally:
             if hold is not None:
                 hold(None)
@@ -451,13 +456,14 @@ class Admission:
         return frozenset(ep.url for p in pools if p.name != own and self.waiting(p.name)
                          for ep in p.endpoints)
 
-    async def _wait(self, pool: str, state: RouterState, ask: Ask, route: Route) -> Placement:
+    async def _wait(self, pool: str, state: RouterState, ask: Ask, route: Route,
+                    paced_only: bool = False) -> Placement:
         queue = self._queues.get(pool)
         if queue is None:
             queue = self._queues[pool] = FairQueue()
         joined = self._clock()
         budget = self.budget_s(pool, route.features, route.slo_class)
-        self._check_join(pool, queue, route, budget, joined)
+        self._check_join(pool, queue, route, budget, joined, paced_only)
         ticket = Ticket()
         queue.join(route.key, ticket)
         self._depth(pool, queue, +1)
@@ -492,16 +498,18 @@ class Admission:
             await ticket.sleep(min(left, self._config.recheck_s) if head else left)
             if queue.head() is not ticket:
                 continue
-            placed, held = await self._try_place(state, ask, route, self._snapshot(), pool)
+            placed, held, _ = await self._try_place(state, ask, route, self._snapshot(), pool)
             if placed is not None or held is None:
                 return placed
 
     def _check_join(self, pool: str, queue: FairQueue[Ticket], route: Route,
-                    budget: float, now: float) -> None:
+                    budget: float, now: float, paced_only: bool = False) -> None:
         """Raise the 503 when the request may not join ``pool``'s queue: a wait it will seldom
         exceed (:func:`routing.admission.capacity.likely_wait_s`), or for prefill room
         (:func:`routing.admission.prefill_pace.prefill_wait_s`) when that is longer, is past its
-        budget."""
+        budget. Held by pacing alone before any slot of the pool was freed, the wait is for
+        prefill room, and its own prefill at the pool's rate counts in it too (the budget's
+        TTFT floor is not known yet)."""
         ahead = max(0, queue.served_before(route.key))
         rate = self._rates.get(pool)
         per_s = rate.per_s(now) if rate else None
@@ -510,6 +518,9 @@ class Admission:
             expected = likely_wait_s(ahead, per_s, self._config.wait_deviations)
             if self._prefill:
                 expected = max(expected, self._prefill_expected(pool, route, ahead))
+        elif paced_only and (prefill := self.prefill_rate(pool)):
+            expected = self._prefill_expected(pool, route, ahead) + \
+                route.features.prompt_tokens / prefill
         mean = self._expected(pool, ahead, now)  # what a client would wait, on average
         if len(queue) >= self._config.max_queue:
             raise self._refusal(pool, QUEUE_FULL, expected, budget, mean)

@@ -475,3 +475,32 @@ async def test_a_gateway_paces_by_the_prompts_other_gateways_placed_in_the_share
     r.clock.now += 60.0  # long after the first gateway's prompt would have been prefilled
     placed, _ = await second.place(r.state, ask, route)
     assert placed is not None and placed.reservations[0].endpoint == taken
+
+
+@pytest.mark.parametrize(("outstanding", "queued"), [(300, True), (5000, False)])
+async def test_held_by_pacing_alone_before_any_release_it_waits_if_its_prefill_fits(
+        outstanding: int, queued: bool) -> None:
+    """One endpoint, capacity no limit, no slot ever freed, a prior of 2,000 tokens/s (cap
+    1,000 at SLO 1 s): behind 300 outstanding tokens a ~770-token prompt is paced, waits
+    (300 + 770 − 1,000) ÷ 2,000 s for room plus 770 ÷ 2,000 s of its own prefill, within
+    the 1 s budget: it queues, and is placed once the prefill ahead of it is done; behind
+    5,000 it would take 2.4 s: refused at once."""
+    r = rig(urls=(A,), metrics=EngineMetrics(running=1.0, waiting=0.0, kv_cache_usage=0.1),
+            ttft_s=1.0)
+    r.admission = Admission(AdmissionConfig(1000.0, 256, 30.0), SloPolicy(
+        {"m": ModelSlo(Bounds(ttft_s=1.0))}), r.registry.snapshot, None, r.clock,
+        prefill_priors={"p": 2000.0})
+    r.admission.capacities()
+    ahead = r.admission.prefill_started(A, outstanding)
+    ask, route = _long_route(r, " ".join(f"word{i}" for i in range(400)))
+    task = asyncio.create_task(r.admission.place(r.state, ask, route))
+    for _ in range(100):
+        await asyncio.sleep(0)
+    if not queued:
+        with pytest.raises(GatewayError):
+            await task
+        return
+    assert r.admission.waiting("p") == 1 and not task.done()
+    r.admission.prefill_done(A, outstanding, ahead, engine_ttft_s=0.2)
+    placed, _ = await asyncio.wait_for(task, 10)
+    assert placed is not None and placed.reservations[0].endpoint == A
