@@ -360,11 +360,7 @@ class Admission:
         token ``engine_ttft_s`` after it was sent, or ended without one (None)."""
         if not ahead:
             return
-        left = self._prefill.get(url, 0) - tokens
-        if left > 0:
-            self._prefill[url] = left
-        else:
-            self._prefill.pop(url, None)
+        _add(self._prefill, url, -tokens)
         pool = self._capacity.pool_of(url)
         if engine_ttft_s is not None and pool is not None:
             rate = self._prefill_rates.get(pool)

@@ -66,10 +66,9 @@ class StatusHistory:
         return self._samples[0], new
 
 
-def total(s: PageSample, name: str, **match: str) -> dict[str, float]:
-    """The values of ``name`` whose labels hold ``match``, summed by the remaining label
-    ``by`` (``match["by"]``; the key "" sums them all)."""
-    by = match.pop("by", "")
+def total(s: PageSample, name: str, by: str = "", **match: str) -> dict[str, float]:
+    """The values of ``name`` whose labels hold ``match``, summed by the label ``by`` (none:
+    all of them, under the key "")."""
     out: dict[str, float] = {}
     for (sample_name, labels), value in s.series.items():
         if sample_name != name or math.isnan(value):

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ridge_bench.compare.benchmark import START_TIMEOUT_S, start_sim
 from ridge_bench.harness import plots
@@ -175,7 +175,7 @@ async def run_once(setup: BurstSetup, seed: int, ramp_s: float, admission: bool,
     sim = await start_sim(workdir, config, setup.speed, seed)
     started: list[Child] = []
     try:
-        with _redis(gateways) as redis_url:
+        with redis_server() if gateways > 1 else contextlib.nullcontext() as redis_url:
             env = {"RIDGE_LOG_LEVEL": "warning",
                    "RIDGE_ADMISSION__ENABLED": "true" if admission else "false"}
             if redis_url is not None:
@@ -210,18 +210,6 @@ async def _send(setup: BurstSetup, seed: int, ramp_s: float,
     runs = await asyncio.gather(*(run_workload(w, Destination(url, MODEL), bounds)
                                   for w, url in zip(shares, urls, strict=True)))
     return [r for data in runs for r in data.results]
-
-
-class _NoRedis:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _redis(gateways: int) -> Any:
-    return redis_server() if gateways > 1 else _NoRedis()
 
 
 def plan_runs(setup: BurstSetup) -> Iterator[tuple[int, float, bool, int]]:
