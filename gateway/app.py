@@ -57,8 +57,10 @@ from gateway.request.dispatch import (
     engine_headers,
     engine_model_names,
 )
-from gateway.request.proxy import PROXIED_PATHS, BodyLimits, Proxy, send_error
+from gateway.request.proxy import PROXIED_PATHS, BodyLimits, Proxy
 from gateway.server.errors import GatewayError, error_body, install_error_handlers
+from gateway.server.exchange import send_error
+from gateway.server.front_door import Door
 from gateway.server.openapi import openapi_with_engine_routes
 from gateway.server.routes import PAGE_FILES, ridge_version, router
 from gateway.server.shutdown import Lifecycle
@@ -178,6 +180,20 @@ class RidgeApp:
         self.api = api
         self.admin_port = admin_port
         self._entry: ASGIApp = cors(self._route, cors_origins) if cors_origins else self._route
+        self._cors = bool(cors_origins)
+
+    def door(self, method: bytes, path: bytes,
+             server: tuple[str, int | None] | None) -> Door | None:
+        """The front door (:mod:`gateway.server.front_door`) of a ``POST`` to an engine route
+        where :meth:`_route` would hand it to the proxy, once the gateway runs; None (the ASGI
+        way) for any other request, and for every one when CORS is on."""
+        if method != b"POST" or self._cors:
+            return None
+        gateway: Gateway | None = getattr(self.api.state, "gateway", None)
+        if gateway is None or (self.admin_port is not None and server is not None
+                               and server[1] == self.admin_port):
+            return None
+        return gateway.proxy.doors.get(path)
 
     @property
     def state(self) -> State:

@@ -306,7 +306,7 @@ def uvicorn_config(app: RidgeApp, settings: Settings) -> uvicorn.Config:
     """The server's settings: logging, idle keep-alive and graceful shutdown [s], ridge's
     protocol with the connection limits of ``settings.http``; a failing start-up (lifespan)
     stops the server."""
-    protocol = with_limits(HttpLimits(**settings.http.model_dump()))
+    protocol = with_limits(HttpLimits(**settings.http.model_dump()), app.door)
     config = uvicorn.Config(
         app, log_level=settings.log_level, access_log=settings.access_log, lifespan="on",
         timeout_keep_alive=max(1, math.ceil(settings.keep_alive_s)),

@@ -1,8 +1,10 @@
-"""Serve one request for an engine on a lean ASGI path: read, parse, dispatch, relay, record.
+"""Serve one request for an engine: read, parse, dispatch, relay, record.
 
-:class:`gateway.app.RidgeApp` hands :class:`Proxy` the engine routes (:data:`PROXIED_PATHS`:
-chat and completions, the hot path, and Responses, embeddings, score, rerank, tokenize,
-detokenize), skipping FastAPI's routing, dependency injection and middleware. It reads the
+The engine routes (:data:`PROXIED_PATHS`: chat and completions, the hot path, and Responses,
+embeddings, score, rerank, tokenize, detokenize) reach :class:`Proxy` through the front door
+(:attr:`Proxy.doors`, :mod:`gateway.server.front_door`) on ridge's own protocol, else from
+:class:`gateway.app.RidgeApp` as ASGI, skipping FastAPI's routing, dependency injection and
+middleware either way; both as an :class:`~gateway.server.exchange.Exchange`. It reads the
 body (413 past :class:`BodyLimits`), parses the few fields ridge needs
 (:mod:`gateway.request.body`), dispatches (:mod:`gateway.request.dispatch`) and relays the
 answer: whole, or a stream as it arrives (:mod:`gateway.request.sse`,
@@ -18,6 +20,7 @@ See docs/gateway.md#the-proxy.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -41,7 +44,17 @@ from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
 from gateway.request.responses_sse import ResponsesScanner, chat_usage
 from gateway.request.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.server.errors import GatewayError
-from gateway.server.protocol import WATCH, BodyWriter, DisconnectWatch, body_writer
+from gateway.server.exchange import (
+    REQUEST_ID_HEADER,
+    AsgiExchange,
+    BodyWriter,
+    ClientGone,
+    Exchange,
+    Headers,
+    error_response,
+)
+from gateway.server.front_door import Door
+from gateway.server.protocol import body_writer
 from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.prometheus import NO_POOL, RequestRecord, Telemetry
 from gateway.telemetry.trace import TraceRecorder
@@ -56,7 +69,6 @@ PROXIED_PATHS: Mapping[str, ApiPath] = MappingProxyType(
 _RESPONSES = ApiPath.RESPONSES
 SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
-REQUEST_ID_HEADER = b"x-request-id"
 AUTHORIZATION = b"authorization"
 CONTENT_TYPE = b"content-type"
 _READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER,
@@ -64,10 +76,6 @@ _READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 _JSON = b"application/json"
-
-
-class ClientGone(Exception):
-    """The client went away before its request was answered."""
 
 
 @dataclass(slots=True)
@@ -116,7 +124,8 @@ class BodyLimits:
 
 
 class Proxy:
-    """The ASGI handler of the generation routes; one per app."""
+    """The handler of the generation routes, for the front door (:attr:`doors`) and as an
+    ASGI application; one per app."""
 
     def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, access: Access,
                  limits: BodyLimits = BodyLimits(),
@@ -132,6 +141,10 @@ class Proxy:
         self._clock = clock
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
+        self.doors: Mapping[bytes, Door] = MappingProxyType({
+            path.encode(): Door(functools.partial(self.serve, api_path=api_path), limits.request)
+            for path, api_path in PROXIED_PATHS.items()})
+        """The front door of each path this proxy serves (:mod:`gateway.server.front_door`)."""
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -139,27 +152,31 @@ class Proxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send,
                        api_path: ApiPath) -> None:
-        call = Call(self._clock(), path=api_path.value)
-        headers = _read_headers(scope, call)
+        """Serve a request an ASGI server carries."""
+        await self.serve(AsgiExchange(scope, receive, send, body_writer), api_path)
+
+    async def serve(self, exchange: Exchange, api_path: ApiPath) -> None:
+        """Serve one request for an engine, however it ends (module docstring)."""
+        call = Call(self._clock(), path=api_path)  # a StrEnum: its own path
+        headers = _read_headers(exchange.headers, call)
         call.request_id = _client_request_id(headers.get(REQUEST_ID_HEADER)) or \
             f"req-{self._id_prefix}{next(self._ids):x}".encode()
         stop_watching: Callable[[], None] = _nothing
         try:
             call.caller = self._access.authenticate(headers.get(AUTHORIZATION))
             check_content_type(headers.get(CONTENT_TYPE))
-            body = await read_body(receive, self._limits.request,
-                                   headers.get(b"content-length"))
+            body = await exchange.body(self._limits.request)
             call.parsed = _ask_for_usage(parse_request(api_path, body))
             if call.caller.record is not None:  # anonymous callers have nothing to admit
                 call.grant = await self._access.admit(call.caller, call.parsed)
-            stop_watching = watch_disconnect(scope, receive, call)
-            await self._serve_within(call, send, self._access.deadline_s(call.caller))
+            stop_watching = watch_disconnect(exchange, call)
+            await self._serve_within(call, exchange, self._access.deadline_s(call.caller))
         except GatewayError as exc:
             call.status, call.refused_by = exc.status, exc.pool
             if exc.detail is not None:
                 log.warning("request %s: %s (%s)", call.request_id.decode(), exc.message,
                             exc.detail)
-            await self._send_error(call, send, exc)
+            await self._send_error(call, exchange, exc)
         except ClientGone:
             call.status, call.client_gone = CLIENT_CLOSED, True
         except asyncio.CancelledError:
@@ -170,30 +187,31 @@ class Proxy:
         except Exception:
             log.exception("request %s failed", call.request_id.decode())
             call.status = 500
-            await self._send_error(call, send, GatewayError(500, "internal error",
-                                                            code="internal_error"))
+            await self._send_error(call, exchange, GatewayError(500, "internal error",
+                                                                code="internal_error"))
         finally:
             stop_watching()
             await self._finish(call)
 
-    async def _serve_within(self, call: Call, send: Send, deadline_s: float | None) -> None:
+    async def _serve_within(self, call: Call, exchange: Exchange,
+                            deadline_s: float | None) -> None:
         """Serve the request, within its deadline when it has one: past it, a 504 — or, once
         a stream has started, an error event that ends it."""
         if deadline_s is None:
-            await self._serve(call, send)
+            await self._serve(call, exchange)
             return
         try:
             async with asyncio.timeout(deadline_s):
-                await self._serve(call, send)
+                await self._serve(call, exchange)
         except TimeoutError:
             if not call.response_started:
                 raise GatewayError(504, f"the request took longer than its deadline of "
                                    f"{deadline_s:g} s", code="request_timeout") from None
             call.status = 504
-            await send({"type": "http.response.body", "more_body": False, "body": error_event(
-                "the request took longer than its deadline", "timeout", "request_timeout")})
+            await exchange.send(error_event("the request took longer than its deadline",
+                                            "timeout", "request_timeout"), more=False)
 
-    async def _serve(self, call: Call, send: Send) -> None:
+    async def _serve(self, call: Call, exchange: Exchange) -> None:
         """Dispatch and relay; a whole 200 answer that is broken (:mod:`gateway.request.answers`)
         reached no one yet, so it is sent elsewhere while retries remain, else a 502."""
         assert call.parsed is not None
@@ -203,14 +221,14 @@ class Proxy:
                 sent = await self._dispatch(call, attempts)
                 call.status = sent.response.status
                 if call.status == 200 and call.parsed.stream:
-                    await self._stream(call, send)
+                    await self._stream(call, exchange)
                     return
                 if call.status == 200:  # the engine's headers are in: its first byte
                     call.ttfb_s = self._clock() - call.started
                 body = await self._read(call)
                 why = broken_whole(call.parsed.api_path, body) if call.status == 200 else None
                 if why is None:
-                    await self._whole(call, send, body)
+                    await self._whole(call, exchange, body)
                     return
                 await self._broken(call, attempts, why)
         finally:
@@ -256,31 +274,27 @@ class Proxy:
             raise GatewayError(502, "the engine's answer broke off or was too large",
                                code="upstream_broken", detail=str(exc)) from exc
 
-    async def _whole(self, call: Call, send: Send, body: bytes) -> None:
+    async def _whole(self, call: Call, exchange: Exchange, body: bytes) -> None:
         assert call.sent is not None
         if call.status == 200:
             call.usage = _usage_dict(body)
         media = call.sent.response.headers.get("content-type", "application/json").encode()
         call.response_started = True
-        await send({"type": "http.response.start", "status": call.status,
-                    "headers": [(b"content-type", media),
-                                (b"content-length", str(len(body)).encode()),
-                                (REQUEST_ID_HEADER, call.request_id),
-                                *_route_headers(call.sent), *_limit_headers(call)]})
-        await send({"type": "http.response.body", "body": body})
+        await exchange.respond(call.status, [
+            (b"content-type", media), (REQUEST_ID_HEADER, call.request_id),
+            *_route_headers(call.sent), *_limit_headers(call)], body)
         call.completed = True
 
-    async def _stream(self, call: Call, send: Send) -> None:
+    async def _stream(self, call: Call, exchange: Exchange) -> None:
         assert call.sent is not None and call.parsed is not None
         kind = ResponsesScanner if call.parsed.api_path is _RESPONSES else StreamScanner
         scanner = kind(not call.parsed.include_usage, self._clock, self._limits.event)
         call.response_started = True
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"),
-                                (b"cache-control", b"no-cache"),
-                                (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
-                                *_limit_headers(call)]})
-        response, writer = call.sent.response, body_writer(send)
+        writer = await exchange.start(200, [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+            (REQUEST_ID_HEADER, call.request_id), *_route_headers(call.sent),
+            *_limit_headers(call)])
+        response = call.sent.response
         relayed = relaying(response)
         try:
             if writer is not None and relayed is not None:
@@ -289,8 +303,7 @@ class Proxy:
                 told = False
                 async for chunk in response.chunks():
                     if out := scanner.feed(chunk):
-                        await send({"type": "http.response.body", "body": out,
-                                    "more_body": True})
+                        await exchange.send(out, more=True)
                         told = told or self._first_token(call, scanner)
             end = scanner.rest()
             if scanner.ended:
@@ -305,7 +318,7 @@ class Proxy:
             end = error_event("the engine's stream broke off", "bad_gateway", "upstream_broken")
         finally:
             _take_measures(call, scanner)
-        await send({"type": "http.response.body", "body": end, "more_body": False})
+        await exchange.send(end, more=False)
 
     def _stream_broken(self, call: Call) -> bytes:
         """A 200 stream that ended without its last event: the error event that ends it for
@@ -351,13 +364,13 @@ class Proxy:
         self._dispatcher.first_token(call.sent, scanner.first_token_at - call.started)
         return True
 
-    async def _send_error(self, call: Call, send: Send, exc: GatewayError) -> None:
+    async def _send_error(self, call: Call, exchange: Exchange, exc: GatewayError) -> None:
         """The error as OpenAI-shaped JSON, unless the response has started or the client
         is gone (then there is no one to tell)."""
         if call.response_started or call.client_gone:
             return
         call.response_started = True
-        await send_error(send, exc, call.request_id)
+        await exchange.respond(*error_response(exc, call.request_id))
 
     async def _finish(self, call: Call) -> None:
         """Close the upstream, release the reservations and record the request, once."""
@@ -405,19 +418,6 @@ class Proxy:
         )
 
 
-async def send_error(send: Send, exc: GatewayError, request_id: bytes | None = None) -> None:
-    """``exc`` as an OpenAI-shaped JSON response (a 405 says which method is allowed)."""
-    body = json.dumps(exc.body()).encode()
-    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()),
-               *exc.headers]
-    if request_id is not None:
-        headers.append((REQUEST_ID_HEADER, request_id))
-    if exc.status == 405:
-        headers.append((b"allow", b"POST"))
-    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 def _client_request_id(value: bytes | None) -> bytes | None:
     """The client's own ``x-request-id``, when it is 1–128 visible ASCII characters."""
     return value if value is not None and _REQUEST_ID.fullmatch(value) else None
@@ -433,11 +433,11 @@ def _uncancel() -> None:
         task.uncancel()
 
 
-def _read_headers(scope: Scope, call: Call) -> dict[bytes, bytes]:
-    """The request headers ridge reads (lower-case names; uvicorn gives them lower-case), and
-    the session and SLO-class hints set on ``call``."""
+def _read_headers(headers: Headers, call: Call) -> dict[bytes, bytes]:
+    """The request headers ridge reads (lower-case names, as servers give them), and the
+    session and SLO-class hints set on ``call``."""
     found = {}
-    for name, value in scope["headers"]:
+    for name, value in headers:
         if name in _READ:
             found[name] = value
     if (session := found.get(SESSION_HEADER)) is not None:
@@ -461,58 +461,17 @@ def check_content_type(value: bytes | None) -> None:
                        "application/json", code="unsupported_media_type")
 
 
-async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
-    """The request body, refusing more than ``limit`` bytes with a 413 (checked as it arrives,
-    so an oversized body is never held in memory whole)."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(
-        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
-    )
-
-
-def watch_disconnect(scope: Scope, receive: Receive, call: Call) -> Callable[[], None]:
+def watch_disconnect(exchange: Exchange, call: Call) -> Callable[[], None]:
     """Cancel the running task when the client goes away (marking ``call.client_gone``);
-    returns the function that stops watching. With ridge's protocol: its
-    :class:`DisconnectWatch`; else a task awaiting ``http.disconnect`` (the body is read)."""
-    task = asyncio.current_task()
+    returns the function that stops watching."""
+    task = exchange.task
     assert task is not None
 
     def gone() -> None:
         call.client_gone = True
         task.cancel()
 
-    watch = scope.get("extensions", {}).get(WATCH)
-    if isinstance(watch, DisconnectWatch):
-        watch.on_disconnect(gone)
-        return watch.clear
-    watcher = asyncio.ensure_future(_until_disconnect(receive, gone))
-
-    def stop() -> None:
-        watcher.cancel()
-    return stop
-
-
-async def _until_disconnect(receive: Receive, gone: Callable[[], None]) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    gone()
+    return exchange.watch(gone)
 
 
 def _take_measures(call: Call, scanner: StreamScanner) -> None:

@@ -1,18 +1,20 @@
-"""ridge's HTTP/1.1 server protocol: uvicorn's httptools protocol, plus a disconnect watch and
-the limits a gateway exposed to anyone must enforce.
+"""ridge's HTTP/1.1 server protocol: uvicorn's httptools protocol, plus the front door, a
+disconnect watch and the limits a gateway exposed to anyone must enforce.
 
-- :class:`DisconnectWatch`, in every request's scope (``scope["extensions"]["ridge.disconnect"]``):
-  fired when the connection is lost before the response is complete, so a handler cancels its
-  upstream request without a second task per request.
-- :func:`body_writer`: a :class:`BodyWriter` that lets a relay running in the upstream
-  connection's callback write a chunked body's pieces straight to the client's transport
-  (None under any other server, or a wrapped ``send``).
+- The front door (:mod:`gateway.server.front_door`): a request its ``doors`` take is served
+  without ASGI; every other goes through uvicorn's request cycle to the ASGI application.
+- A :class:`~gateway.server.exchange.DisconnectWatch` in every ASGI request's scope
+  (``scope["extensions"]["ridge.disconnect"]``), fired when the connection is lost before the
+  response is complete.
+- :func:`body_writer`: a :class:`~gateway.server.exchange.BodyWriter` for uvicorn's ``send``,
+  so a relay in the upstream connection's callback writes a chunked body's pieces straight to
+  the client's transport (None under any other server, or a wrapped ``send``).
 - :class:`HttpLimits`: a head past ``max_header_bytes`` or ``max_header_count`` is a 431, a
   head or body that stalls past ``header_timeout_s`` / ``body_timeout_s`` [s] a 408, an
   unparsable one a 400; then the connection closes lingering (:data:`LINGER_S`). One timer per
   connection, not per request.
 
-Selected with ``uvicorn.Config(http=with_limits(limits))``
+Selected with ``uvicorn.Config(http=with_limits(limits, doors))``
 (:func:`gateway.cli.main.uvicorn_config`). See docs/gateway.md#the-http-protocol.
 """
 
@@ -24,14 +26,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.server.errors import error_body
+from gateway.server.exchange import WATCH, BodyWriter, DisconnectWatch, declared_too_large
+from gateway.server.front_door import DirectExchange, Door, Doors
 
-WATCH = "ridge.disconnect"
 log = logging.getLogger("ridge.http")
 
 _IDLE, _HEAD, _BODY, _APP = range(4)  # what the connection is waiting for
@@ -53,60 +56,6 @@ class HttpLimits:
             raise ValueError("HTTP limits must be positive")
 
 
-class DisconnectWatch:
-    """Calls its callback once, when the request's connection is lost before the response is
-    complete. A callback set after that is called at once."""
-
-    __slots__ = ("_callback", "fired")
-
-    def __init__(self) -> None:
-        self._callback: Callable[[], object] | None = None
-        self.fired = False
-
-    def on_disconnect(self, callback: Callable[[], object]) -> None:
-        self._callback = callback
-        if self.fired:
-            callback()
-
-    def clear(self) -> None:
-        self._callback = None
-
-    def fire(self) -> None:
-        if self.fired:
-            return
-        self.fired = True
-        if self._callback is not None:
-            self._callback()
-
-
-class BodyWriter:
-    """Writes the pieces of one response's chunked body straight to its client (module
-    docstring, Direct body writes)."""
-
-    __slots__ = ("_cycle",)
-
-    def __init__(self, cycle: RequestResponseCycle) -> None:
-        self._cycle = cycle
-
-    def write(self, data: bytes) -> bool:
-        """Write ``data`` (not empty) as one chunk of the body; False when the client cannot
-        take more now (await :meth:`drain`) or is gone (then nothing is written)."""
-        cycle = self._cycle
-        if cycle.disconnected:
-            return False
-        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        return not cycle.flow.write_paused
-
-    @property
-    def gone(self) -> bool:
-        """Whether the client went away."""
-        return self._cycle.disconnected
-
-    async def drain(self) -> None:
-        """Until the client's transport takes writes again (at once when it is gone)."""
-        await self._cycle.flow.drain()
-
-
 def body_writer(send: Callable[..., object]) -> BodyWriter | None:
     """A :class:`BodyWriter` for the response ``send`` sends, when ``send`` is uvicorn's own
     and the response's head went out with a chunked body still open; else None."""
@@ -122,10 +71,12 @@ class _Refused(Exception):
 
 
 class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_pins.py
-    """uvicorn's httptools protocol with a :class:`DisconnectWatch` per request and the
-    limits of :attr:`limits` (module docstring)."""
+    """uvicorn's httptools protocol with the front door of :attr:`doors` (None: none), a
+    :class:`DisconnectWatch` per ASGI request and the limits of :attr:`limits` (module
+    docstring)."""
 
     limits: ClassVar[HttpLimits] = HttpLimits()
+    doors: ClassVar[Doors | None] = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -136,6 +87,7 @@ class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_
         self._head_bytes = self._head_count = 0
         self._refusal: tuple[int, str, str] | None = None
         self._lingering: asyncio.TimerHandle | None = None
+        self._direct: DirectExchange | None = None
 
     def data_received(self, data: bytes) -> None:
         if self._lingering is not None:
@@ -162,10 +114,22 @@ class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_
     # -- httptools callbacks -------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self.scope["extensions"] = {WATCH: DisconnectWatch()}  # type: ignore[dict-item]
+        """uvicorn's, but the ASGI scope is built once the head is in, only for a request
+        that goes the ASGI way (:meth:`_asgi_scope`)."""
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
         self._head_bytes = self._head_count = 0
         self._expect(_HEAD, self.limits.header_timeout_s)
+
+    def _asgi_scope(self) -> None:
+        """The scope uvicorn's ``on_message_begin`` builds, with a :class:`DisconnectWatch`."""
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1", "server": self.server, "client": self.client,
+            "scheme": self.scheme, "root_path": self.root_path, "headers": self.headers,
+            "state": self.app_state.copy(), "extensions": {WATCH: DisconnectWatch()}}
+        self.scope = scope  # type: ignore[assignment]
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
@@ -176,14 +140,62 @@ class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_
 
     def on_headers_complete(self) -> None:
         self._expect(_BODY, self.limits.body_timeout_s)
-        super().on_headers_complete()
+        door = self._door()
+        if door is None:
+            self._asgi_scope()
+            super().on_headers_complete()
+            return
+        parser = self.parser
+        direct = DirectExchange(
+            door, self.headers, self.transport, self.flow,
+            parser.get_http_version() != "1.0" and parser.should_keep_alive(),
+            self.server_state, self._direct_complete, self.loop)
+        self.cycle = self._direct = direct  # type: ignore[assignment]
+        if declared_too_large(self.headers, door.body_limit):
+            direct.overflow()
+        elif self.expect_100_continue:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _direct_complete(self) -> None:
+        """uvicorn's ``on_response_complete`` for a direct exchange, but an idle connection is
+        closed by this protocol's own timer (:meth:`_expect`), not by a timer per response."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._expect(_IDLE, self.timeout_keep_alive)
+
+    def _door(self) -> Door | None:
+        """The front door this request takes, if any: not while an earlier response on this
+        connection is still going out (pipelined requests queue the ASGI way), nor for an
+        upgrade or a URL that is not a plain path."""
+        doors = self.doors
+        if doors is None or (self.cycle is not None and not self.cycle.response_complete) \
+                or self.parser.should_upgrade():
+            return None
+        path = self.url.partition(b"?")[0]
+        if not path.startswith(b"/"):
+            return None
+        return doors(self.parser.get_method(), path, self.server)
 
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.limits.body_timeout_s
+        cycle: object = self.cycle
+        if type(cycle) is DirectExchange:
+            cycle.feed(body)
+            return
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._phase = _APP
+        cycle: object = self.cycle
+        if type(cycle) is DirectExchange:
+            cycle.begin()
+            return
         super().on_message_complete()
 
     # -- limits --------------------------------------------------------------------------
@@ -251,18 +263,22 @@ class RidgeHttpProtocol(HttpToolsProtocol):  # uvicorn internals: test_protocol_
         self._timer = None
         cycles = [self.cycle, *(cycle for cycle, _ in self.pipeline)] if self.cycle else []
         super().connection_lost(exc)
+        if self._direct is not None:
+            self._direct.lost()
         for cycle in cycles:
-            if cycle is not None and not cycle.response_complete:
+            if isinstance(cycle, RequestResponseCycle) and not cycle.response_complete:
                 watch = cycle.scope.get("extensions", {}).get(WATCH)
                 if isinstance(watch, DisconnectWatch):
                     watch.fire()
 
 
-def with_limits(limits: HttpLimits) -> type[RidgeHttpProtocol]:
-    """:class:`RidgeHttpProtocol` enforcing ``limits`` (uvicorn builds one per connection)."""
+def with_limits(limits: HttpLimits, doors: Doors | None = None) -> type[RidgeHttpProtocol]:
+    """:class:`RidgeHttpProtocol` enforcing ``limits``, with the front door of ``doors`` (None:
+    every request goes the ASGI way); uvicorn builds one per connection."""
 
     class Limited(RidgeHttpProtocol):
         pass
 
     Limited.limits = limits
+    Limited.doors = staticmethod(doors) if doors is not None else None
     return Limited

@@ -166,3 +166,31 @@ def test_the_prefix_index_remembers_the_host_tier_too() -> None:
     # 8 engines of 207,061 device tokens and 976,562 in a 128 GB host tier, 16-token blocks
     host = load_fleet(ROOT / "deploy" / "bench" / "capacity-host.yaml")
     assert prefix_index_entries(StateSettings(), host) == 4 * 8 * -(-(207_061 + 976_562) // 16)
+
+
+# -- the front door ----------------------------------------------------------------------------
+
+
+class _Running:
+    """A running gateway, as the front door sees one: its proxy's doors."""
+
+    def __init__(self, doors: dict[bytes, object]) -> None:
+        self.proxy = type("P", (), {"doors": doors})()
+
+
+@pytest.mark.parametrize(("method", "path", "server", "cors", "taken"), [
+    (b"POST", b"/v1/chat/completions", ("127.0.0.1", 8000), False, True),
+    (b"POST", b"/v1/embeddings", None, False, True),
+    (b"GET", b"/v1/chat/completions", ("127.0.0.1", 8000), False, False),  # the 405 is ASGI's
+    (b"POST", b"/v1/models", ("127.0.0.1", 8000), False, False),
+    (b"POST", b"/v1/chat/completions", ("127.0.0.1", 9000), False, False),  # admin listener
+    (b"POST", b"/v1/chat/completions", ("127.0.0.1", 8000), True, False),  # CORS: ASGI's
+])
+def test_the_front_door_takes_the_engine_routes_where_the_proxy_would_serve_them(
+        method: bytes, path: bytes, server: tuple[str, int], cors: bool, taken: bool) -> None:
+    app = create_app(Settings(), fleet_of({"p": ["http://127.0.0.1:9"]}))
+    app = type(app)(app.api, admin_port=9000, cors_origins=("*",) if cors else ())
+    assert app.door(b"POST", b"/v1/chat/completions", None) is None  # no gateway runs yet
+    doors = {p.encode(): object() for p in PROXIED_PATHS}
+    app.api.state.gateway = _Running(doors)
+    assert app.door(method, path, server) is (doors[path] if taken else None)

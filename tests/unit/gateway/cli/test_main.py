@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from gateway import native
+from gateway.app import RidgeApp
 from gateway.cli import main as cli
 from gateway.cli.main import listening_socket, main, uvicorn_config
 from gateway.server.listeners import ListenError
@@ -125,7 +126,7 @@ def test_listening_socket_has_nodelay() -> None:
 def test_idle_connections_outlive_clients_pool_expiry(keep_alive_s: float | None,
                                                       expected: int) -> None:
     settings = Settings() if keep_alive_s is None else Settings(keep_alive_s=keep_alive_s)
-    config = uvicorn_config(FastAPI(), settings)
+    config = uvicorn_config(RidgeApp(FastAPI()), settings)
     assert config.timeout_keep_alive == expected  # uvicorn's own default is 5 s
     assert config.lifespan == "on"
 

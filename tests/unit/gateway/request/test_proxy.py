@@ -26,14 +26,7 @@ from gateway.access.limits import LocalLimiter
 from gateway.app import build_router
 from gateway.request.body import ApiPath, ParsedRequest
 from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
-from gateway.request.proxy import (
-    _USAGE_MEMBER,
-    BodyLimits,
-    ClientGone,
-    Proxy,
-    _client_request_id,
-    read_body,
-)
+from gateway.request.proxy import _USAGE_MEMBER, BodyLimits, Proxy, _client_request_id
 from gateway.server.errors import GatewayError
 from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.prometheus import Telemetry
@@ -219,20 +212,6 @@ async def test_a_body_not_declared_json_is_a_415_before_dispatch(media: bytes | 
     assert out.status == 415 and out.json()["error"]["code"] == "unsupported_media_type"
     assert out.json()["error"]["type"] == "invalid_request_error"
     assert dispatcher.sent_bodies == []
-
-
-async def test_read_body_refuses_a_declared_size_at_once_and_a_client_that_leaves() -> None:
-    async def never() -> dict[str, Any]:
-        raise AssertionError("the body must not be read")
-
-    with pytest.raises(GatewayError):
-        await read_body(never, 10, b"11")  # type: ignore[arg-type]
-
-    async def gone() -> dict[str, Any]:
-        return {"type": "http.disconnect"}
-
-    with pytest.raises(ClientGone):
-        await read_body(gone, 10, None)  # type: ignore[arg-type]
 
 
 async def test_an_answer_past_the_cap_is_a_502_naming_no_engine() -> None:

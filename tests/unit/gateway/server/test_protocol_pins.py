@@ -1,9 +1,10 @@
-"""Pins of ``gateway/server/protocol.py``: it subclasses uvicorn's private httptools protocol
-(``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``), replaces its
-``data_received``, reads its per-connection state and its ``RequestResponseCycle``'s, and
-writes body pieces past the cycle's ``send``; ``gateway/cli/main.py`` selects it with
-``uvicorn.Config(http=<class>)``. These tests fail, naming uvicorn's versions and the hook, when
-an upgrade changed those internals."""
+"""Pins of ``gateway/server/protocol.py`` and ``gateway/server/front_door.py``: they subclass
+uvicorn's private httptools protocol (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``),
+replace its ``data_received`` and ``on_message_begin`` (and its ``on_response_complete`` for the
+front door's exchanges), read its per-connection state and its ``RequestResponseCycle``'s, write
+body pieces past the cycle's ``send``, and write the front door's responses with its status
+lines; ``gateway/cli/main.py`` selects it with ``uvicorn.Config(http=<class>)``. These tests
+fail, naming uvicorn's versions and the hook, when an upgrade changed those internals."""
 
 from __future__ import annotations
 
@@ -27,12 +28,16 @@ WRITTEN_AGAINST = "0.54.0"
 """The uvicorn release RidgeHttpProtocol, BodyWriter and body_writer were written against."""
 
 HOOK = Hook("uvicorn", WRITTEN_AGAINST,
-            "RidgeHttpProtocol, BodyWriter and body_writer in gateway/server/protocol.py")
+            "RidgeHttpProtocol and body_writer in gateway/server/protocol.py, DirectExchange in "
+            "gateway/server/front_door.py")
 
-DATA_RECEIVED = "77d64a8ed713"
-"""A fingerprint of uvicorn's own ``HttpToolsProtocol.data_received`` (:func:`fingerprint`):
-RidgeHttpProtocol.data_received replaces it without calling it, so a change in it must be
-carried over by hand."""
+REPLACED = {"data_received": "77d64a8ed713", "on_message_begin": "edabbefc2c67",
+            "on_response_complete": "04f458814d56"}
+"""Fingerprints of uvicorn's own ``HttpToolsProtocol`` methods (:func:`fingerprint`) that
+RidgeHttpProtocol replaces without calling them (``data_received``, ``on_message_begin`` with
+:meth:`~gateway.server.protocol.RidgeHttpProtocol._asgi_scope`; ``on_response_complete`` with
+``_direct_complete`` for a direct exchange), so a change in one must be carried over by
+hand."""
 
 # what RidgeHttpProtocol overrides and calls up to, with the parameters it passes
 OVERRIDDEN: dict[str, list[str]] = {
@@ -42,14 +47,19 @@ OVERRIDDEN: dict[str, list[str]] = {
     "connection_lost": ["exc"]}
 CALLED: dict[str, list[str]] = {"_unset_keepalive_if_required": [], "_should_upgrade": [],
                                  "handle_websocket_upgrade": [],
-                                 "_unsupported_upgrade_warning": []}
+                                 "_unsupported_upgrade_warning": [],
+                                 "_start_asgi_task": ["cycle", "app"],
+                                 "on_response_complete": [], "on_url": ["url"]}
 # what it reads on the protocol (after connection_made) and on a request's cycle
-PROTOCOL_STATE = ("loop", "parser", "scope", "cycle", "pipeline", "transport", "flow")
+PROTOCOL_STATE = ("loop", "parser", "scope", "cycle", "pipeline", "transport", "flow",
+                  "server_state", "timeout_keep_alive", "asgi_version", "server", "client",
+                  "scheme", "root_path", "app_state", "headers", "expect_100_continue")
 CYCLE_STATE = ("scope", "transport", "flow", "disconnected", "response_started",
                "response_complete", "chunked_encoding")
 # what RidgeHttpProtocol sets on itself: none may be uvicorn's own
 OWN = ("limits", "_phase", "_deadline", "_timer", "_head_bytes", "_head_count", "_refusal",
-       "_lingering", "_expect", "_on_timer", "_too_large", "_refuse")
+       "_lingering", "_expect", "_on_timer", "_too_large", "_refuse", "doors", "_direct",
+       "_door", "_asgi_scope", "_direct_complete")
 
 
 def fingerprint(function: Any) -> str:
@@ -92,10 +102,13 @@ def test_the_private_protocol_class_and_its_methods_are_still_there() -> None:
     for name, params in {**OVERRIDDEN, **CALLED}.items():
         HOOK.method(base, name, params)
     HOOK.no_clash(base, OWN)
-    HOOK.check(fingerprint(base.data_received) == DATA_RECEIVED,
-               f"HttpToolsProtocol.data_received changed (fingerprint "
-               f"{fingerprint(base.data_received)}, was {DATA_RECEIVED}): carry the change "
-               "over to RidgeHttpProtocol.data_received, which replaces it")
+    for name, was in REPLACED.items():
+        now = fingerprint(getattr(base, name))
+        HOOK.check(now == was, f"HttpToolsProtocol.{name} changed (fingerprint {now}, was "
+                   f"{was}): carry the change over to RidgeHttpProtocol, which replaces it")
+    lines = HOOK.attribute(httptools_impl, "STATUS_LINE")
+    HOOK.check(lines[200] == b"HTTP/1.1 200 OK\r\n" and lines[503].startswith(b"HTTP/1.1 503"),
+               "STATUS_LINE no longer maps a status to its whole status line")
 
 
 def test_the_cycle_and_flow_control_ridge_reads_and_writes_past() -> None:

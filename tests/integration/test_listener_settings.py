@@ -1,4 +1,4 @@
-"""The front door's settings over real sockets: an engine API key sent upstream, the admin
+"""The listeners' settings over real sockets: an engine API key sent upstream, the admin
 listener, CORS."""
 
 from __future__ import annotations
