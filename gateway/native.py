@@ -32,9 +32,9 @@ PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
     "not_saturated", "prefix_match", "random_top", "round_robin", "session_affinity"))
 """The scheduler's plugins: every module of ``routing/scheduler/plugins``."""
 
-COMPILED = ("routing.features", "routing.prefix_index", "routing.window", "routing.load",
-            "routing.cache_cost", "routing.state.memory", "routing.policy", "routing.router",
-            "routing.decision", "routing.scheduler.framework", *PLUGINS)
+COMPILED = ("routing.features", "routing.formulas", "routing.prefix_index", "routing.window",
+            "routing.load", "routing.cache_cost", "routing.state.memory", "routing.policy",
+            "routing.router", "routing.decision", "routing.scheduler.framework", *PLUGINS)
 """The modules ``make native`` compiles: pure, typed (mypy strict), on every request's path."""
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -345,7 +345,7 @@ class Dispatcher:
     async def _send(
         self, parsed: ParsedRequest, plan: RoutePlan
     ) -> tuple[UpstreamResponse, Handoff | None]:
-        path = parsed.api_path.value
+        path: str = parsed.api_path  # a StrEnum: its own path
         headers = self._headers.get(plan.endpoint.pool, FORWARD_HEADERS)
         if self._model_names:
             parsed = _engine_model(parsed, self._model_names.get(plan.endpoint.pool))
