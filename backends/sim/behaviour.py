@@ -199,6 +199,8 @@ class Dialect:
     model_card_extra: Mapping[str, Any] = field(default_factory=_empty)
     score_paths: tuple[str, ...] = ("/v1/score",)
     rerank_paths: tuple[str, ...] = ("/v1/rerank",)
+    render_paths: tuple[str, ...] = ()
+    """The render API's paths (a request in, the token ids the engine would prefill out)."""
 
 
 VLLM = Dialect(
@@ -244,6 +246,7 @@ VLLM = Dialect(
     model_card_extra=_frozen({"parent": None}),
     score_paths=("/score", "/v1/score"),
     rerank_paths=("/rerank", "/v1/rerank", "/v2/rerank"),
+    render_paths=("/v1/chat/completions/render", "/v1/completions/render"),
 )
 
 SGLANG = Dialect(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from backends.launch.vllm import offloading_gib
-from backends.sim import tokens
+from backends.sim import pooling, tokens
 from backends.sim.answers import Answer, Style
 from backends.sim.behaviour import DIALECTS, Dialect
 from backends.sim.clock import Clock
@@ -125,6 +125,13 @@ class SimEndpoint:
         if prompt is None:
             return parser(body, self.dialect, self.info, None)
         return self._tokenized(body, parser, *prompt)
+
+    def prompt_ids(self, gen: Generation) -> Sequence[int]:
+        """The token ids the engine prefills for ``gen``: the model's own when its tokenizer
+        counted the prompt, else the simulator's 4-character tokens'."""
+        if isinstance(gen, TokenizedGeneration):
+            return gen.ids
+        return [pooling.token_id(chunk) for chunk in tokens.stream_tokens(gen.prompt)]
 
     def _tokenized(
         self, body: dict[str, Any], parser: Parser, pieces: list[str], ids: Sequence[int]

@@ -1,8 +1,11 @@
-"""The engine APIs that generate nothing: embeddings, score, rerank, tokenize, detokenize.
+"""The engine APIs that generate nothing: embeddings, score, rerank, tokenize, detokenize,
+render.
 
 Answered at once (no engine time is simulated), deterministically, in vLLM's shapes:
 :func:`tokenize` / :func:`detokenize` with the simulator's own 4-character tokens
-(:func:`token_id`), so ``count`` is the prompt tokens the engine bills; :func:`embeddings`
+(:func:`token_id`), so ``count`` is the prompt tokens the engine bills; :func:`rendered`, vLLM's
+render API (``/v1/chat/completions/render``, ``/v1/completions/render``): a generation request
+validated as the engine would, as the token ids it would prefill; :func:`embeddings`
 unit vectors of ``dimensions`` (:data:`EMBEDDING_DIMS`) Gaussian draws seeded by model and
 text, as floats or base64; :func:`score` and :func:`rerank` by :func:`relevance`, the share of
 the query's words the document holds.
@@ -25,7 +28,7 @@ from typing import Any
 
 from backends.sim import shapes, tokens
 from backends.sim.behaviour import JSON, Dialect
-from backends.sim.openai_api import ApiError, ModelInfo, model_of
+from backends.sim.openai_api import ApiError, Generation, ModelInfo, model_of
 
 EMBEDDING_DIMS = 64
 """Dimensions of an embedding when the request sets none."""
@@ -63,6 +66,19 @@ def tokenize(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> JSON
             "tokens": [token_id(c) for c in chunks],
             "token_strs": [c.rstrip("\0") for c in chunks]
             if body.get("return_token_strs") else None}
+
+
+def rendered(gen: Generation, ids: Sequence[int], rid: str, body: Mapping[str, Any]) -> JSON:
+    """vLLM's ``GenerateRequest`` for a validated request ``gen`` whose prompt is ``ids``, as
+    its render API answers (``serve/disagg/protocol.py``): ``sampling_params`` holds only the
+    fields the simulator honours (``max_tokens`` as the context cut it)."""
+    params = {"n": 1, "max_tokens": gen.max_tokens, "min_tokens": gen.min_tokens,
+              "ignore_eos": gen.ignore_eos, "seed": gen.seed}
+    return {"request_id": rid, "token_ids": list(ids), "features": None,
+            "sampling_params": params, "model": body.get("model"), "stream": gen.stream,
+            "stream_options": body.get("stream_options") if gen.stream else None,
+            "cache_salt": body.get("cache_salt"), "priority": body.get("priority", 0),
+            "kv_transfer_params": None}
 
 
 def detokenize(body: Mapping[str, Any], dialect: Dialect, info: ModelInfo) -> JSON:

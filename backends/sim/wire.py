@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/responses`` (plain JSON or
 SSE; :mod:`backends.sim.responses_shapes`), ``/v1/embeddings``, ``/tokenize``, ``/detokenize``
-and the dialect's score and rerank paths (:mod:`backends.sim.pooling`), ``GET /v1/models``,
+and the dialect's score, rerank and render paths (:mod:`backends.sim.pooling`), ``GET
+/v1/models``,
 ``/version`` (the dialect's engine version), the engine's health paths (``/health``; SGLang
 also ``/health_generate``), ``GET /metrics``, and the simulator's admin API: ``POST
 /sim/fault`` / ``DELETE /sim/fault`` (see :mod:`backends.sim.faults`) and ``GET /sim/state``.
@@ -24,6 +25,7 @@ import logging
 import socket
 import struct
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -60,6 +62,8 @@ def build_app(endpoint: SimEndpoint) -> web.Application:
         app.router.add_post(path, _pooled(_score))
     for path in endpoint.dialect.rerank_paths:
         app.router.add_post(path, _pooled(_rerank))
+    for path in endpoint.dialect.render_paths:
+        app.router.add_post(path, _pooled(_RENDER[path]))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/version", _version)
     app.router.add_get("/metrics", _metrics)
@@ -343,7 +347,7 @@ async def _write_responses(writer: _ChunkWriter, gen: Generation, handle: Reques
 
 # -- the APIs that generate nothing ------------------------------------------------------------
 
-PoolingAnswer = Callable[[SimEndpoint, dict[str, Any]], JSON]
+PoolingAnswer = Callable[[SimEndpoint, dict[str, Any]], JSON | list[JSON]]
 
 
 def _pooled(answer: PoolingAnswer) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -383,6 +387,29 @@ def _score(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
 
 def _rerank(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
     return pooling.rerank(body, ep.dialect, ep.info, _pooling_id(ep))
+
+
+def _render_id(prefix: str) -> str:
+    # vLLM's random_uuid; not drawn from the endpoint's seeded stream, which generation uses
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+def _render_chat(ep: SimEndpoint, body: dict[str, Any]) -> JSON:
+    gen = ep.parse("chat", body)
+    return pooling.rendered(gen, ep.prompt_ids(gen), _render_id("chatcmpl-"), body)
+
+
+def _render_completion(ep: SimEndpoint, body: dict[str, Any]) -> list[JSON]:
+    gen = ep.parse("completion", body)  # one prompt: the simulator serves no more
+    return [pooling.rendered(gen, ep.prompt_ids(gen), _render_id("cmpl-"), body)]
+
+
+_RENDER: Mapping[str, PoolingAnswer] = MappingProxyType({
+    "/v1/chat/completions/render": _render_chat,
+    "/v1/completions/render": _render_completion,
+})
+"""vLLM's render paths → their answers: a chat request's ``GenerateRequest``, a completions
+request's list of them."""
 
 
 _POOLING: Mapping[str, PoolingAnswer] = MappingProxyType({

@@ -13,6 +13,7 @@ from backends.sim.clock import VirtualClock
 from backends.sim.endpoint import SimEndpoint, TokenizedGeneration
 from backends.sim.openai_api import ApiError
 from backends.sim.pd import KVTransferHub
+from backends.sim.pooling import tokenize
 from config.fleet import parse_fleet
 from routing.tokens.exact import PromptTokenizer, load_prompt_tokenizer
 from tests.fakes.harness import free_ports
@@ -97,3 +98,15 @@ async def test_the_fleet_gives_each_pool_its_models_tokenizer(tmp_path: Path) ->
         assert a.parse("chat", chat("hello")).prompt_tokens == 6
     finally:
         await running.stop()
+
+
+def test_the_prompt_ids_are_the_models_own_else_the_simulators_tokens(
+    tiny: PromptTokenizer,
+) -> None:
+    exact = endpoint(tiny).parse("chat", chat("hello world"))
+    assert isinstance(exact, TokenizedGeneration)
+    assert endpoint(tiny).prompt_ids(exact) == exact.ids and len(exact.ids) == 7
+    ep = endpoint(None)
+    estimated = ep.parse("chat", chat("hello world"))
+    ids = tokenize({"messages": chat("hello world")["messages"]}, ep.dialect, ep.info)["tokens"]
+    assert list(ep.prompt_ids(estimated)) == ids and len(ids) == estimated.prompt_tokens

@@ -11,13 +11,14 @@ import pytest
 
 from backends.sim import tokens
 from backends.sim.behaviour import SGLANG, VLLM
-from backends.sim.openai_api import ApiError, ModelInfo
+from backends.sim.openai_api import ApiError, ModelInfo, parse_chat
 from backends.sim.pooling import (
     EMBEDDING_DIMS,
     detokenize,
     embedding,
     embeddings,
     relevance,
+    rendered,
     rerank,
     score,
     token_id,
@@ -127,3 +128,21 @@ def test_rerank_sorts_by_relevance_stably_and_keeps_top_n() -> None:
         2, 1]
     with pytest.raises(ApiError):
         rerank({**body, "top_n": -1}, VLLM, INFO, "r")
+
+
+def test_rendered_is_vllms_generate_request_for_the_validated_request() -> None:
+    messages = [{"role": "user", "content": "hello"}]
+    gen = parse_chat({"model": "m", "messages": messages, "max_tokens": 5, "stream": True,
+                      "stream_options": {"include_usage": True}}, VLLM, INFO)
+    body = {"model": "m", "stream_options": {"include_usage": True}, "priority": 2}
+    answer = rendered(gen, [7, 8, 9], "chatcmpl-x", body)
+    assert answer["request_id"] == "chatcmpl-x" and answer["token_ids"] == [7, 8, 9]
+    assert answer["model"] == "m" and answer["stream"] is True and answer["priority"] == 2
+    assert answer["stream_options"] == {"include_usage": True}
+    assert answer["sampling_params"]["max_tokens"] == 5 and answer["features"] is None
+    plain = rendered(parse_chat({"messages": messages}, VLLM, INFO), [1], "r", {})
+    assert plain["stream"] is False and plain["stream_options"] is None
+    assert plain["model"] is None and plain["priority"] == 0  # as the request left them
+    # no max_tokens: what the context leaves after the prompt, as vLLM's get_max_tokens
+    prompt = tokens.estimate_tokens(tokens.render_chat(messages))
+    assert plain["sampling_params"]["max_tokens"] == INFO.max_context - prompt
