@@ -4,8 +4,9 @@
 [--seed 0] [--max-requests N] [--out DIR] [--doc docs/benchmarks/capacity.md]``.
 
 Each cell replays the trace (default ``traces/long-sessions.jsonl``,
-:mod:`ridge_bench.replay.sessions`) through one router (``ridge`` or ``sglang_ca``) in front of
-one fleet of :data:`FLEETS`, with the router comparison's cell runner
+:mod:`ridge_bench.replay.sessions`) through one router of :data:`GATEWAYS` (``ridge``, or a
+peer's cache_aware: ``sglang_ca``, ``smg_ca``, ``vllm_ca``) in front of one fleet of
+:data:`FLEETS`, with the router comparison's cell runner
 (:func:`ridge_bench.compare.benchmark.run_cell`). Per cell: the engines' prefix-cache hit rate
 against two bounds from the trace (:mod:`ridge_bench.replay.bounds`), goodput, TTFT, the spread
 over replicas and the gateway's memory, in simulated seconds. Results go to
@@ -40,9 +41,11 @@ FLEETS: Mapping[str, Path] = MappingProxyType({
     name: fleets.ROOT / "deploy" / "bench" / f"capacity-{name}.yaml"
     for name in ("plain", "fp8", "host", "large-kv", "mix")})
 GATEWAYS: Mapping[str, str] = MappingProxyType({
-    "ridge": fleets.RIDGE, "sglang_ca": fleets.SGLANG + "cache_aware"})
-DEFAULT_CELLS = ("plain:ridge", "plain:sglang_ca", "fp8:ridge", "host:ridge",
-                 "large-kv:ridge", "large-kv:sglang_ca", "plain:ridge")
+    "ridge": fleets.RIDGE,
+    **{name: fleets.ROUTERS[name].gateway for name in ("sglang_ca", "smg_ca", "vllm_ca")}})
+DEFAULT_CELLS = ("plain:ridge", "plain:sglang_ca", "plain:smg_ca", "plain:vllm_ca", "fp8:ridge",
+                 "host:ridge", "large-kv:ridge", "large-kv:sglang_ca", "large-kv:smg_ca",
+                 "large-kv:vllm_ca", "plain:ridge")
 TRACE_FILE = TRACES_DIR / "long-sessions.jsonl"
 
 

@@ -5,7 +5,8 @@
 
 Each cell (router, workload) shares nothing with another (:func:`run_cell`): it renders the
 router's fleet on free ports (:mod:`ridge_bench.harness.fleets`), starts the simulator and the
-router's gateway (ridge, or the SGLang router), runs the workload in this process
+router's gateway (ridge, or a peer: the SGLang router, smg or vLLM's router, pinned in
+``.bench-venv/``, :func:`start_peer`), runs the workload in this process
 (:func:`ridge_bench.command.execute`), reads every process's CPU and the gateway's memory, and
 stops both, whatever happened. ``--speed S`` runs the simulator S times faster, with ridge's
 time settings divided by S (:data:`TIME_SETTINGS`); a process over
@@ -226,38 +227,37 @@ def ridge_figures(exposition: str) -> dict[str, Any]:
     return {**sums, **counted}
 
 
-def sglang_gateway(policy: str) -> gateways.Gateway:
-    """The SGLang router with ``policy`` (its child process and log are named ``sglang``)."""
-    return gateways.Gateway("sglang", f"SGLang router, {policy}", "sglang", policy)
-
-
-async def start_sglang(policy: str, workdir: Path, fleet: Fleet, model: str) -> Child:
-    """The SGLang router over every endpoint of ``fleet``, answering a chat completion for
-    ``model``, or RuntimeError (not installable, or not answering: with its log)."""
-    python, why = gateways.sglang_python(install=True, log=workdir / "sglang-install.log")
+async def start_peer(kind: str, policy: str, workdir: Path, fleet: Fleet, model: str) -> Child:
+    """The Rust router of ``kind`` with ``policy`` over every endpoint of ``fleet``
+    (:func:`ridge_bench.harness.gateways.peer`, installed at its pin on first use), answering
+    a chat completion for ``model``, or RuntimeError (not installable, or not answering: with
+    its log). smg gets no alias workers: the fleet's engines list the one model it routes."""
+    router = gateways.ROUTERS[kind]
+    python, why = gateways.router_python(router, install=True,
+                                         log=workdir / f"{kind}-install.log")
     if python is None:
-        raise RuntimeError(f"the SGLang router ({gateways.SGLANG_ROUTER}) is unavailable: {why}")
+        raise RuntimeError(f"the {router.name} ({router.requirement}) is unavailable: {why}")
     urls = [u for pool in fleet.pools for u in pool.endpoint_urls()]
-    return await gateways.start(sglang_gateway(policy), gateways.Launch(sglang_python=python),
-                                urls, workdir, None, START_TIMEOUT_S, model)
+    return await gateways.start(gateways.peer(kind, policy),
+                                gateways.Launch().with_python(kind, python), urls, workdir,
+                                None, START_TIMEOUT_S, model, smg_alias=None)
 
 
 def cell_model(router: fleets.Router, fleet: Fleet) -> str | None:
-    """The model every request of the cell names: for the SGLang router, the fleet's first
-    model (its ``/v1/models`` lists ``unknown`` for workers it found no model name on); for
-    ridge None, the first model ridge lists."""
-    return None if router.sglang_policy is None else fleet.pools[0].models[0]
+    """The model every request of the cell names: for a peer, the fleet's first model (the
+    SGLang router's ``/v1/models`` lists ``unknown`` for workers it found no model name on);
+    for ridge None, the first model ridge lists."""
+    return None if router.peer is None else fleet.pools[0].models[0]
 
 
 async def start_gateway(router: fleets.Router, workdir: Path, config: Path, opts: Options
                         ) -> Child:
     """The router's gateway in front of ``opts.fleet``, written to ``config`` (module doc,
-    step 2); an SGLang router is probed with ``opts.model``."""
-    policy = router.sglang_policy
-    if policy is None:
+    step 2); a peer is probed with ``opts.model``."""
+    if router.peer is None:
         return await start_ridge("ridge", workdir, config, _env(opts.speed), START_TIMEOUT_S)
     assert opts.fleet is not None and opts.model is not None
-    return await start_sglang(policy, workdir, opts.fleet, opts.model)
+    return await start_peer(*router.peer, workdir, opts.fleet, opts.model)
 
 
 async def gateway_figures(gateway: Child) -> dict[str, Any]:
@@ -377,14 +377,15 @@ def parser() -> argparse.ArgumentParser:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(NAMES))
     p.add_argument("--routers", default=",".join(n for n, r in fleets.ROUTERS.items()
-                                                 if r.sglang_policy is None),
-                   help="default: every router run by ridge (add sglang_ca, sglang_rr for "
-                        "the SGLang router)")
+                                                 if r.peer is None),
+                   help="default: every router run by ridge (add the peers: "
+                        + ", ".join(n for n, r in fleets.ROUTERS.items() if r.peer) + ")")
     p.add_argument("--extra-router", action="append", default=[],
-                   metavar="NAME=FLEET_FILE[@sglang:POLICY]",
+                   metavar="NAME=FLEET_FILE[@KIND:POLICY]",
                    help="also run this fleet file (added to --routers as NAME): behind ridge "
-                        "with its own routing, or behind the SGLang router with POLICY "
-                        f"({', '.join(fleets.SGLANG_POLICIES)}) over all its endpoints")
+                        "with its own routing, or behind the Rust router KIND "
+                        f"({', '.join(gateways.ROUTERS)}) with POLICY "
+                        f"({', '.join(fleets.PEER_POLICIES)}) over all its endpoints")
     p.add_argument("--rate", action="append", default=[], metavar="[WORKLOAD=]RPS",
                    help=f"requests/s (mixed: the heaviest step); defaults {dict(DEFAULT_RATES)}")
     p.add_argument("--requests", type=int, default=400)

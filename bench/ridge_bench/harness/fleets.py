@@ -3,9 +3,11 @@
 A *router* is a fleet file plus, optionally, the replica scheduler every pool uses (the fleet's
 ``routing.scheduler``, see :mod:`config.routing_section`). :data:`ROUTERS` holds the compared
 ones (round-robin, least-load and cache-aware over the homogeneous fleet, ridge over the lever
-fleets, the SGLang router's policies); :func:`custom_router` makes more from
-``NAME=FLEET_FILE`` or ``NAME=FLEET_FILE@sglang:POLICY`` (:data:`SGLANG_POLICIES`).
-``Router.gateway`` says what runs in front of the fleet: ``ridge`` or ``sglang:POLICY``.
+fleets, and the peers: the SGLang router's policies, smg's and vLLM's router's cache_aware);
+:func:`custom_router` makes more from ``NAME=FLEET_FILE`` or ``NAME=FLEET_FILE@KIND:POLICY``.
+``Router.gateway`` says what runs in front of the fleet: ``ridge``, or ``KIND:POLICY`` for the
+Rust router of that kind (a key of :data:`ridge_bench.harness.gateways.ROUTERS`) with a policy
+of :data:`PEER_POLICIES`.
 
 :func:`render` writes a cell's fleet file: every endpoint on a distinct free 127.0.0.1 port,
 the scheduler set, validated by :func:`config.fleet.parse_fleet`. :class:`Extras` adds a
@@ -27,21 +29,27 @@ import yaml
 
 from config.fleet import Fleet, parse_fleet
 from config.kv_events import KV_EVENT_ENGINES
+from ridge_bench.harness import gateways
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository root
 HOMOGENEOUS = ROOT / "deploy" / "bench" / "homogeneous.yaml"
 LEVERS = ROOT / "deploy" / "bench" / "levers.yaml"
 LEVERS_SGLANG = ROOT / "deploy" / "bench" / "levers-sglang.yaml"
 RIDGE = "ridge"
-SGLANG = "sglang:"
-"""The prefix of a :attr:`Router.gateway` run by the SGLang router: ``sglang:POLICY``."""
-SGLANG_POLICIES = ("cache_aware", "round_robin", "random")
+PEER_POLICIES = ("cache_aware", "round_robin", "random")
+"""The policies a peer may run: every Rust router of
+:data:`ridge_bench.harness.gateways.ROUTERS` takes these three ``--policy`` values."""
+
+
+def peer_gateway(kind: str, policy: str) -> str:
+    """The :attr:`Router.gateway` of the Rust router of ``kind`` with ``policy``."""
+    return f"{kind}:{policy}"
 
 
 @dataclass(frozen=True)
 class Router:
     """A fleet file, the scheduler to force on it (None: the file's own routing), and the
-    gateway in front of it: :data:`RIDGE` or ``sglang:POLICY`` (module doc)."""
+    gateway in front of it: :data:`RIDGE` or ``KIND:POLICY`` (module doc)."""
 
     name: str
     fleet: Path
@@ -50,9 +58,16 @@ class Router:
     gateway: str = RIDGE
 
     @property
-    def sglang_policy(self) -> str | None:
-        """The SGLang router's policy, or None when ridge runs this router."""
-        return self.gateway.removeprefix(SGLANG) if self.gateway.startswith(SGLANG) else None
+    def peer(self) -> tuple[str, str] | None:
+        """The Rust router's kind and policy in front of the fleet, or None when ridge is."""
+        kind, sep, policy = self.gateway.partition(":")
+        return (kind, policy) if sep else None
+
+
+def _peer(name: str, kind: str, policy: str) -> Router:
+    """The homogeneous fleet behind the Rust router of ``kind`` with ``policy``."""
+    how = f"homogeneous fleet, {gateways.ROUTERS[kind].name}, {policy}"
+    return Router(name, HOMOGENEOUS, None, how, peer_gateway(kind, policy))
 
 
 ROUTERS: Mapping[str, Router] = MappingProxyType({
@@ -70,39 +85,44 @@ ROUTERS: Mapping[str, Router] = MappingProxyType({
     "ridge": Router("ridge", LEVERS, None, "lever pools, full ridge router"),
     "ridge_sglang": Router("ridge_sglang", LEVERS_SGLANG, None,
                            "lever pools with an SGLang prefix pool, full ridge router"),
-    "sglang_ca": Router("sglang_ca", HOMOGENEOUS, None,
-                        "homogeneous fleet, SGLang router, cache_aware", SGLANG + "cache_aware"),
-    "sglang_rr": Router("sglang_rr", HOMOGENEOUS, None,
-                        "homogeneous fleet, SGLang router, round_robin", SGLANG + "round_robin"),
+    "sglang_ca": _peer("sglang_ca", "sglang", "cache_aware"),
+    "sglang_rr": _peer("sglang_rr", "sglang", "round_robin"),
+    "smg_ca": _peer("smg_ca", "smg", "cache_aware"),
+    "vllm_ca": _peer("vllm_ca", "vllm-router", "cache_aware"),
 })
 
 
+def is_peer(text: str) -> bool:
+    """Whether ``text`` starts as a peer's gateway does: ``KIND:`` of a known router kind."""
+    kind, sep, _ = text.partition(":")
+    return bool(sep) and kind in gateways.ROUTERS
+
+
 def parse_gateway(text: str) -> str:
-    """``ridge`` or ``sglang:POLICY`` (POLICY in :data:`SGLANG_POLICIES`), else ValueError."""
-    if text == RIDGE:
+    """``ridge`` or ``KIND:POLICY`` (KIND a router kind, POLICY in :data:`PEER_POLICIES`),
+    else ValueError."""
+    kind, _, policy = text.partition(":")
+    if text == RIDGE or (is_peer(text) and policy in PEER_POLICIES):
         return text
-    policy = text.removeprefix(SGLANG) if text.startswith(SGLANG) else None
-    if policy not in SGLANG_POLICIES:
-        choices = ", ".join(SGLANG + p for p in SGLANG_POLICIES)
-        raise ValueError(f"gateway {text!r}: expected {RIDGE} or one of {choices}")
-    return text
+    raise ValueError(f"gateway {text!r}: expected {RIDGE} or KIND:POLICY with KIND in "
+                     f"{', '.join(gateways.ROUTERS)} and POLICY in {', '.join(PEER_POLICIES)}")
 
 
 def custom_router(spec: str) -> Router:
     """``NAME=PATH``: a router running the fleet file at PATH with its own routing section;
     ``NAME=PATH@GATEWAY``: the same fleet behind GATEWAY (:func:`parse_gateway`). Only a last
-    ``@`` followed by ``ridge`` or ``sglang:`` starts the gateway, so PATH may contain ``@``."""
+    ``@`` followed by ``ridge`` or ``KIND:`` starts the gateway, so PATH may contain ``@``."""
     name, sep, rest = spec.partition("=")
     path, at, gateway = rest.rpartition("@")
-    if not at or not (gateway == RIDGE or gateway.startswith(SGLANG)):
+    if not at or not (gateway == RIDGE or is_peer(gateway)):
         path, gateway = rest, RIDGE
     if not sep or not name or not path:
-        raise ValueError(f"expected NAME=FLEET_FILE[@ridge|@sglang:POLICY], got {spec!r}")
+        raise ValueError(f"expected NAME=FLEET_FILE[@ridge|@KIND:POLICY], got {spec!r}")
     if name in ROUTERS:
         raise ValueError(f"router {name!r} already exists")
     gateway = parse_gateway(gateway)
-    policy = gateway.removeprefix(SGLANG)
-    how = "its own routing" if gateway == RIDGE else f"SGLang router, {policy}"
+    kind, _, policy = gateway.partition(":")
+    how = "its own routing" if gateway == RIDGE else f"{gateways.ROUTERS[kind].name}, {policy}"
     return Router(name, Path(path).resolve(), None, f"{Path(path).name}, {how}", gateway)
 
 

@@ -12,7 +12,8 @@ started (one process each, pinned to the gateway core by the caller).
   dependency of ridge or its tests), on 127.0.0.1, Prometheus on a free port (:func:`command`).
 
 :func:`start` waits until the gateway is ready (:func:`ready`, :func:`router_ready`); the router
-comparison (:mod:`ridge_bench.compare.benchmark`) starts the SGLang router with it too.
+comparison and the capacity benchmark (:mod:`ridge_bench.compare.benchmark`) start the Rust
+routers in front of their simulated fleets with it too (:func:`peer`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -127,8 +129,23 @@ class Launch:
 
     def python(self, kind: str) -> Path | None:
         """The interpreter that runs the router of ``kind`` (None: not available)."""
-        return {"sglang": self.sglang_python, "smg": self.smg_python,
-                "vllm-router": self.vllm_router_python}.get(kind)
+        name = _PYTHON_FIELDS.get(kind)
+        return None if name is None else getattr(self, name)
+
+    def with_python(self, kind: str, python: Path) -> Launch:
+        """This launch with ``python`` running the router of ``kind``."""
+        return replace(self, **{_PYTHON_FIELDS[kind]: python})
+
+
+_PYTHON_FIELDS: Mapping[str, str] = MappingProxyType({
+    "sglang": "sglang_python", "smg": "smg_python", "vllm-router": "vllm_router_python"})
+"""Router kind → the :class:`Launch` field holding its interpreter."""
+
+
+def peer(kind: str, policy: str) -> Gateway:
+    """The router of ``kind`` with ``policy`` in front of a simulated fleet; its child process
+    and log are named ``kind``."""
+    return Gateway(kind, ROUTERS[kind].label(policy), kind, policy)
 
 
 def fleet(urls: Sequence[str]) -> dict[str, Any]:
@@ -175,10 +192,11 @@ def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
 
 
 async def start(gateway: Gateway, launch: Launch, urls: Sequence[str], workdir: Path,
-                cpus: Sequence[int] | None, timeout_s: float, model: str = MODEL) -> Child:
+                cpus: Sequence[int] | None, timeout_s: float, model: str = MODEL,
+                smg_alias: str | None = PACED_MODEL) -> Child:
     """``gateway`` on a free port, answering a completion for ``model`` (:func:`ready`; a
-    router also :func:`router_ready`), or RuntimeError with its log; the process is stopped
-    if waiting fails in any way."""
+    router also :func:`router_ready`, with ``smg_alias``), or RuntimeError with its log; the
+    process is stopped if waiting fails in any way."""
     port = free_port()
     argv, env, cwd = command(gateway, launch, port, urls, workdir)
     child = await spawn(gateway.key, argv, workdir, env, cwd=cwd, cpus=cpus, drop_prefix="RIDGE_")
@@ -187,7 +205,8 @@ async def start(gateway: Gateway, launch: Launch, urls: Sequence[str], workdir: 
     try:
         answered = await ready(child, timeout_s, model)
         if answered and gateway.kind in ROUTERS:
-            answered = await router_ready(child, gateway.kind, urls, deadline - time.monotonic())
+            answered = await router_ready(child, gateway.kind, urls, deadline - time.monotonic(),
+                                          smg_alias)
     except BaseException:
         await child.stop()
         raise
@@ -240,29 +259,40 @@ def serving(listing: Mapping[str, Any]) -> int:
                if (w.get("status") == "ready" if "status" in w else w.get("is_healthy") is True))
 
 
-async def router_ready(child: Child, kind: str, urls: Sequence[str], timeout_s: float) -> bool:
+async def router_ready(child: Child, kind: str, urls: Sequence[str], timeout_s: float,
+                       smg_alias: str | None = PACED_MODEL) -> bool:
     """After :func:`ready`: whether the router of ``kind`` lists every worker as serving
     (:func:`serving`) within ``timeout_s``. The SGLang router and smg answer once a worker is
     registered, before the others are; vLLM's router listens only once all are healthy. smg
     registers an HTTP worker under the first model its ``/v1/models`` lists, routes by that
     exact name (``--model-alias`` does not apply to HTTP workers) and takes each URL once: so
-    the paced model's workers are added first (:func:`smg_worker`) and it must answer for it."""
+    for a second model, ``smg_alias`` (the stand-in's paced one; None: none, as a simulated
+    fleet of one model), its workers are added first (:func:`smg_worker`) and it must answer
+    for it."""
     deadline = time.monotonic() + timeout_s
-    wanted = len(urls) * (2 if kind == "smg" else 1)
+    alias = smg_alias if kind == "smg" else None
+    wanted = len(urls) * (1 if alias is None else 2)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
-        try:
-            for url in urls if kind == "smg" else ():
-                async with session.post(child.url + "/workers", json=smg_worker(url)) as resp:
-                    await resp.read()
-                    if resp.status not in (200, 201, 202, 409):  # 409: already there
-                        return False
-        except (aiohttp.ClientError, TimeoutError):
+        if alias is not None and not await _add_smg_workers(session, child.url, urls, alias):
             return False
         while await _serving(session, child.url) < wanted:
             if time.monotonic() >= deadline or child.proc.returncode is not None:
                 return False
             await asyncio.sleep(0.25)
-    return kind != "smg" or await ready(child, deadline - time.monotonic(), PACED_MODEL)
+    return alias is None or await ready(child, deadline - time.monotonic(), alias)
+
+
+async def _add_smg_workers(session: aiohttp.ClientSession, base: str, urls: Sequence[str],
+                           model: str) -> bool:
+    try:
+        for url in urls:
+            async with session.post(base + "/workers", json=smg_worker(url, model)) as resp:
+                await resp.read()
+                if resp.status not in (200, 201, 202, 409):  # 409: already there
+                    return False
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+    return True
 
 
 async def _serving(session: aiohttp.ClientSession, base: str) -> int:
@@ -304,11 +334,6 @@ def router_python(router: RustRouter, install: bool, log: Path,
     if _imports(python, router):
         return python, ""
     return None, f"{router.requirement} installed but does not import (see {log.name})"
-
-
-def sglang_python(install: bool, log: Path) -> tuple[Path | None, str]:
-    """:func:`router_python` of the SGLang router."""
-    return router_python(ROUTERS["sglang"], install, log)
 
 
 def import_check(router: RustRouter) -> str:

@@ -10,6 +10,7 @@ import pytest
 
 from config.fleet import load_fleet
 from ridge_bench.capacity import benchmark as capacity
+from ridge_bench.harness import fleets
 from ridge_bench.replay.trace import TRACE
 
 
@@ -25,6 +26,15 @@ def test_cells_name_a_fleet_and_a_router_and_may_repeat() -> None:
     assert cell.file == extra["tiny"] and cell.file.is_absolute()
     with pytest.raises(ValueError, match="NAME=FLEET_FILE"):
         capacity.extra_fleets(["a:b=x.yaml"])
+
+
+def test_every_peer_runs_cache_aware_beside_the_sglang_router_by_default() -> None:
+    peers = {name: fleets.ROUTERS[name].peer for name in capacity.GATEWAYS if name != "ridge"}
+    assert peers == {"sglang_ca": ("sglang", "cache_aware"), "smg_ca": ("smg", "cache_aware"),
+                     "vllm_ca": ("vllm-router", "cache_aware")}
+    cells = {c.name for c in capacity.parse_cells(",".join(capacity.DEFAULT_CELLS))}
+    for fleet in ("plain", "large-kv"):
+        assert {f"{fleet}:{name}" for name in [*peers, "ridge"]} <= cells
 
 
 def test_fleet_kv_capacity_from_the_fleet_files() -> None:
@@ -50,8 +60,8 @@ def test_the_matrix_replays_the_trace_in_simulated_time() -> None:
     # the replay is 4× faster than the trace; the bound is in simulated seconds
     last = m.template.replay.times_s[49]
     assert m.durations[TRACE] == pytest.approx(last * 4 + 1.0)
-    assert m.routers["plain:sglang_ca"].sglang_policy == "cache_aware"
-    assert m.routers["plain:ridge"].sglang_policy is None
+    assert m.routers["plain:sglang_ca"].peer == ("sglang", "cache_aware")
+    assert m.routers["plain:ridge"].peer is None
     assert m.routers["plain:ridge"].fleet == capacity.FLEETS["plain"]
 
 

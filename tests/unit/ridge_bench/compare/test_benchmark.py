@@ -1,6 +1,6 @@
-"""The comparison's gateways (nothing started): the SGLang router's command over the rendered
-fleet, the --extra-router forms, the memory figures each cell reads, and the plots drawn from
-the saved cells."""
+"""The comparison's gateways (nothing started): each peer's command over the rendered fleet,
+the --extra-router forms, the memory figures each cell reads, and the plots drawn from the
+saved cells."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from gateway.settings import Settings
 from ridge_bench.compare import benchmark as compare
 from ridge_bench.compare import doc as compare_doc
-from ridge_bench.harness import fleets
+from ridge_bench.harness import fleets, gateways
 from ridge_bench.harness.gateways import Launch, command
 
 METRICS = """# HELP ridge_prefix_index_bytes their memory [B]
@@ -30,18 +30,20 @@ ridge_prefix_index_entries 64.0
 """
 
 
-@pytest.mark.parametrize(("name", "policy"), [("sglang_ca", "cache_aware"),
-                                              ("sglang_rr", "round_robin")])
-def test_the_sglang_router_fronts_every_endpoint_of_the_rendered_fleet(
-        name: str, policy: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["sglang_ca", "sglang_rr", "smg_ca", "vllm_ca"])
+def test_each_peer_fronts_every_endpoint_of_the_rendered_fleet(name: str, tmp_path: Path
+                                                               ) -> None:
     router = fleets.ROUTERS[name]
     fleet = fleets.render(router, tmp_path / "fleet.yaml", itertools.count(41000).__next__)
     urls = [u for p in fleet.pools for u in p.endpoint_urls()]
-    assert router.sglang_policy == policy and len(urls) == 8
+    assert router.peer is not None and len(urls) == 8
+    kind, policy = router.peer
     python = tmp_path / "python"
-    argv, env, cwd = command(compare.sglang_gateway(policy), Launch(sglang_python=python),
-                             7001, urls, tmp_path)
-    assert argv[:3] == [str(python), "-m", "sglang_router.launch_router"]
+    gateway = gateways.peer(kind, policy)
+    assert (gateway.key, gateway.kind) == (kind, kind)  # its CPU entry and log: the kind's
+    assert gateway.key in compare_doc.GATEWAY_CPU_KEYS
+    argv, env, cwd = command(gateway, Launch().with_python(kind, python), 7001, urls, tmp_path)
+    assert argv[:3] == [str(python), "-m", gateways.ROUTERS[kind].module]
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--port") + 1] == "7001"
     assert argv[argv.index("--policy") + 1] == policy
@@ -54,11 +56,12 @@ def test_the_sglang_router_fronts_every_endpoint_of_the_rendered_fleet(
 def test_extra_routers_join_the_matrix_with_their_gateway() -> None:
     fleet = fleets.HOMOGENEOUS
     args = compare.parser().parse_args([
-        "--routers", "round_robin", "--extra-router", f"sg={fleet}@sglang:cache_aware",
+        "--routers", "round_robin,smg_ca", "--extra-router", f"sg={fleet}@sglang:cache_aware",
         "--extra-router", f"mine={fleets.LEVERS}"])
     matrix = compare.matrix_of(args)
-    assert list(matrix.routers) == ["round_robin", "sg", "mine"]
-    assert matrix.routers["sg"].sglang_policy == "cache_aware"
+    assert list(matrix.routers) == ["round_robin", "smg_ca", "sg", "mine"]
+    assert matrix.routers["sg"].peer == ("sglang", "cache_aware")
+    assert matrix.routers["smg_ca"].peer == ("smg", "cache_aware")
     assert matrix.routers["sg"].fleet == fleet
     assert matrix.routers["mine"].gateway == fleets.RIDGE
     bad = compare.parser().parse_args(["--extra-router", f"x={fleet}@sglang:manual"])
@@ -87,11 +90,12 @@ def test_ridge_index_gauges_are_summed_over_labels() -> None:
     assert compare.sample_sums("", gauges) == {}
 
 
-def test_sglang_cells_name_the_fleets_model_and_ridge_cells_ask_ridge(tmp_path: Path) -> None:
+def test_peer_cells_name_the_fleets_model_and_ridge_cells_ask_ridge(tmp_path: Path) -> None:
     ports = itertools.count(42000).__next__
-    sglang = fleets.render(fleets.ROUTERS["sglang_rr"], tmp_path / "a.yaml", ports)
     ridge = fleets.render(fleets.ROUTERS["cache_aware"], tmp_path / "b.yaml", ports)
-    assert compare.cell_model(fleets.ROUTERS["sglang_rr"], sglang) == "llama-3-8b"
+    for name in ("sglang_rr", "vllm_ca"):
+        peer = fleets.render(fleets.ROUTERS[name], tmp_path / f"{name}.yaml", ports)
+        assert compare.cell_model(fleets.ROUTERS[name], peer) == "llama-3-8b"
     assert compare.cell_model(fleets.ROUTERS["cache_aware"], ridge) is None
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from config.fleet import Fleet, load_fleet
 from config.kv_events import address_port
+from ridge_bench.harness import gateways
 from ridge_bench.harness.fleets import (
     HOMOGENEOUS,
     LEVERS,
@@ -86,23 +87,35 @@ def test_the_three_baselines_differ_only_in_their_scheduler(tmp_path: Path) -> N
     assert configs[0].picker == "round_robin"
 
 
-def test_the_sglang_routers_run_the_homogeneous_fleet_behind_the_sglang_router() -> None:
-    ca, rr = ROUTERS["sglang_ca"], ROUTERS["sglang_rr"]
-    assert (ca.fleet, ca.gateway, ca.sglang_policy) == (HOMOGENEOUS, "sglang:cache_aware",
-                                                        "cache_aware")
-    assert (rr.fleet, rr.sglang_policy) == (HOMOGENEOUS, "round_robin")
-    assert ca.scheduler is None and rr.scheduler is None
-    others = [r for r in ROUTERS.values() if r.name not in ("sglang_ca", "sglang_rr")]
-    assert all(r.gateway == RIDGE and r.sglang_policy is None for r in others)
+PEERS = {"sglang_ca": ("sglang", "cache_aware"), "sglang_rr": ("sglang", "round_robin"),
+         "smg_ca": ("smg", "cache_aware"), "vllm_ca": ("vllm-router", "cache_aware")}
 
 
-def test_custom_routers_may_run_behind_the_sglang_router(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_the_peers_run_the_homogeneous_fleet_behind_their_rust_router(name: str) -> None:
+    router = ROUTERS[name]
+    kind, policy = PEERS[name]
+    assert (router.fleet, router.gateway, router.peer) == (HOMOGENEOUS, f"{kind}:{policy}",
+                                                           (kind, policy))
+    assert router.scheduler is None and gateways.ROUTERS[kind].name in router.description
+    assert router.gateway == parse_gateway(router.gateway)
+
+
+def test_every_other_router_is_run_by_ridge() -> None:
+    others = [r for r in ROUTERS.values() if r.name not in PEERS]
+    assert others and all(r.gateway == RIDGE and r.peer is None for r in others)
+
+
+def test_custom_routers_may_run_behind_any_rust_router(tmp_path: Path) -> None:
     router = custom_router(f"sg={LEVERS}@sglang:round_robin")
-    assert (router.name, router.fleet, router.sglang_policy) == ("sg", LEVERS, "round_robin")
+    assert (router.name, router.fleet, router.peer) == ("sg", LEVERS, ("sglang", "round_robin"))
+    assert custom_router(f"v={LEVERS}@vllm-router:cache_aware").peer == ("vllm-router",
+                                                                         "cache_aware")
+    assert custom_router(f"s={LEVERS}@smg:random").description.endswith("smg, random")
     assert custom_router(f"r={LEVERS}@ridge").gateway == RIDGE
     odd = tmp_path / "a@b.yaml"  # an @ not followed by a gateway belongs to the path
     assert custom_router(f"odd={odd}").fleet == odd and custom_router(f"odd={odd}").gateway == RIDGE
-    for bad in (f"x={LEVERS}@sglang:power_of_two", f"x={LEVERS}@sglang:", "x=@sglang:random"):
+    for bad in (f"x={LEVERS}@sglang:power_of_two", f"x={LEVERS}@smg:", "x=@sglang:random"):
         with pytest.raises(ValueError):
             custom_router(bad)
 
@@ -110,7 +123,8 @@ def test_custom_routers_may_run_behind_the_sglang_router(tmp_path: Path) -> None
 def test_parse_gateway() -> None:
     assert parse_gateway("ridge") == "ridge"
     assert parse_gateway("sglang:random") == "sglang:random"
-    for bad in ("sglang", "vllm", "sglang:manual"):
+    assert parse_gateway("smg:cache_aware") == "smg:cache_aware"
+    for bad in ("sglang", "vllm", "sglang:manual", "vllm:cache_aware", "nginx:round_robin"):
         with pytest.raises(ValueError, match="expected ridge"):
             parse_gateway(bad)
 

@@ -26,6 +26,7 @@ from ridge_bench.harness.gateways import (
     fleet,
     import_check,
     install_plan,
+    peer,
     ready,
     router_python,
     router_ready,
@@ -77,6 +78,20 @@ def test_floors_and_the_sglang_router(tmp_path: Path) -> None:
     argv, env, _ = command(BY_KEY["sglang-ca"], Launch(sglang_python=python), 7, URLS, tmp_path)
     assert argv[:3] == [str(python), "-m", "sglang_router.launch_router"]
     assert argv[argv.index("--policy") + 1] == "cache_aware" and env == {"PYTHONPATH": ""}
+
+
+@pytest.mark.parametrize("kind", sorted(ROUTERS))
+def test_a_peer_is_named_by_its_kind_and_launched_with_its_interpreter(kind: str,
+                                                                     tmp_path: Path) -> None:
+    gateway = peer(kind, "cache_aware")
+    assert (gateway.key, gateway.kind, gateway.arg) == (kind, kind, "cache_aware")
+    assert gateway.label == ROUTERS[kind].label("cache_aware")
+    python = tmp_path / "python"
+    launch = Launch().with_python(kind, python)
+    assert launch.python(kind) == python
+    assert [k for k in ROUTERS if launch.python(k) is not None] == [kind]
+    argv, _, _ = command(gateway, launch, 7, URLS, tmp_path)
+    assert argv[:3] == [str(python), "-m", ROUTERS[kind].module]
 
 
 def test_every_gateway_has_a_unique_key() -> None:
@@ -232,6 +247,7 @@ async def test_smg_is_ready_once_the_paced_models_workers_serve() -> None:
     try:
         assert not await ready(child, 0.5, PACED_MODEL)  # smg refuses an unknown model
         assert await router_ready(child, "vllm-router", URLS, 5.0)  # nothing to add
+        assert await router_ready(child, "smg", URLS, 5.0, smg_alias=None)  # a fleet's one model
         assert fake.posted == []
         assert await router_ready(child, "smg", URLS, 5.0)
         assert fake.posted == [smg_worker(u) for u in URLS]
