@@ -19,11 +19,11 @@ $(STAMP): pyproject.toml bench/pyproject.toml
 deps: $(STAMP)
 	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
 
-## The routing hot path's modules compiled to C with mypyc, beside their sources
-## (gateway/native.py), and again whenever a routing source changes. Without a C compiler the
+## The request hot path's pure modules compiled to C with mypyc, beside their sources
+## (gateway/native.py), and again whenever one's source changes. Without a C compiler the
 ## sources run (make test requires it).
 NATIVE := build/native/.built
-$(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/native.py deploy/compile_routing.py setup.py
+$(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/telemetry/engine_steps.py gateway/native.py deploy/compile_routing.py setup.py
 	$(BIN)/python deploy/compile_routing.py $(NATIVE_FLAGS)
 	@mkdir -p $(dir $@) && touch $@
 
@@ -55,7 +55,7 @@ lint: $(STAMP)
 test: NATIVE_FLAGS := --require
 test: deps engines native typecheck lint
 	$(BIN)/pytest -q -p no:cacheprovider
-	RIDGE_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/routing
+	RIDGE_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/routing tests/unit/gateway/telemetry/test_engine_steps.py
 
 ## Without the real engines
 test-fast: deps native typecheck lint

@@ -1,4 +1,4 @@
-"""Compile the routing modules of ``gateway.native.COMPILED`` to C extension modules with
+"""Compile the hot path's modules of ``gateway.native.COMPILED`` to C extension modules with
 mypyc, beside their sources: ``python deploy/compile_routing.py`` (``make native``). The build
 is the project's ``setup.py`` with ``RIDGE_COMPILE=1``, the one the container image's wheel is
 built with.
@@ -25,14 +25,18 @@ sys.path.insert(0, str(ROOT))
 from gateway.native import COMPILED, extension_of  # noqa: E402
 
 BUILD = ROOT / "build" / "native"
+PACKAGES = ("routing", "gateway")
+"""The packages the compiled modules of :data:`COMPILED` are in."""
 
 
 def clean() -> None:
-    """Remove every extension module under ``routing/`` (the package is pure Python: they are
-    all compiled ones, of this build or of one with other modules) and the build's files."""
-    for suffix in EXTENSION_SUFFIXES:
-        for extension in (ROOT / "routing").rglob(f"*{suffix}"):
-            extension.unlink()
+    """Remove every extension module under ``routing/`` and ``gateway/`` (the packages are
+    pure Python: they are all compiled ones, of this build or of one with other modules) and
+    the build's files."""
+    for package in PACKAGES:
+        for suffix in EXTENSION_SUFFIXES:
+            for extension in (ROOT / package).rglob(f"*{suffix}"):
+                extension.unlink()
     shutil.rmtree(BUILD, ignore_errors=True)
 
 

@@ -1,7 +1,7 @@
-"""The routing modules compiled to C, when they are: which ones, and whether each is older than
-its source.
+"""The hot path's modules compiled to C, when they are: which ones, and whether each is older
+than its source.
 
-ridge's routing is pure Python and runs as such wherever it is installed. ``make native``
+ridge is pure Python and runs as such wherever it is installed. ``make native``
 compiles the modules of :data:`COMPILED` with mypyc (``deploy/compile_routing.py``) into
 extension modules beside their sources, which Python imports before a source of the same
 name. The sources stay the reference: the same tests run against both
@@ -34,7 +34,10 @@ PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
 
 COMPILED = ("routing.features", "routing.formulas", "routing.prefix_index", "routing.window",
             "routing.load", "routing.cache_cost", "routing.state.memory", "routing.policy",
-            "routing.router", "routing.decision", "routing.scheduler.framework", *PLUGINS)
+            "routing.router", "routing.decision", "routing.scheduler.framework",
+            "routing.admission.capacity", "routing.admission.prefill_pace",
+            "routing.admission.fair_queue", "routing.tokens.counters",
+            "gateway.telemetry.engine_steps", *PLUGINS)
 """The modules ``make native`` compiles: pure, typed (mypy strict), on every request's path."""
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +82,7 @@ def stale(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ..
 
 def stale_message(modules: Sequence[str]) -> str:
     """What to tell someone whose compiled modules are older than their sources."""
-    return (f"compiled routing modules older than their sources: {', '.join(modules)}; "
+    return (f"compiled modules older than their sources: {', '.join(modules)}; "
             "run `make native` to compile them again, or `make clean-native` to run the "
             "sources")
 

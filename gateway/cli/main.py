@@ -440,7 +440,7 @@ def _announce(sock: socket.socket, workers: int = 1) -> None:
     processes = f" ({workers} workers)" if workers > 1 else ""
     log = logging.getLogger("ridge")
     log.info("ridge listening on http://%s%s", address(host, port), processes)
-    log.info("routing modules compiled to C: %s", ", ".join(native.compiled()) or "none")
+    log.info("modules compiled to C: %s", ", ".join(native.compiled()) or "none")
 
 
 def demo_listeners(settings: Settings) -> tuple[socket.socket, socket.socket | None, Settings]:
