@@ -162,11 +162,13 @@ def fleet(urls: Sequence[str]) -> dict[str, Any]:
 
 
 def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
-            workdir: Path) -> tuple[list[str], dict[str, str], Path]:
+            workdir: Path, router_args: Sequence[str] = ()
+            ) -> tuple[list[str], dict[str, str], Path]:
     """argv, extra environment and working directory of ``gateway`` on ``port``. A router:
     ``python -m MODULE --host 127.0.0.1 --port P --worker-urls URL... --policy POLICY
     --prometheus-port FREE --prometheus-host 127.0.0.1`` (the same flags for all three),
-    with nothing of ridge's on its import path."""
+    then ``router_args`` (its policy's own flags), with nothing of ridge's on its import
+    path."""
     if gateway.kind == "ridge":
         config = workdir / "fleet.yaml"
         config.write_text(yaml.safe_dump(fleet(urls), sort_keys=False))
@@ -187,18 +189,20 @@ def command(gateway: Gateway, launch: Launch, port: int, urls: Sequence[str],
         raise RuntimeError(f"the {router.name} ({router.requirement}) is not installed")
     argv = [str(python), "-m", router.module, "--host", "127.0.0.1", "--port", str(port),
             "--worker-urls", *urls, "--policy", gateway.arg,
-            "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
+            "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1",
+            *router_args]
     return argv, {"PYTHONPATH": ""}, workdir
 
 
 async def start(gateway: Gateway, launch: Launch, urls: Sequence[str], workdir: Path,
                 cpus: Sequence[int] | None, timeout_s: float, model: str = MODEL,
-                smg_alias: str | None = PACED_MODEL) -> Child:
-    """``gateway`` on a free port, answering a completion for ``model`` (:func:`ready`; a
-    router also :func:`router_ready`, with ``smg_alias``), or RuntimeError with its log; the
-    process is stopped if waiting fails in any way."""
+                smg_alias: str | None = PACED_MODEL, router_args: Sequence[str] = ()) -> Child:
+    """``gateway`` on a free port (a router with ``router_args``: :func:`command`), answering
+    a completion for ``model`` (:func:`ready`; a router also :func:`router_ready`, with
+    ``smg_alias``), or RuntimeError with its log; the process is stopped if waiting fails in
+    any way."""
     port = free_port()
-    argv, env, cwd = command(gateway, launch, port, urls, workdir)
+    argv, env, cwd = command(gateway, launch, port, urls, workdir, router_args)
     child = await spawn(gateway.key, argv, workdir, env, cwd=cwd, cpus=cpus, drop_prefix="RIDGE_")
     child.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
