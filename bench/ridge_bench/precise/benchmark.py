@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from backends.launch.real_fleet import engine_paths, engines_dir
+from backends.launch.real_fleet import RealFleet, engine_paths, engines_dir
 from config.fleet import Fleet, parse_fleet
 from ridge_bench.compare.benchmark import ridge_figures, ridge_metrics
 from ridge_bench.compare.report import build_report, report_dict
@@ -68,6 +68,7 @@ SLO = Slo(ttft_s=2.0, tpot_s=0.25, e2e_s=15.0)
 """For the goodput figures of the results file only; the page reports hit rate and TTFT."""
 SETTLE_S = 3.0
 START_TIMEOUT_S = 120.0
+ENGINE_START_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -164,13 +165,31 @@ async def run_contender(contender: Contender, setup: PreciseSetup, raw_pool: Map
     return {**head, **report_dict(report), **figures}
 
 
+async def start_pair(setup: PreciseSetup, workdir: Path
+                     ) -> tuple[dict[str, Any], Fleet, RealFleet]:
+    """The engine pair on fresh ports: its raw pool, its fleet and its processes. A port
+    free when chosen can be taken by the time an engine binds it (vLLM picks ports of its own
+    for its internal sockets meanwhile), so a failed start is tried again on new ports, up
+    to :data:`ENGINE_START_TRIES` times."""
+    for attempt in range(1, ENGINE_START_TRIES + 1):
+        raw_pool = engine_pool(demo_pool(), distinct(free_port), setup.blocks)
+        fleet = parse_fleet({"pools": [raw_pool]}, source="precise-routing engines")
+        try:
+            return raw_pool, fleet, await start_engines(fleet.pools[0], workdir,
+                                                        setup.engine_start_s)
+        except RuntimeError as exc:
+            if attempt == ENGINE_START_TRIES:
+                raise
+            print(f"engines did not start ({str(exc).splitlines()[0]}); again on new ports",
+                  file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 async def run(setup: PreciseSetup, workdir: Path) -> dict[str, Any]:
     """Every router of ``setup`` in turn; the results (saved after each router)."""
-    raw_pool = engine_pool(demo_pool(), distinct(free_port), setup.blocks)
-    fleet = parse_fleet({"pools": [raw_pool]}, source="precise-routing engines")
+    raw_pool, fleet, running = await start_pair(setup, workdir)
     workload = shared_prefix_workload(setup.seed, setup.rate, setup.duration_s)
     payload: dict[str, Any] = {"meta": meta(setup, workload, fleet), "results": []}
-    running = await start_engines(fleet.pools[0], workdir, setup.engine_start_s)
     try:
         payload["meta"]["vllm"] = await engine_version(fleet.pools[0].endpoint_urls()[0])
         for key in setup.routers:

@@ -4,8 +4,8 @@ real SmolLM2 CPU engines.
 The router benchmark's agent conversations (:func:`ridge_bench.harness.workloads.agent_source`:
 system prompts of instructions and tool schemas shared by many sessions, each session growing
 turn by turn with tool results and the engine's own replies), scaled down so the longest turn
-stays within the engines' 2,048-token context: :data:`SYSTEMS` system prompts of ~500–600 real
-tokens (4–5 of the CPU engines' 128-token blocks), 3 to 5 turns, tool results of 60–110
+stays within the engines' 2,048-token context: :data:`SYSTEMS` system prompts of ~470–610 real
+tokens (3–4 whole 128-token blocks of the CPU engines), 3 to 5 turns, tool results of 60–110
 estimated tokens, replies of 16–32 tokens. Prompts average ~900 real tokens, the longest
 ~1,450 (the real tokenizer counts this text at ~1.4 × the 4-characters estimate). Open-loop
 Poisson arrivals at one rate (:class:`~ridge_bench.harness.workloads.LoadStep`), fixed by the

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ridge_bench.precise.benchmark import PreciseSetup, main, parser, setup_of
+from backends.launch.real_fleet import RealFleet
+from config.pools import Pool
+from ridge_bench.precise.benchmark import PreciseSetup, main, parser, setup_of, start_pair
 from tests.unit.ridge_bench.precise.test_doc import payload
 
 
@@ -33,3 +35,29 @@ def test_saved_results_rewrite_the_doc(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["--from-results", str(saved), "--doc", str(doc)]) == 1  # a router failed
     assert "| ridge | 19 / 20 |" in doc.read_text()
     assert "| ridge | 19 / 20 |" in capsys.readouterr().out
+
+
+async def test_a_failed_engine_start_is_tried_again_on_new_ports(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    tried: list[list[str]] = []
+
+    async def start(pool: Pool, workdir: Path, timeout_s: float) -> RealFleet:
+        tried.append(pool.endpoint_urls())
+        if len(tried) == 1:
+            raise RuntimeError("an engine exited during start-up:\nAddress already in use")
+        return RealFleet()
+
+    monkeypatch.setattr("ridge_bench.precise.benchmark.start_engines", start)
+    raw, fleet, _ = await start_pair(PreciseSetup(), tmp_path)
+    assert len(tried) == 2 and tried[0] != tried[1]
+    assert fleet.pools[0].endpoint_urls() == raw["endpoints"] == tried[1]
+
+
+async def test_engines_that_never_start_are_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    async def start(pool: Pool, workdir: Path, timeout_s: float) -> RealFleet:
+        raise RuntimeError("engines not healthy")
+
+    monkeypatch.setattr("ridge_bench.precise.benchmark.start_engines", start)
+    with pytest.raises(RuntimeError, match="not healthy"):
+        await start_pair(PreciseSetup(), tmp_path)
