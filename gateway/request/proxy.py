@@ -45,6 +45,7 @@ from gateway.request.responses_sse import ResponsesScanner, chat_usage
 from gateway.request.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.server.errors import GatewayError
 from gateway.server.exchange import (
+    JSON_TYPE,
     REQUEST_ID_HEADER,
     AsgiExchange,
     BodyWriter,
@@ -74,8 +75,6 @@ CONTENT_TYPE = b"content-type"
 _READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_ID_HEADER,
                    AUTHORIZATION, CONTENT_TYPE))
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
-
-_JSON = b"application/json"
 
 
 @dataclass(slots=True)
@@ -455,7 +454,7 @@ def check_content_type(value: bytes | None) -> None:
     if value is None:
         return
     media = value.partition(b";")[0].strip().lower()
-    if media == _JSON or media.endswith(b"+json"):
+    if media == JSON_TYPE or media.endswith(b"+json"):
         return
     raise GatewayError(415, f"content-type {value.decode('latin-1')!r} is not JSON; send "
                        "application/json", code="unsupported_media_type")

@@ -28,7 +28,6 @@ Headers = Sequence[tuple[bytes, bytes]]
 JSON_TYPE = b"application/json"
 REQUEST_ID_HEADER = b"x-request-id"
 
-
 WATCH = "ridge.disconnect"
 """The key of the :class:`DisconnectWatch` in an ASGI scope's ``extensions`` (ridge's
 protocol puts one in every request's scope)."""
@@ -90,7 +89,7 @@ class BodyWriter:
         connection = self._connection
         if connection.disconnected:
             return False
-        connection.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        connection.transport.write(chunk(data))
         return not connection.flow.write_paused
 
     @property
@@ -131,6 +130,11 @@ class Exchange(Protocol):
 
     async def send(self, data: bytes, more: bool) -> None:
         """A piece of a started body; ``more`` False: the last one."""
+
+
+def chunk(data: bytes) -> bytes:
+    """``data`` (not empty) framed as one chunk of a chunked body."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 def too_large(limit: int) -> GatewayError:

@@ -27,7 +27,14 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.server import ServerState
 
-from gateway.server.exchange import BodyWriter, DisconnectWatch, Exchange, Headers, too_large
+from gateway.server.exchange import (
+    BodyWriter,
+    DisconnectWatch,
+    Exchange,
+    Headers,
+    chunk,
+    too_large,
+)
 
 log = logging.getLogger("ridge.http")
 
@@ -171,7 +178,7 @@ class DirectExchange:
             return
         if self.flow.write_paused:
             await self.flow.drain()
-        piece = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+        piece = chunk(data) if data else b""
         if more:
             if piece:
                 self.transport.write(piece)
