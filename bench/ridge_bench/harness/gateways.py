@@ -5,7 +5,8 @@ started (one process each, pinned to the gateway core by the caller).
   variable), a fleet of one vLLM pool over the stand-in's endpoints (:func:`fleet`);
   ``ridge_src`` runs another source tree (``python -m gateway.cli serve`` there), e.g. an older
   commit. ``ridge-aiohttp`` (not by default): the same with the aiohttp upstream transport.
-- ``fastapi``, ``aiohttp``: the bare pass-throughs of :mod:`ridge_bench.overhead.passthrough`;
+- ``fastapi``, ``aiohttp``, ``ridge-floor``: the bare pass-throughs of
+  :mod:`ridge_bench.overhead.passthrough` (``ridge-floor``: ridge's own transport alone);
   ``asgi-uvicorn``, ``asgi-granian`` (not by default): its bare ASGI app on two servers.
 - the Rust routers of :data:`ROUTERS`, round robin and cache_aware (``sglang-*``, ``smg-*``,
   ``vllm-*``): pinned, installed into :data:`BENCH_VENV` (:func:`router_python`; never a
@@ -98,6 +99,8 @@ GATEWAYS: tuple[Gateway, ...] = (
     Gateway("ridge", "ridge, default settings", "ridge"),
     Gateway("fastapi", "FastAPI + aiohttp client, no routing", "passthrough", "fastapi"),
     Gateway("aiohttp", "aiohttp.web + aiohttp client, no routing", "passthrough", "aiohttp"),
+    Gateway("ridge-floor", "ridge's front door + upstream client, no routing", "passthrough",
+            "ridge"),
     *router_gateways("sglang", "sglang"),
     *router_gateways("smg", "smg"),
     *router_gateways("vllm", "vllm-router"),

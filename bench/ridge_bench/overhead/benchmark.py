@@ -387,8 +387,8 @@ def parser() -> argparse.ArgumentParser:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--gateways", default=",".join(g.key for g in gateways.GATEWAYS),
                    help="comma-separated, of " + ", ".join(gateways.BY_KEY) + " (default: "
-                        + ",".join(g.key for g in gateways.GATEWAYS) + ": with direct, ten "
-                        "targets of about 22 s a round each, so 12-15 minutes with 3 rounds)")
+                        + ",".join(g.key for g in gateways.GATEWAYS) + ": with direct, eleven "
+                        "targets of about 22 s a round each, so 13-16 minutes with 3 rounds)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=4.0, help="each wrk window (default 4)")
     p.add_argument("--paced-seconds", type=float, default=5.0, help="paced window (default 5)")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 PACKAGES = ("aiohttp", "fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pydantic")
 ORDER = ("sglang-rr", "sglang-ca", "smg-rr", "smg-ca", "vllm-rr", "vllm-ca", "aiohttp", "fastapi",
-         "ridge", "direct")
+         "ridge-floor", "ridge", "direct")
 """The rows' order (and the plots' bars'): the routers, the floors, ridge, the stand-in."""
 
 

@@ -1,21 +1,29 @@
 """The floors of the overhead benchmark: bare pass-through gateways with no routing, no
 telemetry and no parsing, so ridge can be compared with the web stack it is built on.
 
-``python -m ridge_bench.overhead.passthrough --server fastapi|aiohttp --port P --upstream URL ...``
+``python -m ridge_bench.overhead.passthrough --server NAME --port P --upstream URL ...``
 listens on 127.0.0.1:P and forwards every ``POST /v1/chat/completions`` and
 ``/v1/completions`` body unchanged to the next upstream in turn (round robin over
-``--upstream``), through one shared aiohttp client session (unbounded pool, keep-alive).
+``--upstream``), through one shared aiohttp client session (unbounded pool, keep-alive;
+``ridge``: ridge's own client).
 A JSON answer is read whole and returned with the upstream's status; an event stream is
 relayed chunk by chunk as it arrives (``iter_any``), never decoded. ``GET /health`` is 200.
 
 - ``fastapi``: a FastAPI app with one ``async def`` route under uvicorn (uvloop, httptools,
   no access log): the stack ridge's edge is written in.
 - ``aiohttp``: an aiohttp.web app on uvloop (no access log).
+- ``ridge``: ridge's own transport with nothing of its request logic: its HTTP/1.1 protocol
+  and front door (:mod:`gateway.server.front_door`) in front of its pooled upstream client
+  (:mod:`backends.upstream.http1`), under uvicorn's server loop as ``ridge serve`` runs them;
+  a stream is relayed from the engine connection's callback, as ridge's proxy relays it.
+  What ridge's request path costs beyond this floor is its parsing, admission, routing and
+  telemetry.
 - ``asgi-uvicorn``, ``asgi-granian``: one bare ASGI callable (no framework) under uvicorn
   (uvloop, httptools, ridge's choice) and under granian (its ASGI interface, uvloop, one
   worker, one runtime thread): the same app on two HTTP servers, to compare the servers alone.
 
-All run on uvloop, which sets TCP_NODELAY on every TCP connection.
+All run on uvloop, which sets TCP_NODELAY on every TCP connection (ridge's client sets it
+too).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from functools import partial
 from itertools import cycle
 from types import MappingProxyType
 
@@ -34,6 +43,11 @@ from aiohttp import web
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from backends.upstream.client import Timeouts
+from backends.upstream.http1 import Http1Client
+from gateway.server.exchange import Exchange
+from gateway.server.front_door import Door
+from gateway.server.protocol import HttpLimits, with_limits
 from ridge_bench.harness.upstream import run_loop
 
 Message = MutableMapping[str, object]
@@ -45,6 +59,8 @@ UPSTREAMS_ENV = "RIDGE_BENCH_UPSTREAMS"
 PATHS = ("/v1/chat/completions", "/v1/completions")
 _JSON = {"content-type": "application/json"}
 _SSE = "text/event-stream"
+_BODY_LIMIT = 4 * 1024 * 1024
+"""The ``ridge`` floor's request-body limit [bytes]: ridge's default."""
 
 
 def client_session() -> aiohttp.ClientSession:
@@ -189,6 +205,58 @@ class BareAsgi:
             await send({"type": "http.response.body", "body": b""})
 
 
+class RidgeFloor:
+    """The ``ridge`` floor (module doc): every ``POST`` to :data:`PATHS` through a front door
+    to the next upstream in turn; anything else is answered ``ok`` the ASGI way."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self._next = cycle(list(urls)).__next__
+        self.client = Http1Client(Timeouts(connect=5.0, first_byte=60.0, idle=60.0),
+                                  max_connections=4096)
+        self._doors = {path.encode(): Door(partial(self.relay, path=path), _BODY_LIMIT)
+                       for path in PATHS}
+
+    def door(self, method: bytes, path: bytes,
+             server: tuple[str, int | None] | None) -> Door | None:
+        return self._doors.get(path) if method == b"POST" else None
+
+    async def relay(self, exchange: Exchange, path: str) -> None:
+        body = await exchange.body(_BODY_LIMIT)
+        resp = await self.client.send(self._next() + path, body, _JSON)
+        media = resp.headers.get("content-type", "application/json")
+        if not media.startswith(_SSE):
+            data = await resp.read()
+            await exchange.respond(resp.status, [(b"content-type", media.encode())], data)
+            return
+        writer = await exchange.start(resp.status, [(b"content-type", _SSE.encode())])
+        assert writer is not None  # the front door always offers one
+        try:  # relayed from the engine connection's callback, as ridge's proxy relays
+            while not await resp.relay(writer.write):
+                if writer.gone:
+                    return
+                await writer.drain()
+        finally:
+            resp.stop_relay()
+        await exchange.send(b"", more=False)
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await self.client.aclose()
+            await send({"type": "lifespan.shutdown.complete"})
+        elif scope["type"] == "http":
+            await _answer(send, 200, "text/plain", b"ok")
+
+
+def serve_ridge(port: int, urls: Sequence[str]) -> None:
+    app = RidgeFloor(urls)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="uvloop",
+                            http=with_limits(HttpLimits(), app.door), log_level="warning",
+                            access_log=False, lifespan="on", backlog=4096)
+    uvicorn.Server(config).run()
+
+
 async def _answer(send: Send, status: int, content_type: str, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type.encode())]})
@@ -235,7 +303,7 @@ def serve_fastapi(port: int, urls: Sequence[str]) -> None:
 
 
 SERVERS: Mapping[str, Callable[[int, Sequence[str]], None]] = MappingProxyType({
-    "fastapi": serve_fastapi, "asgi-uvicorn": serve_asgi_uvicorn,
+    "fastapi": serve_fastapi, "ridge": serve_ridge, "asgi-uvicorn": serve_asgi_uvicorn,
     "asgi-granian": serve_asgi_granian})
 
 
@@ -243,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ridge_bench.overhead.passthrough",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--server", required=True,
-                        choices=("fastapi", "aiohttp", "asgi-uvicorn", "asgi-granian"))
+                        choices=("fastapi", "aiohttp", "ridge", "asgi-uvicorn",
+                                 "asgi-granian"))
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", nargs="+", required=True, help="upstream base URLs")
     args = parser.parse_args(argv)

@@ -72,6 +72,9 @@ def test_floors_and_the_sglang_router(tmp_path: Path) -> None:
     argv, _, _ = command(BY_KEY["aiohttp"], Launch(), 7, URLS, tmp_path)
     assert argv[2:6] == ["ridge_bench.overhead.passthrough", "--server", "aiohttp", "--port"]
     assert argv[-8:] == URLS
+    argv, _, _ = command(BY_KEY["ridge-floor"], Launch(), 7, URLS, tmp_path)
+    assert argv[2:5] == ["ridge_bench.overhead.passthrough", "--server", "ridge"]
+    assert BY_KEY["ridge-floor"] in GATEWAYS  # ridge's transport alone, in every run
     with pytest.raises(RuntimeError, match="not installed"):
         command(BY_KEY["sglang-ca"], Launch(), 7, URLS, tmp_path)
     python = tmp_path / "python"

@@ -126,8 +126,8 @@ def test_the_default_run_has_every_router_and_each_is_installed_once(
     assert asked == [("sglang", False, "sglang-install.log"), ("smg", False, "smg-install.log"),
                      ("vllm-router", False, "vllm-router-install.log")]
     keys = [g.key for g in setup.targets]
-    assert keys == ["direct", "ridge", "fastapi", "aiohttp", "sglang-rr", "sglang-ca",
-                    "vllm-rr", "vllm-ca"]  # smg's rows left out, with a note
+    assert keys == ["direct", "ridge", "fastapi", "aiohttp", "ridge-floor", "sglang-rr",
+                    "sglang-ca", "vllm-rr", "vllm-ca"]  # smg's rows left out, with a note
     assert notes[0] == "smg skipped: not installed in .bench-venv/ (and --no-install)"
     assert launch.smg_python is None and launch.vllm_router_python == tmp_path / "python"
     assert launch.sglang_python == tmp_path / "python"

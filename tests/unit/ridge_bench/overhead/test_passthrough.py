@@ -12,8 +12,9 @@ import pytest
 import uvicorn
 from aiohttp import web
 
+from gateway.server.protocol import HttpLimits, with_limits
 from ridge_bench.harness.upstream import MODEL, start_servers
-from ridge_bench.overhead.passthrough import Upstreams, aiohttp_app, fastapi_app
+from ridge_bench.overhead.passthrough import RidgeFloor, Upstreams, aiohttp_app, fastapi_app
 
 CHUNKS = 3
 
@@ -57,8 +58,21 @@ async def test_the_aiohttp_floor(upstreams: list[str]) -> None:
 
 
 async def test_the_fastapi_floor(upstreams: list[str]) -> None:
+    await _serve(uvicorn.Config(fastapi_app(upstreams), log_level="warning", lifespan="on"))
+
+
+async def test_the_ridge_floor_goes_through_the_front_door(upstreams: list[str]) -> None:
+    floor = RidgeFloor(upstreams)
+    assert floor.door(b"POST", b"/v1/chat/completions", None) is not None
+    assert floor.door(b"GET", b"/v1/chat/completions", None) is None  # the ASGI way
+    assert floor.door(b"POST", b"/health", None) is None
+    await _serve(uvicorn.Config(floor, log_level="warning", lifespan="on",
+                                http=with_limits(HttpLimits(), floor.door)))
+
+
+async def _serve(config: uvicorn.Config) -> None:
+    """Serve ``config``'s app on a free port while :func:`_check` runs against it."""
     sock = _socket()
-    config = uvicorn.Config(fastapi_app(upstreams), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
