@@ -43,11 +43,13 @@ from aiohttp import web
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from backends.upstream.client import Timeouts
-from backends.upstream.http1 import Http1Client
+from backends.upstream.client import relaying
+from gateway.app import default_client
+from gateway.request.proxy import BodyLimits
 from gateway.server.exchange import Exchange
 from gateway.server.front_door import Door
 from gateway.server.protocol import HttpLimits, with_limits
+from gateway.settings import UpstreamSettings
 from ridge_bench.harness.upstream import run_loop
 
 Message = MutableMapping[str, object]
@@ -59,8 +61,6 @@ UPSTREAMS_ENV = "RIDGE_BENCH_UPSTREAMS"
 PATHS = ("/v1/chat/completions", "/v1/completions")
 _JSON = {"content-type": "application/json"}
 _SSE = "text/event-stream"
-_BODY_LIMIT = 4 * 1024 * 1024
-"""The ``ridge`` floor's request-body limit [bytes]: ridge's default."""
 
 
 def client_session() -> aiohttp.ClientSession:
@@ -211,9 +211,9 @@ class RidgeFloor:
 
     def __init__(self, urls: Sequence[str]) -> None:
         self._next = cycle(list(urls)).__next__
-        self.client = Http1Client(Timeouts(connect=5.0, first_byte=60.0, idle=60.0),
-                                  max_connections=4096)
-        self._doors = {path.encode(): Door(partial(self.relay, path=path), _BODY_LIMIT)
+        self.client = default_client(UpstreamSettings())  # ridge's, with its defaults
+        self._limit = BodyLimits().request
+        self._doors = {path.encode(): Door(partial(self.relay, path=path), self._limit)
                        for path in PATHS}
 
     def door(self, method: bytes, path: bytes,
@@ -221,7 +221,7 @@ class RidgeFloor:
         return self._doors.get(path) if method == b"POST" else None
 
     async def relay(self, exchange: Exchange, path: str) -> None:
-        body = await exchange.body(_BODY_LIMIT)
+        body = await exchange.body(self._limit)
         resp = await self.client.send(self._next() + path, body, _JSON)
         media = resp.headers.get("content-type", "application/json")
         if not media.startswith(_SSE):
@@ -229,14 +229,15 @@ class RidgeFloor:
             await exchange.respond(resp.status, [(b"content-type", media.encode())], data)
             return
         writer = await exchange.start(resp.status, [(b"content-type", _SSE.encode())])
-        assert writer is not None  # the front door always offers one
+        relayed = relaying(resp)
+        assert writer is not None and relayed is not None  # the front door's, ridge's client
         try:  # relayed from the engine connection's callback, as ridge's proxy relays
-            while not await resp.relay(writer.write):
+            while not await relayed.relay(writer.write):
                 if writer.gone:
                     return
                 await writer.drain()
         finally:
-            resp.stop_relay()
+            relayed.stop_relay()
         await exchange.send(b"", more=False)
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
