@@ -49,6 +49,8 @@ FEATURE_KINDS: Mapping[ApiPath, str] = MappingProxyType({
     ApiPath.CHAT: "chat", ApiPath.COMPLETIONS: "completions", ApiPath.RESPONSES: "responses"})
 """The request kind :mod:`routing.features` reads each generation API's prompt as; an API
 missing here is routed by load alone (module docstring)."""
+MAX_MODELS_KEPT = 1024
+"""How many model names the dispatcher keeps the endpoints of (:meth:`Dispatcher._urls_of`)."""
 EngineHeaders = Mapping[str, Mapping[str, str]]
 """The headers sent to each pool's engines, by pool name (missing: :data:`FORWARD_HEADERS`)."""
 
@@ -126,7 +128,7 @@ class FeatureSource(Protocol):
     def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Dispatched:
     """A request sent: where it went, its reservations and the response (headers in)."""
 
@@ -159,7 +161,7 @@ class Dispatched:
         return self.features.matched_tokens(blocks)
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempts:
     """What the retries of one request have seen."""
 
@@ -194,6 +196,8 @@ class Dispatcher:
         self._admission = admission
         self._model_names = model_names
         self._by_load = load_router(router)
+        self._urls_pools: tuple[PoolSnapshot, ...] | None = None
+        self._urls: dict[str, tuple[str, ...]] = {}
 
     @property
     def admission(self) -> Admission | None:
@@ -207,7 +211,7 @@ class Dispatcher:
         """Route, reserve and send ``parsed``. ``key``: whom admission control's queues are fair
         between (None: the request's ``user``); ``slo_class``: the class the client named."""
         pools = self._registry.snapshot()
-        urls = [e.url for p in pools if p.serves(parsed.model) for e in p.endpoints]
+        urls = self._urls_of(pools, parsed.model)
         if not urls:
             raise GatewayError(
                 404,
@@ -257,6 +261,19 @@ class Dispatcher:
             code="upstream_unreachable",
             detail=attempts.last_error,
         )
+
+    def _urls_of(self, pools: tuple[PoolSnapshot, ...], model: str) -> tuple[str, ...]:
+        """The endpoints of ``pools`` that serve ``model``, kept until the registry's snapshot
+        changes (at most :data:`MAX_MODELS_KEPT` models: the name is the client's)."""
+        if pools is not self._urls_pools:
+            self._urls_pools, self._urls = pools, {}
+        urls = self._urls.get(model)
+        if urls is None:
+            if len(self._urls) >= MAX_MODELS_KEPT:
+                self._urls.clear()
+            urls = self._urls[model] = tuple(
+                e.url for p in pools if p.serves(model) for e in p.endpoints)
+        return urls
 
     def _features(self, kind: str, parsed: ParsedRequest,
                   session_hint: str | None) -> RequestFeatures:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import pytest
@@ -21,6 +21,7 @@ from gateway.app import build_router
 from gateway.request.body import GENERATION, ApiPath, parse_request
 from gateway.request.dispatch import (
     FEATURE_KINDS,
+    MAX_MODELS_KEPT,
     Attempts,
     Dispatcher,
     ProbeAuth,
@@ -561,3 +562,52 @@ async def test_a_streams_prefill_is_outstanding_while_its_engine_has_not_answere
     answer.set()
     sent = await asyncio.wait_for(task, 10)
     assert probe == sent.features.prompt_tokens + 1
+
+
+class SetSnapshot:
+    """A registry view whose snapshot the test sets (the endpoint registry's calls aside)."""
+
+    def __init__(self, registry: EndpointRegistry) -> None:
+        self.registry = registry
+        self.pools = registry.snapshot()
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return self.pools
+
+    def mark_failed(self, url: str, reason: str) -> None:
+        self.registry.mark_failed(url, reason)
+
+    def mark_succeeded(self, url: str) -> None:
+        self.registry.mark_succeeded(url)
+
+
+async def test_the_endpoints_of_a_model_follow_the_registry_snapshot() -> None:
+    fleet = fleet_of({"p": [A], "q": [B]}, models={"p": ["m"], "q": ["n"]})
+    registry = EndpointRegistry(fleet)
+    for url in (A, B):
+        registry.record_poll(url, PollResult(registry.now(), healthy=True))
+    view = SetSnapshot(registry)
+    dispatcher = Dispatcher(view, Client(), build_router(fleet), MemoryState(),
+                            FeatureExtractor(), retries=0)
+    n_body = BODY.replace(b'"m"', b'"n"')
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, n_body), None, Attempts())
+    assert sent.plan.endpoint.url == B
+    p, q = view.pools
+    view.pools = (p, replace(q, models=("o",)))  # a new snapshot: q serves n no more
+    with pytest.raises(GatewayError) as refused:
+        await dispatcher.dispatch(parse_request(ApiPath.CHAT, n_body), None, Attempts())
+    assert refused.value.status == 404
+    view.pools = (replace(p, models=("m", "n")), q)  # and now p does
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, n_body), None, Attempts())
+    assert sent.plan.endpoint.url == A
+
+
+async def test_the_endpoints_kept_per_model_stay_bounded() -> None:
+    dispatcher, *_ = setup()
+    for i in range(MAX_MODELS_KEPT + 10):
+        body = BODY.replace(b'"m"', b'"unknown-%d"' % i)
+        with pytest.raises(GatewayError):
+            await dispatcher.dispatch(parse_request(ApiPath.CHAT, body), None, Attempts())
+    assert len(dispatcher._urls) <= MAX_MODELS_KEPT
+    sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, BODY), None, Attempts())
+    assert sent.plan.endpoint.url in (A, B)
