@@ -115,9 +115,14 @@ class Totals:
 
 @dataclass(slots=True)
 class _EndpointAccount:
+    """One endpoint's priced work in the window, its step counter and its totals since start
+    (FLOP, bytes read, bytes written: plain numbers, added to in place)."""
+
     work: deque[Work]
     steps: StepCounter
-    totals: Totals = Totals()
+    flops: float = 0.0
+    read: float = 0.0
+    write: float = 0.0
 
 
 class TokenLedger:
@@ -171,9 +176,9 @@ class TokenLedger:
     def _add(self, url: str, work: Work) -> None:
         account = self._accounts[url]
         account.work.append(work)
-        done = account.totals
-        account.totals = Totals(done.flops + work.flops, done.read + work.read,
-                             done.write + work.write)
+        account.flops += work.flops
+        account.read += work.read
+        account.write += work.write
 
     def now(self) -> float:
         """The ledger's clock (seconds)."""
@@ -181,7 +186,8 @@ class TokenLedger:
 
     def totals(self, url: str) -> Totals:
         """Everything priced on ``url`` since start (FLOP, bytes)."""
-        return self._accounts[url].totals
+        account = self._accounts[url]
+        return Totals(account.flops, account.read, account.write)
 
     def rates(self, url: str, now: float | None = None, since: float | None = None) -> Totals:
         """Achieved FLOP/s and B/s on ``url`` over the window ending ``now``, starting no

@@ -117,7 +117,8 @@ class StepCounter:
     Parameters: ``prefill_shares_decode_steps`` (the engine runs a prefill inside the running
     decodes' step, as vLLM does; SGLang runs prefill-only steps); ``tolerance_s``, how close
     two first tokens must be to come from one prefill step (a batch of prefills); ``horizon_s``,
-    how long intervals and first-token instants are remembered; ``max_intervals`` bounds both.
+    how long intervals and first-token instants are remembered; ``max_intervals`` bounds both
+    (first-token instants to a quarter more, cut in batches: :meth:`_forget`).
     """
 
     def __init__(self, prefill_shares_decode_steps: bool, *, tolerance_s: float = 0.002,
@@ -170,9 +171,20 @@ class StepCounter:
                      if b > a)
 
     def _forget(self, before: float) -> None:
+        """Forget what ended before ``before``. First-token instants are cut in batches (cutting
+        a list's head moves all the rest): those older than ``before`` once a quarter of the
+        bound of them, or half the list, has gathered; the oldest once the list holds a quarter
+        more than its bound. What is kept a while longer is the oldest instants, which only a
+        first token that old could fall near."""
         self.decoding.forget_before(before)
-        cut = max(bisect.bisect_left(self._firsts, before), len(self._firsts) - self._max)
-        del self._firsts[:max(0, cut)]
+        firsts = self._firsts
+        batch = max(1, self._max // 4)
+        if len(firsts) > self._max + batch:
+            del firsts[:len(firsts) - self._max]
+        elif firsts and firsts[0] < before:
+            cut = bisect.bisect_left(firsts, before)
+            if cut >= batch or 2 * cut >= len(firsts):
+                del firsts[:cut]
 
 
 def _runs(times: list[float], fresh: list[bool]) -> tuple[StepSpan, ...]:

@@ -144,6 +144,7 @@ class Telemetry:
         self.ledger: TokenLedger | None = None
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
         self._reuse_children: dict[str, tuple[Any, Any]] = {}
+        self._series: dict[tuple[str, str, str | None], _Series] = {}
         self._collectors: tuple[EfficiencyCollector, FleetGauges, PoolWalls] | None = None
         self._unknown_classes = UnknownClasses()
         self._request_metrics(metrics_registry)
@@ -368,40 +369,46 @@ class Telemetry:
 
     def record(self, rec: RequestRecord) -> None:
         model = self.model_label(rec.model)
-        self.child(self.requests, model, rec.pool, str(rec.status)).inc()
         if rec.pool == NO_POOL:
+            self.child(self.requests, model, rec.pool, str(rec.status)).inc()
             return
-        lever = rec.lever or NO_LEVER
-        self._latencies(rec, model, lever)
-        self._tokens(rec, model, lever)
-        self._goodput(rec, model, lever)
+        series = self._series.get((model, rec.pool, rec.lever))
+        if series is None:
+            series = self._new_series(model, rec.pool, rec.lever)
+        series.status(rec.status).inc()
+        self._latencies(rec, series)
+        self._tokens(rec, series)
+        self._goodput(rec, series)
         if self.ledger is not None and rec.endpoint is not None:
             self.ledger.observe(rec.endpoint, rec.tokens, rec.e2e_s, rec.ttft_s, gaps=rec.itl_s,
                                 decode_url=rec.decode_endpoint)
 
-    def _latencies(self, rec: RequestRecord, model: str, lever: str) -> None:
-        labels = (model, rec.pool, lever)
-        self.child(self.e2e, *labels).observe(rec.e2e_s)
+    def _new_series(self, model: str, pool: str, lever: str | None) -> _Series:
+        series = self._series[(model, pool, lever)] = _Series(
+            self, (model, pool, lever or NO_LEVER))
+        return series
+
+    def _latencies(self, rec: RequestRecord, series: _Series) -> None:
+        series.of(self.e2e).observe(rec.e2e_s)
         if rec.ttft_s is not None:
-            self.child(self.ttft, *labels).observe(rec.ttft_s)
+            series.of(self.ttft).observe(rec.ttft_s)
         elif rec.ttfb_s is not None:
-            self.child(self.ttfb, *labels).observe(rec.ttfb_s)
+            series.of(self.ttfb).observe(rec.ttfb_s)
         tpot = rec.tpot_s
         if tpot is not None:
-            self.child(self.tpot, *labels).observe(tpot)
+            series.of(self.tpot).observe(tpot)
         if rec.itl_s:
-            self.child(self.itl, *labels).observe_all(rec.itl_s)
+            series.of(self.itl).observe_all(rec.itl_s)
 
-    def _tokens(self, rec: RequestRecord, model: str, lever: str) -> None:
-        labels = (model, rec.pool, lever)
+    def _tokens(self, rec: RequestRecord, series: _Series) -> None:
         if rec.prompt_tokens is not None:
-            self.child(self.prompt_tokens, *labels).inc(rec.prompt_tokens)
-            self.child(self.prompt_lengths, model, rec.pool).observe(rec.prompt_tokens)
+            series.of(self.prompt_tokens).inc(rec.prompt_tokens)
+            series.of(self.prompt_lengths, 2).observe(rec.prompt_tokens)
         if rec.completion_tokens is not None:
-            self.child(self.completion_tokens, *labels).inc(rec.completion_tokens)
-            self.child(self.completion_lengths, model, rec.pool).observe(rec.completion_tokens)
+            series.of(self.completion_tokens).inc(rec.completion_tokens)
+            series.of(self.completion_lengths, 2).observe(rec.completion_tokens)
         if rec.cached_tokens is not None:
-            self.child(self.cached_tokens, *labels).inc(rec.cached_tokens)
+            series.of(self.cached_tokens).inc(rec.cached_tokens)
             if rec.predicted_cached_tokens is not None:
                 self._reuse(rec.pool, rec.predicted_cached_tokens, rec.cached_tokens,
                             rec.prompt_tokens)
@@ -419,20 +426,60 @@ class Telemetry:
             if lost:
                 bound[1].inc(lost)
 
-    def _goodput(self, rec: RequestRecord, model: str, lever: str) -> None:
+    def _goodput(self, rec: RequestRecord, series: _Series) -> None:
         slo_class, bounds = self.slos.bounds_for(rec.model, rec.max_tokens, rec.slo_class)
         if rec.slo_class and slo_class != rec.slo_class:
-            self.child(self.slo_class_unknown, model).inc()
+            self.child(self.slo_class_unknown, series.labels[0]).inc()
             self._unknown_classes.seen(rec.model, rec.slo_class, self.slos, slo_class)
         verdict = evaluate(bounds, Measured(rec.status, rec.e2e_s, rec.ttft_s, rec.tpot_s))
         if not verdict.evaluated:
             return
-        labels = (model, rec.pool, lever, slo_class)
-        self.child(self.slo_evaluated, *labels).inc()
+        series.of_class(self.slo_evaluated, slo_class).inc()
         if verdict.good:
-            self.child(self.goodput, *labels).inc()
+            series.of_class(self.goodput, slo_class).inc()
         for slo in verdict.violated:
-            self.child(self.slo_violations, *labels, slo).inc()
+            self.child(self.slo_violations, *series.labels, slo_class, slo).inc()
+
+
+class _Series:
+    """The series that finished requests of one (model, pool, lever) update, each bound at its
+    first update and kept (label values are bounded sets): recording a request pays one
+    look-up of this bundle, then one per series by metric, not the building of label keys."""
+
+    __slots__ = ("labels", "_telemetry", "_children", "_by_class", "_statuses")
+
+    def __init__(self, telemetry: Telemetry, labels: tuple[str, str, str]) -> None:
+        self.labels = labels
+        self._telemetry = telemetry
+        self._children: dict[MetricWrapperBase, Any] = {}
+        self._by_class: dict[tuple[MetricWrapperBase, str], Any] = {}
+        self._statuses: dict[int, Any] = {}
+
+    def status(self, status: int) -> Any:
+        """``ridge_requests_total`` of this model and pool with ``status``."""
+        bound = self._statuses.get(status)
+        if bound is None:
+            model, pool, _ = self.labels
+            bound = self._statuses[status] = self._telemetry.child(
+                self._telemetry.requests, model, pool, str(status))
+        return bound
+
+    def of(self, metric: MetricWrapperBase, arity: int = 3) -> Any:
+        """``metric`` bound to the first ``arity`` of (model, pool, lever): its label names
+        (a metric is always bound with the same ``arity``)."""
+        bound = self._children.get(metric)
+        if bound is None:
+            values = self.labels[:arity]
+            bound = self._children[metric] = self._telemetry.child(metric, *values)
+        return bound
+
+    def of_class(self, metric: MetricWrapperBase, slo_class: str) -> Any:
+        """``metric`` bound to (model, pool, lever, ``slo_class``)."""
+        key = (metric, slo_class)
+        bound = self._by_class.get(key)
+        if bound is None:
+            bound = self._by_class[key] = self._telemetry.child(metric, *self.labels, slo_class)
+        return bound
 
 
 def _by_pool(metric: MetricWrapperBase, **only: str) -> dict[str, float]:

@@ -24,6 +24,8 @@ from routing.formulas import Bounds
 
 SLO_CLASS_HEADER = "x-ridge-slo-class"
 """The request header by which a client names its SLO class."""
+_UNBOUNDED = (DEFAULT_CLASS, Bounds())
+"""A request of a model without an SLO: the default class, no bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +48,10 @@ class ModelSlo:
     def resolve(self, max_tokens: int | None, requested_class: str | None
                 ) -> tuple[str, Bounds]:
         """(class name, effective bounds) for one request (rules in the module docstring)."""
-        named = {c.name: c for c in self.classes}
-        chosen = named.get(requested_class) if requested_class else None
+        if not self.classes:
+            return DEFAULT_CLASS, self.bounds
+        chosen = next((c for c in self.classes if c.name == requested_class),
+                      None) if requested_class else None
         if chosen is None and max_tokens is not None:
             bands = [c for c in self.classes
                      if c.min_max_tokens is not None and c.min_max_tokens <= max_tokens]
@@ -68,7 +72,7 @@ class SloPolicy:
         """(class name, bounds) for a request; no SLO → (``default``, no bounds)."""
         slo = self.models.get(model) or self.models.get(ANY_MODEL)
         if slo is None:
-            return DEFAULT_CLASS, Bounds()
+            return _UNBOUNDED
         return slo.resolve(max_tokens, requested_class)
 
     def classes_of(self, model: str) -> tuple[str, ...]:

@@ -104,3 +104,25 @@ def test_without_token_times_steps_are_spread_evenly() -> None:
     assert (span.start, span.end, span.steps) == pytest.approx((1.0, 1.5, 5.0))
     assert counter.add(3.0, 3.0, RequestTokens(10, 0, 4)).decode_total == 3.0  # no duration
     assert counter.add(4.0, 5.0, RequestTokens(10, 0, 1)).decode == ()  # one token, no decode
+
+
+def test_first_token_instants_stay_bounded_and_recent_ones_still_batch() -> None:
+    # prefill-only, so that only the first-token instants decide a prefill's step
+    counter = StepCounter(prefill_shares_decode_steps=False, tolerance_s=0.001,
+                          horizon_s=1e9, max_intervals=8)
+    one_token = RequestTokens(10, 0, 1)
+    for i in range(1000):
+        at = float(i)
+        assert counter.add(at, at, one_token).prefill == 1.0  # a second apart: a step each
+        assert counter.add(at, at, one_token).prefill == 0.0  # the same instant: batched
+        assert len(counter._firsts) <= 8 + 8 // 4  # cut in batches, never past a quarter more
+
+
+def test_first_token_instants_past_the_horizon_are_forgotten() -> None:
+    counter = StepCounter(prefill_shares_decode_steps=False, tolerance_s=0.001, horizon_s=10.0)
+    one_token = RequestTokens(10, 0, 1)
+    for i in range(100):
+        counter.add(float(i), float(i), one_token)
+    assert len(counter._firsts) <= 2 * 11  # what is past the horizon: at most half the list
+    counter.add(1e6, 1e6, one_token)  # long after: every earlier instant is past the horizon
+    assert counter._firsts == [1e6]
