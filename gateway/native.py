@@ -32,9 +32,10 @@ PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
     "not_saturated", "prefix_match", "random_top", "round_robin", "session_affinity"))
 """The scheduler's plugins: every module of ``routing/scheduler/plugins``."""
 
-COMPILED = ("routing.features", "routing.formulas", "routing.prefix_index", "routing.window",
-            "routing.load", "routing.cache_cost", "routing.state.memory", "routing.policy",
-            "routing.router", "routing.decision", "routing.scheduler.framework",
+COMPILED = ("routing.native_value", "routing.features", "routing.formulas",
+            "routing.prefix_index", "routing.window", "routing.load", "routing.cache_cost",
+            "routing.state.memory", "routing.policy", "routing.router", "routing.decision",
+            "routing.scheduler.framework",
             "routing.admission.capacity", "routing.admission.prefill_pace",
             "routing.admission.fair_queue", "routing.tokens.counters",
             "gateway.telemetry.engine_steps", *PLUGINS)

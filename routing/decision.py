@@ -11,9 +11,10 @@ decision (``f=0.82,match=14/16``) for the response header only, never for a labe
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
+from routing.native_value import NativeValue
 from routing.snapshots import LEVERS
-from routing.values import value
 
 NO_LEVER = "none"
 
@@ -53,15 +54,19 @@ def lever_values() -> frozenset[str]:
     return LEVERS | {NO_LEVER}
 
 
-@value
-class RouteDecision:
+class RouteDecision(NativeValue):
     """Where one request goes. ``decode_pool``: for a prefill/decode pair, the decode side."""
 
-    pool: str
-    decode_pool: str | None
-    lever: str
-    reason: str
-    detail: str = ""
+    FIELDS = ("pool", "decode_pool", "lever", "reason", "detail")
+    __slots__ = FIELDS
+
+    def __init__(self, pool: str, decode_pool: str | None, lever: str, reason: str,
+                 detail: str = "") -> None:
+        self.pool: Final = pool
+        self.decode_pool: Final = decode_pool
+        self.lever: Final = lever
+        self.reason: Final = reason
+        self.detail: Final = detail
 
     def header_value(self) -> str:
         """``pool=radix; lever=prefix_cache; reason=high_prefix_share; f=0.82,match=14/16``."""
@@ -72,3 +77,4 @@ class RouteDecision:
         if self.detail:
             parts.append(self.detail)
         return "; ".join(parts)
+

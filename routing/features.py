@@ -26,12 +26,12 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from xxhash import xxh3_64_intdigest as _xxh3
 
+from routing.native_value import NativeValue
 from routing.tokens.counters import CHARS_PER_TOKEN, CharEstimate, PromptIds, TokenCounter
-from routing.values import value
 
 DEFAULT_BLOCK_TOKENS = 16  # tokens per block: vLLM's default KV block size
 DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
@@ -39,8 +39,7 @@ DEFAULT_OUTPUT_TOKENS = 256  # tokens expected out when nothing better is known
 _STX, _ETX, _US, _SUB, _NUL = "\x02", "\x03", "\x1f", "\x1a", "\x00"
 
 
-@value
-class RequestFeatures:
+class RequestFeatures(NativeValue):
     """One request as the router sees it.
 
     ``block_hashes`` are chained hashes of the canonical prompt text cut into fixed-size
@@ -50,14 +49,21 @@ class RequestFeatures:
     given, else the learned mean for the model, else a default.
     """
 
-    model: str
-    block_hashes: tuple[int, ...]
-    block_tokens: int
-    prompt_tokens: int
-    expected_output_tokens: int
-    max_tokens: int | None
-    session: str | None
-    stream: bool
+    FIELDS = ("model", "block_hashes", "block_tokens", "prompt_tokens", "expected_output_tokens",
+              "max_tokens", "session", "stream")
+    __slots__ = FIELDS
+
+    def __init__(self, model: str, block_hashes: tuple[int, ...], block_tokens: int,
+                 prompt_tokens: int, expected_output_tokens: int, max_tokens: int | None,
+                 session: str | None, stream: bool) -> None:
+        self.model: Final = model
+        self.block_hashes: Final = block_hashes
+        self.block_tokens: Final = block_tokens
+        self.prompt_tokens: Final = prompt_tokens
+        self.expected_output_tokens: Final = expected_output_tokens
+        self.max_tokens: Final = max_tokens
+        self.session: Final = session
+        self.stream: Final = stream
 
     def matched_tokens(self, blocks: int) -> int:
         """Prompt tokens covered by ``blocks`` leading blocks (tokens), at most the prompt."""
@@ -414,16 +420,21 @@ def tokens_per_block(config: FeatureConfig, prompt_chars: int, prompt_tokens: in
     return max(1, round(config.block_chars * prompt_tokens / prompt_chars))
 
 
-@value
-class RequestInfo:
+class RequestInfo(NativeValue):
     """The fields of one request the extractor reads besides its payload."""
 
-    kind: str
-    model: str
-    max_tokens: int | None = None
-    stream: bool = False
-    session_hint: str | None = None
-    learned_output_tokens: float | None = None
+    FIELDS = ("kind", "model", "max_tokens", "stream", "session_hint", "learned_output_tokens")
+    __slots__ = FIELDS
+
+    def __init__(self, kind: str, model: str, max_tokens: int | None = None,
+                 stream: bool = False, session_hint: str | None = None,
+                 learned_output_tokens: float | None = None) -> None:
+        self.kind: Final = kind
+        self.model: Final = model
+        self.max_tokens: Final = max_tokens
+        self.stream: Final = stream
+        self.session_hint: Final = session_hint
+        self.learned_output_tokens: Final = learned_output_tokens
 
 
 Hasher = Callable[[str, int, int, str], tuple[int, ...]]

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
+from routing.native_value import NativeValue
 from routing.values import value
 
 # -- model and hardware -----------------------------------------------------------------------
@@ -170,13 +172,16 @@ def step_cost(shape: ModelShape, rates: HardwareRates, work: Sequence[SeqWork], 
 # -- one request's cost -----------------------------------------------------------------------
 
 
-@value
-class RequestTokens:
+class RequestTokens(NativeValue):
     """One finished request's tokens: prompt P, cached C (≤ P), completion G."""
 
-    prompt: int
-    cached: int
-    completion: int
+    FIELDS = ("prompt", "cached", "completion")
+    __slots__ = FIELDS
+
+    def __init__(self, prompt: int, cached: int, completion: int) -> None:
+        self.prompt: Final = prompt
+        self.cached: Final = cached
+        self.completion: Final = completion
 
     @classmethod
     def clamped(cls, prompt: int | None, cached: int | None, completion: int | None
@@ -193,16 +198,21 @@ class RequestTokens:
         return max(0, self.completion - 1)
 
 
-@value
-class RequestCost:
+class RequestCost(NativeValue):
     """A request's work. Units: FLOP and bytes (weights excluded: they are per step)."""
 
-    prefill_flops: float
-    decode_flops: float
-    prefill_kv_read: float
-    decode_kv_read: float
-    prefill_kv_write: float
-    decode_kv_write: float
+    FIELDS = ("prefill_flops", "decode_flops", "prefill_kv_read", "decode_kv_read",
+              "prefill_kv_write", "decode_kv_write")
+    __slots__ = FIELDS
+
+    def __init__(self, prefill_flops: float, decode_flops: float, prefill_kv_read: float,
+                 decode_kv_read: float, prefill_kv_write: float, decode_kv_write: float) -> None:
+        self.prefill_flops: Final = prefill_flops
+        self.decode_flops: Final = decode_flops
+        self.prefill_kv_read: Final = prefill_kv_read
+        self.decode_kv_read: Final = decode_kv_read
+        self.prefill_kv_write: Final = prefill_kv_write
+        self.decode_kv_write: Final = decode_kv_write
 
     @property
     def flops(self) -> float:
@@ -339,22 +349,29 @@ class Bounds:
         return {name: value for name, value in pairs if value is not None}
 
 
-@value
-class Measured:
+class Measured(NativeValue):
     """What was measured of one finished request [s]; None = not measured."""
 
-    status: int
-    e2e_s: float
-    ttft_s: float | None = None
-    tpot_s: float | None = None
+    FIELDS = ("status", "e2e_s", "ttft_s", "tpot_s")
+    __slots__ = FIELDS
+
+    def __init__(self, status: int, e2e_s: float, ttft_s: float | None = None,
+                 tpot_s: float | None = None) -> None:
+        self.status: Final = status
+        self.e2e_s: Final = e2e_s
+        self.ttft_s: Final = ttft_s
+        self.tpot_s: Final = tpot_s
 
 
-@value
-class Verdict:
+class Verdict(NativeValue):
     """``evaluated``: the request counts toward goodput at all; ``violated``: bound names."""
 
-    evaluated: bool
-    violated: tuple[str, ...] = ()
+    FIELDS = ("evaluated", "violated")
+    __slots__ = FIELDS
+
+    def __init__(self, evaluated: bool, violated: tuple[str, ...] = ()) -> None:
+        self.evaluated: Final = evaluated
+        self.violated: Final = violated
 
     @property
     def good(self) -> bool:

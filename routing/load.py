@@ -22,18 +22,22 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
+from routing.native_value import NativeValue
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
-from routing.values import value
 
 
-@value
-class LoadCounts:
+class LoadCounts(NativeValue):
     """What the router state has in flight on one endpoint: requests, and tokens (prompt
     tokens still to prefill + output tokens still to decode, as estimated at reservation)."""
 
-    requests: int = 0
-    tokens: int = 0
+    FIELDS = ("requests", "tokens")
+    __slots__ = FIELDS
+
+    def __init__(self, requests: int = 0, tokens: int = 0) -> None:
+        self.requests: Final = requests
+        self.tokens: Final = tokens
 
 
 NO_LOAD = LoadCounts()

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Final
 
 from routing.cache_cost import best_match, cache_costs, uncached_tokens
 from routing.decision import (
@@ -44,6 +45,7 @@ from routing.decision import (
 from routing.features import RequestFeatures
 from routing.formulas import spec_batch_limit
 from routing.load import endpoint_load, pool_load, pool_saturated
+from routing.native_value import NativeValue
 from routing.snapshots import (
     CHUNKED_PREFILL,
     DECODE,
@@ -58,7 +60,6 @@ from routing.snapshots import (
     PoolSnapshot,
 )
 from routing.state.protocol import StateView
-from routing.values import value
 
 POOL_LOAD_SCALE = 1.0
 """[requests] The load scale of the cache cost that orders prefix-caching pools: every request
@@ -85,26 +86,34 @@ class PolicyConfig:
     rules: tuple[str, ...] = ("pd", "spec", "idle_spec", "prefix", "default")
 
 
-@value
-class PolicyInput:
+class PolicyInput(NativeValue):
     """What the policy decides over: the request, every pool, and the router state's view.
     ``memo``: measures the rules share within one decision, with the configuration they were
-    computed under (computed once, on first use)."""
+    computed under (computed once, on first use; not a field: no part of equality or repr)."""
 
-    features: RequestFeatures
-    pools: tuple[PoolSnapshot, ...]
-    view: StateView
-    memo: dict[str, tuple[PolicyConfig, str | None]] = field(
-        default_factory=dict, compare=False, repr=False)
+    FIELDS = ("features", "pools", "view")
+    __slots__ = (*FIELDS, "memo")
+
+    def __init__(self, features: RequestFeatures, pools: tuple[PoolSnapshot, ...],
+                 view: StateView,
+                 memo: dict[str, tuple[PolicyConfig, str | None]] | None = None) -> None:
+        self.features: Final = features
+        self.pools: Final = pools
+        self.view: Final = view
+        self.memo: Final[dict[str, tuple[PolicyConfig, str | None]]] = \
+            {} if memo is None else memo
 
 
-@value
-class Target:
+class Target(NativeValue):
     """A place a rule can send the request: a pool (and, for a prefill pool, its decode pool)."""
 
-    pool: PoolSnapshot
-    lever: str
-    decode: PoolSnapshot | None = None
+    FIELDS = ("pool", "lever", "decode")
+    __slots__ = FIELDS
+
+    def __init__(self, pool: PoolSnapshot, lever: str, decode: PoolSnapshot | None = None) -> None:
+        self.pool: Final = pool
+        self.lever: Final = lever
+        self.decode: Final = decode
 
 
 Predicate = Callable[[PolicyInput, PolicyConfig], bool]

@@ -19,26 +19,32 @@ See docs/routing.md#the-router.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from routing.decision import RouteDecision
 from routing.features import RequestFeatures
+from routing.native_value import NativeValue
 from routing.policy import LeverPolicy, PolicyInput
 from routing.scheduler.framework import PluginTiming, Scheduler, SchedulingContext
 from routing.scheduler.plugins.adapter_affinity import adapter_tiers
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.state.protocol import StateView
-from routing.values import value
 
 
-@value
-class RoutePlan:
+class RoutePlan(NativeValue):
     """Where a request goes: ``endpoint`` answers it; ``prefill``, for a pair, computes its
     prompt first. ``timings``: every scheduler plugin that ran, in order."""
 
-    decision: RouteDecision
-    endpoint: EndpointSnapshot
-    prefill: EndpointSnapshot | None = None
-    timings: tuple[PluginTiming, ...] = ()
+    FIELDS = ("decision", "endpoint", "prefill", "timings")
+    __slots__ = FIELDS
+
+    def __init__(self, decision: RouteDecision, endpoint: EndpointSnapshot,
+                 prefill: EndpointSnapshot | None = None,
+                 timings: tuple[PluginTiming, ...] = ()) -> None:
+        self.decision: Final = decision
+        self.endpoint: Final = endpoint
+        self.prefill: Final = prefill
+        self.timings: Final = timings
 
     @property
     def urls(self) -> tuple[str, ...]:

@@ -20,9 +20,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Final
 
 from routing.formulas import RequestTokens
-from routing.values import value
+from routing.native_value import NativeValue
 
 
 class IntervalUnion:
@@ -89,13 +90,16 @@ class IntervalUnion:
             del self._starts[:extra], self._ends[:extra]
 
 
-@value
-class StepSpan:
+class StepSpan(NativeValue):
     """``steps`` engine steps done evenly over [start, end] (seconds; an instant if equal)."""
 
-    start: float
-    end: float
-    steps: float
+    FIELDS = ("start", "end", "steps")
+    __slots__ = FIELDS
+
+    def __init__(self, start: float, end: float, steps: float) -> None:
+        self.start: Final = start
+        self.end: Final = end
+        self.steps: Final = steps
 
 
 @dataclass(frozen=True, slots=True)

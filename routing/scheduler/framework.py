@@ -22,27 +22,31 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from routing.features import RequestFeatures
+from routing.native_value import NativeValue
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
 from routing.state.protocol import StateView
-from routing.values import value
 
 FILTER = "filter"
 SCORER = "scorer"
 PICKER = "picker"
 
 
-@value
-class SchedulingContext:
+class SchedulingContext(NativeValue):
     """One request's scheduling inputs. ``exclude``: endpoint URLs already tried for this
     request (a retry goes elsewhere)."""
 
-    features: RequestFeatures
-    pool: PoolSnapshot
-    view: StateView
-    exclude: frozenset[str] = frozenset()
+    FIELDS = ("features", "pool", "view", "exclude")
+    __slots__ = FIELDS
+
+    def __init__(self, features: RequestFeatures, pool: PoolSnapshot, view: StateView,
+                 exclude: frozenset[str] = frozenset()) -> None:
+        self.features: Final = features
+        self.pool: Final = pool
+        self.view: Final = view
+        self.exclude: Final = exclude
 
 
 class Filter(Protocol):
@@ -91,13 +95,16 @@ class SchedulerConfig:
     plugins: tuple[PluginSpec, ...] = ()
 
 
-@value
-class PluginTiming:
+class PluginTiming(NativeValue):
     """How long one plugin call took [nanoseconds]. ``stage``: filter, scorer or picker."""
 
-    stage: str
-    name: str
-    ns: int
+    FIELDS = ("stage", "name", "ns")
+    __slots__ = FIELDS
+
+    def __init__(self, stage: str, name: str, ns: int) -> None:
+        self.stage: Final = stage
+        self.name: Final = name
+        self.ns: Final = ns
 
 
 @dataclass(frozen=True, slots=True)

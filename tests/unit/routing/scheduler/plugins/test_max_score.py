@@ -11,7 +11,7 @@ from tests.unit.routing.scheduler.snapshots import ctx, features, scored
 
 def with_digest(digest: int) -> object:
     feats = features(blocks=1)
-    return ctx([], feats=type(feats)(**{**{f: getattr(feats, f) for f in feats.__slots__},
+    return ctx([], feats=type(feats)(**{**{f: getattr(feats, f) for f in feats.FIELDS},
                                         "block_hashes": (digest,)}))
 
 
