@@ -77,4 +77,3 @@ class RouteDecision(NativeValue):
         if self.detail:
             parts.append(self.detail)
         return "; ".join(parts)
-
