@@ -19,11 +19,12 @@ $(STAMP): pyproject.toml bench/pyproject.toml
 deps: $(STAMP)
 	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
 
-## The request hot path's pure modules compiled to C with mypyc, beside their sources
+## The request hot path's modules compiled to C with mypyc, beside their sources
 ## (gateway/native.py), and again whenever one's source changes. Without a C compiler the
 ## sources run (make test requires it).
 NATIVE := build/native/.built
-$(NATIVE): $(STAMP) $(shell find routing -name "*.py") gateway/telemetry/engine_steps.py gateway/native.py deploy/compile_routing.py setup.py
+NATIVE_SOURCES := $(shell $(PYTHON) -c "from gateway.native import COMPILED; print(*(m.replace('.', '/') + '.py' for m in COMPILED))")
+$(NATIVE): $(STAMP) $(shell find routing -name "*.py") $(NATIVE_SOURCES) gateway/native.py deploy/compile_routing.py setup.py
 	$(BIN)/python deploy/compile_routing.py $(NATIVE_FLAGS)
 	@mkdir -p $(dir $@) && touch $@
 
@@ -50,12 +51,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check gateway routing backends config bench/ridge_bench tests setup.py \
 		deploy/compile_routing.py
 
-## Everything: type checks, lint, unit, integration and real-engine tests (the routing units
-## twice: on the compiled modules, then on their sources)
+## Everything: type checks, lint, unit, integration and real-engine tests (the compiled
+## modules' units twice: compiled, then on their sources)
 test: NATIVE_FLAGS := --require
 test: deps engines native typecheck lint
 	$(BIN)/pytest -q -p no:cacheprovider
-	RIDGE_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/routing tests/unit/gateway/telemetry/test_engine_steps.py
+	RIDGE_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/routing \
+		tests/unit/gateway/request tests/unit/gateway/access tests/unit/gateway/server \
+		tests/unit/gateway/telemetry
 
 ## Without the real engines
 test-fast: deps native typecheck lint

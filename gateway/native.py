@@ -9,7 +9,7 @@ name. The sources stay the reference: the same tests run against both
 
 A compiled module older than its source would run the old code: :func:`stale` names those;
 ``ridge serve`` and the test suite refuse to start until ``make native`` compiles them again
-(or ``make clean-native`` removes them). See docs/gateway.md#compiled-routing-modules.
+(or ``make clean-native`` removes them). See docs/gateway.md#compiled-modules.
 """
 
 from __future__ import annotations
@@ -32,14 +32,23 @@ PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
     "not_saturated", "prefix_match", "random_top", "round_robin", "session_affinity"))
 """The scheduler's plugins: every module of ``routing/scheduler/plugins``."""
 
+GATEWAY = ("gateway.request.body", "gateway.request.answers", "gateway.request.sse",
+           "gateway.request.responses_sse", "gateway.request.dispatch", "gateway.request.proxy",
+           "gateway.access.admission", "gateway.server.exchange", "gateway.server.front_door",
+           "gateway.telemetry.prometheus", "gateway.telemetry.efficiency",
+           "gateway.telemetry.lean_metrics", "gateway.telemetry.engine_steps")
+"""The request path's own modules: a request's parsing, dispatch, relay and record. The
+server's protocol and the upstream client stay Python: their connection classes subclass
+uvicorn's and asyncio's Python protocol classes."""
+
 COMPILED = ("routing.native_value", "routing.features", "routing.formulas",
             "routing.prefix_index", "routing.window", "routing.load", "routing.cache_cost",
             "routing.state.memory", "routing.policy", "routing.router", "routing.decision",
             "routing.scheduler.framework",
             "routing.admission.capacity", "routing.admission.prefill_pace",
             "routing.admission.fair_queue", "routing.tokens.counters",
-            "gateway.telemetry.engine_steps", *PLUGINS)
-"""The modules ``make native`` compiles: pure, typed (mypy strict), on every request's path."""
+            *PLUGINS, *GATEWAY)
+"""The modules ``make native`` compiles: typed (mypy strict), on every request's path."""
 
 ROOT = Path(__file__).resolve().parent.parent
 """The directory holding the ``routing`` package."""

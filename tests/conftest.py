@@ -1,7 +1,7 @@
-"""The suite's start: which routing modules it runs (``gateway.native``).
+"""The suite's start: which of the compiled modules it runs (``gateway.native``).
 
-``RIDGE_PURE_PYTHON=1``: the routing sources, even where compiled modules exist (``make test``
-runs the routing units a second time so). Otherwise compiled modules older than their sources
+``RIDGE_PURE_PYTHON=1``: their sources, even where compiled modules exist (``make test`` runs
+their units a second time so). Otherwise compiled modules older than their sources
 stop the run before anything is imported: they would test the old code.
 """
 

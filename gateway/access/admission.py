@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gateway.request.deadline import within
 from gateway.server.errors import GatewayError
 from gateway.telemetry.prometheus import Telemetry
 from gateway.telemetry.slos import SloPolicy
@@ -226,11 +227,7 @@ class Ticket:
     async def sleep(self, seconds: float) -> None:
         """Until woken, or ``seconds`` passed."""
         if not self._event.is_set() and seconds > 0:
-            try:
-                async with asyncio.timeout(seconds):
-                    await self._event.wait()
-            except TimeoutError:
-                pass
+            await within(seconds, self._event.wait())
         self._event.clear()
 
 

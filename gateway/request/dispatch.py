@@ -29,7 +29,7 @@ from backends.upstream.client import (
 from backends.upstream.pd import PD_PROTOCOLS, Handoff
 from config.engines import Engine
 from config.fleet import Fleet, FleetConfigError
-from gateway.access.admission import Admission, Route
+from gateway.access.admission import Placement, Route
 from gateway.request.body import NO_INFERENCE, ApiPath, ParsedRequest
 from gateway.server.errors import GatewayError
 from routing.features import FeatureConfig, RequestFeatures, RequestInfo
@@ -128,6 +128,24 @@ class FeatureSource(Protocol):
     def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures: ...
 
 
+class AdmissionControl(Protocol):
+    """What the request path needs of admission control
+    (:class:`gateway.access.admission.Admission`; its capacities for the gauges)."""
+
+    async def place(self, state: RouterState, ask: Ask, route: Route) -> Placement: ...
+
+    def released(self, url: str) -> None: ...
+
+    def observed_ttft(self, pool: str, engine_ttft_s: float) -> None: ...
+
+    def prefill_started(self, url: str, tokens: int) -> int: ...
+
+    def prefill_done(self, url: str, tokens: int, ahead: int,
+                     engine_ttft_s: float | None) -> None: ...
+
+    def capacities(self) -> list[tuple[str, str, int]]: ...
+
+
 @dataclass(slots=True)
 class Dispatched:
     """A request sent: where it went, its reservations and the response (headers in)."""
@@ -187,7 +205,7 @@ class Dispatcher:
         extractor: FeatureSource,
         retries: int,
         headers: EngineHeaders = MappingProxyType({}),
-        admission: Admission | None = None,
+        admission: AdmissionControl | None = None,
         model_names: ModelNames = MappingProxyType({}),
     ) -> None:
         self._registry, self._client, self._router = registry, client, router
@@ -200,7 +218,7 @@ class Dispatcher:
         self._urls: dict[str, tuple[str, ...]] = {}
 
     @property
-    def admission(self) -> Admission | None:
+    def admission(self) -> AdmissionControl | None:
         """Admission control on this request path (None: off)."""
         return self._admission
 
@@ -292,7 +310,7 @@ class Dispatcher:
 
     async def _place(self, router: Router, ask: Ask, features: RequestFeatures,
                      pools: tuple[PoolSnapshot, ...], exclude: frozenset[str], key: str | None,
-                     slo_class: str | None) -> tuple[Placed[RoutePlan] | None, float]:
+                     slo_class: str | None) -> Placement:
         """``router``'s plan for the request, reserved by the state (through admission control
         when it is on), and how long it waited for room [s]."""
         if self._admission is not None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
@@ -40,7 +40,8 @@ from gateway.access.keys import ANONYMOUS, Caller
 from gateway.access.limits import Grant
 from gateway.request.answers import NO_END, broken_whole
 from gateway.request.body import NO_INFERENCE, ApiPath, ParsedRequest, parse_request
-from gateway.request.dispatch import Attempts, Dispatched, Dispatcher
+from gateway.request.deadline import within
+from gateway.request.dispatch import AdmissionControl, Attempts, Dispatched
 from gateway.request.responses_sse import ResponsesScanner, chat_usage
 from gateway.request.sse import MAX_EVENT_BYTES, StreamScanner, error_event
 from gateway.server.errors import GatewayError
@@ -112,6 +113,28 @@ class Call:
         return self.refused_by if self.refused_by is not None else NO_POOL
 
 
+class Dispatch(Protocol):
+    """What the proxy needs of the dispatcher (:class:`gateway.request.dispatch.Dispatcher`)."""
+
+    @property
+    def admission(self) -> AdmissionControl | None: ...
+
+    async def dispatch(self, parsed: ParsedRequest, session_hint: str | None,
+                       attempts: Attempts, *, key: str | None = None,
+                       slo_class: str | None = None) -> Dispatched: ...
+
+    def may_retry(self, attempts: Attempts) -> bool: ...
+
+    def answer_broken(self, sent: Dispatched, attempts: Attempts, why: str) -> None: ...
+
+    def engine_failed(self, sent: Dispatched, why: str) -> None: ...
+
+    def first_token(self, sent: Dispatched, ttft_s: float) -> None: ...
+
+    async def finish(self, sent: Dispatched, parsed: ParsedRequest, *, succeeded: bool,
+                     output_tokens: int | None, prompt_tokens: int | None) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BodyLimits:
     """Sizes [bytes]: a client's request body (413 past it); an engine's whole answer and one
@@ -126,7 +149,7 @@ class Proxy:
     """The handler of the generation routes, for the front door (:attr:`doors`) and as an
     ASGI application; one per app."""
 
-    def __init__(self, dispatcher: Dispatcher, telemetry: Telemetry, access: Access,
+    def __init__(self, dispatcher: Dispatch, telemetry: Telemetry, access: Access,
                  limits: BodyLimits = BodyLimits(),
                  clock: Callable[[], float] = time.perf_counter,
                  trace: TraceRecorder | None = None,
@@ -146,7 +169,7 @@ class Proxy:
         """The front door of each path this proxy serves (:mod:`gateway.server.front_door`)."""
 
     @property
-    def dispatcher(self) -> Dispatcher:
+    def dispatcher(self) -> Dispatch:
         return self._dispatcher
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send,
@@ -160,6 +183,18 @@ class Proxy:
         headers = _read_headers(exchange.headers, call)
         call.request_id = _client_request_id(headers.get(REQUEST_ID_HEADER)) or \
             f"req-{self._id_prefix}{next(self._ids):x}".encode()
+        # Finished after the ``try``, not in a ``finally``: compiled, an await in a ``finally``
+        # revives a cancellation handled in _answer (docs/gateway.md#compiled-modules).
+        try:
+            await self._answer(call, exchange, api_path, headers)
+        except BaseException:
+            await self._finish(call)
+            raise
+        await self._finish(call)
+
+    async def _answer(self, call: Call, exchange: Exchange, api_path: ApiPath,
+                      headers: dict[bytes, bytes]) -> None:
+        """Authenticate, admit and serve the request; every refusal or failure answered."""
         stop_watching: Callable[[], None] = _nothing
         try:
             call.caller = self._access.authenticate(headers.get(AUTHORIZATION))
@@ -190,7 +225,6 @@ class Proxy:
                                                                 code="internal_error"))
         finally:
             stop_watching()
-            await self._finish(call)
 
     async def _serve_within(self, call: Call, exchange: Exchange,
                             deadline_s: float | None) -> None:
@@ -199,10 +233,7 @@ class Proxy:
         if deadline_s is None:
             await self._serve(call, exchange)
             return
-        try:
-            async with asyncio.timeout(deadline_s):
-                await self._serve(call, exchange)
-        except TimeoutError:
+        if not await within(deadline_s, self._serve(call, exchange)):
             if not call.response_started:
                 raise GatewayError(504, f"the request took longer than its deadline of "
                                    f"{deadline_s:g} s", code="request_timeout") from None

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from uvicorn.protocols.http.flow_control import FlowControl
 
-from gateway.server.protocol import BodyWriter
 from tests.fakes.engine import FakeEngine
 from tests.fakes.harness import RunningRidge, fleet_of, quick_settings, running_ridge
 
@@ -97,14 +97,14 @@ async def test_a_client_reading_slowly_holds_the_relay_back_and_loses_nothing(
     engine = engines[0]
     engine.tokens = tokens = 2 * _send_buffer_max() // 150  # events of over 150 bytes each
     drains = 0
-    drain = BodyWriter.drain
+    drain = FlowControl.drain  # the client connection's (the relay's writer is compiled)
 
-    async def counted(writer: BodyWriter) -> None:
+    async def counted(flow: FlowControl) -> None:
         nonlocal drains
         drains += 1
-        await drain(writer)
+        await drain(flow)
 
-    monkeypatch.setattr(BodyWriter, "drain", counted)
+    monkeypatch.setattr(FlowControl, "drain", counted)
     body = json.dumps({**CHAT, "stream": True}).encode()
     async with running_ridge(fleet_of({"p": [engine.url]})) as ridge:
         port = int(ridge.url.rsplit(":", 1)[1])

@@ -425,7 +425,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def test_anchors_follow_github() -> None:
-    assert {"the-path-of-one-request", "compiled-routing-modules",
+    assert {"the-path-of-one-request", "compiled-modules",
             "packages"} <= anchors(ARCHITECTURE)
     assert "api-keys-limits-deadlines" in anchors(DOCS / "api.md")
 

@@ -1,6 +1,8 @@
+import ast
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -73,3 +75,23 @@ def test_every_scheduler_plugin_is_compiled() -> None:
     modules = {f"routing.scheduler.plugins.{p.stem}" for p in plugins.glob("*.py")
                if p.stem != "__init__"}
     assert set(native.PLUGINS) == modules and set(native.PLUGINS) <= set(native.COMPILED)
+
+
+def _awaits_on_the_way_out(tree: ast.AST) -> Iterator[int]:
+    """The lines of each ``async with`` and of each ``try`` whose ``finally`` awaits."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AsyncWith) or (isinstance(node, ast.Try) and any(
+                isinstance(inner, ast.Await) for part in node.finalbody
+                for inner in ast.walk(part))):
+            yield node.lineno
+
+
+def test_no_compiled_coroutine_awaits_on_its_way_out() -> None:
+    """Compiled, an await in a ``finally`` revives a cancellation thrown in and handled below
+    it (docs/gateway.md#compiled-modules): the compiled modules hold none."""
+    found = [f"{module}:{line}" for module in native.COMPILED
+             for line in _awaits_on_the_way_out(ast.parse(native.source_of(module).read_text()))]
+    assert found == []
+    assert list(_awaits_on_the_way_out(ast.parse(
+        "async def f():\n    try:\n        pass\n    finally:\n        await g()\n"
+        "async def h():\n    async with g():\n        pass\n"))) == [2, 7]
