@@ -85,19 +85,19 @@ class AdmissionConfig:
     cache_affinity: float = 0.5
 
 
-@dataclass(slots=True)
 class Route:
     """What the router needs for one placement: the request's features, the pools, the
     endpoints it may not go to (already tried); and who sent it (``key``: fairness) and its
-    SLO class (``slo_class``: its TTFT SLO). Not frozen: one is made per request, and a
-    frozen dataclass costs several times as much to make."""
+    SLO class (``slo_class``: its TTFT SLO). A plain class, never changed once made: compiled,
+    made with no call into the interpreter (one per request)."""
 
-    router: Router
-    features: RequestFeatures
-    pools: tuple[PoolSnapshot, ...]
-    exclude: frozenset[str]
-    key: str | None = None
-    slo_class: str | None = None
+    __slots__ = ("router", "features", "pools", "exclude", "key", "slo_class")
+
+    def __init__(self, router: Router, features: RequestFeatures,
+                 pools: tuple[PoolSnapshot, ...], exclude: frozenset[str],
+                 key: str | None = None, slo_class: str | None = None) -> None:
+        self.router, self.features, self.pools, self.exclude = router, features, pools, exclude
+        self.key, self.slo_class = key, slo_class
 
 
 class Gate:

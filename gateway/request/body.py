@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from gateway.server.errors import GatewayError
-from routing.values import value
+from routing.native_value import NativeValue
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects a request body may have (OpenAI's request schemas,
@@ -61,23 +60,33 @@ NO_INFERENCE: frozenset[ApiPath] = frozenset({ApiPath.TOKENIZE, ApiPath.DETOKENI
 to no SLO and use no tokens of a key's limits."""
 
 
-@value
-class ParsedRequest:
+class ParsedRequest(NativeValue):
     """What ridge read of one request; ``body`` is forwarded byte for byte."""
 
-    api_path: ApiPath
-    model: str
-    stream: bool
-    include_usage: bool
-    max_tokens: int | None
-    user: str | None
-    payload: dict[str, Any]
-    body: bytes
+    FIELDS = ("api_path", "model", "stream", "include_usage", "max_tokens", "user", "payload",
+              "body")
+    __slots__ = FIELDS
+
+    def __init__(self, api_path: ApiPath, model: str, stream: bool, include_usage: bool,
+                 max_tokens: int | None, user: str | None, payload: dict[str, Any],
+                 body: bytes) -> None:
+        self.api_path: Final = api_path
+        self.model: Final = model
+        self.stream: Final = stream
+        self.include_usage: Final = include_usage
+        self.max_tokens: Final = max_tokens
+        self.user: Final = user
+        self.payload: Final = payload
+        self.body: Final = body
+
+    def _sent_as(self, payload: dict[str, Any], body: bytes) -> ParsedRequest:
+        return ParsedRequest(self.api_path, self.model, self.stream, self.include_usage,
+                             self.max_tokens, self.user, payload, body)
 
     def with_payload(self, payload: dict[str, Any]) -> ParsedRequest:
         """This request sent with ``payload`` instead (its body re-encoded); what ridge read of
         the client's request stays."""
-        return replace(self, payload=payload, body=json.dumps(payload).encode())
+        return self._sent_as(payload, json.dumps(payload).encode())
 
     def with_member(self, key: str, item: Any, member: bytes | None = None) -> ParsedRequest:
         """This request sent with the member ``key``: ``item`` added (``key`` must not be in
@@ -95,7 +104,7 @@ class ParsedRequest:
         if member is None:
             member = json.dumps({key: item}).encode()[1:-1]
         comma = b"," if self.payload else b""
-        return replace(self, payload=payload, body=body[:-1] + comma + member + b"}")
+        return self._sent_as(payload, body[:-1] + comma + member + b"}")
 
 
 def parse_request(api_path: ApiPath, body: bytes) -> ParsedRequest:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -146,21 +146,24 @@ class AdmissionControl(Protocol):
     def capacities(self) -> list[tuple[str, str, int]]: ...
 
 
-@dataclass(slots=True)
 class Dispatched:
-    """A request sent: where it went, its reservations and the response (headers in)."""
+    """A request sent: where it went, its reservations and the response (headers in);
+    ``prefill_ahead``: admission control's outstanding prefill on the endpoint when sent, this
+    request's included [tokens] (0: not counted, or its first token has come). A plain class:
+    compiled, made with no call into the interpreter."""
 
-    features: RequestFeatures
-    view: StateView
-    plan: RoutePlan
-    response: UpstreamResponse
-    reservations: list[Reservation] = field(default_factory=list)
-    handoff: Handoff | None = None
-    endpoint_index: int = 0
-    waited_s: float = 0.0
-    prefill_ahead: int = 0
-    """Admission control's outstanding prefill on the endpoint when sent, this request's
-    included [tokens]; 0: not counted, or its first token has come."""
+    __slots__ = ("features", "view", "plan", "response", "reservations", "handoff",
+                 "endpoint_index", "waited_s", "prefill_ahead")
+
+    def __init__(self, features: RequestFeatures, view: StateView, plan: RoutePlan,
+                 response: UpstreamResponse, reservations: list[Reservation] | None = None,
+                 handoff: Handoff | None = None) -> None:
+        self.features, self.view, self.plan, self.response = features, view, plan, response
+        self.reservations: list[Reservation] = [] if reservations is None else reservations
+        self.handoff = handoff
+        self.endpoint_index = 0
+        self.waited_s = 0.0
+        self.prefill_ahead = 0
 
     @property
     def matched_tokens(self) -> int:
@@ -179,18 +182,21 @@ class Dispatched:
         return self.features.matched_tokens(blocks)
 
 
-@dataclass(slots=True)
 class Attempts:
-    """What the retries of one request have seen."""
+    """What the retries of one request have seen: the endpoints ``tried``, the last error,
+    the ``failures`` and of them the ``broken`` ones (engines that answered 200 with a broken
+    body), and the last route placed, ``plan`` (None: never placed; its pool is the one a
+    request that failed before any engine's headers is counted under). A plain class:
+    compiled, made with no call into the interpreter."""
 
-    tried: set[str] = field(default_factory=set)
-    last_error: str | None = None
-    failures: int = 0
-    broken: int = 0
-    """Of the failures, engines that answered 200 with a broken body."""
-    plan: RoutePlan | None = None
-    """The last route placed (None: the request was never placed): its pool is the one a
-    request that failed before any engine's headers is counted under."""
+    __slots__ = ("tried", "last_error", "failures", "broken", "plan")
+
+    def __init__(self) -> None:
+        self.tried: set[str] = set()
+        self.last_error: str | None = None
+        self.failures = 0
+        self.broken = 0
+        self.plan: RoutePlan | None = None
 
 
 class Dispatcher:

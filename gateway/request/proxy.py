@@ -78,30 +78,36 @@ _READ = frozenset((b"content-length", SESSION_HEADER, SLO_CLASS_HEADER, REQUEST_
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 
-@dataclass(slots=True)
 class Call:
-    """One request on its way: what was sent where, and what was measured."""
+    """One request on its way: what was sent where, and what was measured. A plain class, not
+    a dataclass: compiled, made with no call into the interpreter (one per request)."""
 
-    started: float
-    parsed: ParsedRequest | None = None
-    session_hint: str | None = None
-    slo_class: str | None = None
-    sent: Dispatched | None = None
-    plan: RoutePlan | None = None
-    status: int = 0
-    response_started: bool = False
-    completed: bool = False
-    ttft_s: float | None = None
-    ttfb_s: float | None = None
-    usage: dict[str, Any] | None = None
-    completion_tokens: int | None = None
-    itl_s: tuple[float, ...] = ()
-    client_gone: bool = False
-    request_id: bytes = b""
-    caller: Caller = ANONYMOUS
-    grant: Grant | None = None
-    refused_by: str | None = None
-    path: str = ""
+    __slots__ = ("started", "parsed", "session_hint", "slo_class", "sent", "plan", "status",
+                 "response_started", "completed", "ttft_s", "ttfb_s", "usage",
+                 "completion_tokens", "itl_s", "client_gone", "request_id", "caller", "grant",
+                 "refused_by", "path")
+
+    def __init__(self, started: float, path: str = "") -> None:
+        self.started = started
+        self.path = path
+        self.parsed: ParsedRequest | None = None
+        self.session_hint: str | None = None
+        self.slo_class: str | None = None
+        self.sent: Dispatched | None = None
+        self.plan: RoutePlan | None = None
+        self.status = 0
+        self.response_started = False
+        self.completed = False
+        self.ttft_s: float | None = None
+        self.ttfb_s: float | None = None
+        self.usage: dict[str, Any] | None = None
+        self.completion_tokens: int | None = None
+        self.itl_s: tuple[float, ...] = ()
+        self.client_gone = False
+        self.request_id = b""
+        self.caller: Caller = ANONYMOUS
+        self.grant: Grant | None = None
+        self.refused_by: str | None = None
 
     @property
     def pool(self) -> str:

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -31,6 +32,7 @@ from config.fleet import Fleet
 from gateway.telemetry.engine_steps import StepCounter
 from routing import formulas as fleet_math
 from routing.formulas import HardwareRates, ModelShape, RequestTokens, request_cost, utilisation
+from routing.native_value import NativeValue
 from routing.snapshots import EngineMetrics, PoolSnapshot
 from routing.values import value
 
@@ -79,15 +81,19 @@ def endpoint_facts(fleet: Fleet) -> dict[str, EndpointFacts]:
     return out
 
 
-@value
-class Work:
+class Work(NativeValue):
     """Work done evenly over [start, end] (an instant when equal). Units: FLOP, bytes."""
 
-    start: float
-    end: float
-    flops: float
-    read: float
-    write: float
+    FIELDS = ("start", "end", "flops", "read", "write")
+    __slots__ = FIELDS
+
+    def __init__(self, start: float, end: float, flops: float, read: float,
+                 write: float) -> None:
+        self.start: Final = start
+        self.end: Final = end
+        self.flops: Final = flops
+        self.read: Final = read
+        self.write: Final = write
 
     def share_in(self, lo: float, hi: float) -> float:
         """The fraction of this work done inside [lo, hi]."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics import MetricWrapperBase
@@ -34,8 +34,8 @@ from gateway.telemetry.slos import SloPolicy, slo_policy
 from gateway.telemetry.walls import PoolCounts, PoolWalls
 from routing.binding_wall import lost_tokens
 from routing.formulas import TPOT, Measured, RequestTokens, evaluate
+from routing.native_value import NativeValue
 from routing.router import RoutePlan
-from routing.values import value
 
 # Buckets for LLM latencies, seconds. TTFT spans cached short prompts (~10 ms) to queued long
 # prefills (a minute); TPOT a fast GPU decode step (~5 ms) to a saturated CPU (~1 s).
@@ -82,8 +82,7 @@ class UnknownClasses:
                     ", ".join(slos.classes_of(model)) or "none", used)
 
 
-@value
-class RequestRecord:
+class RequestRecord(NativeValue):
     """One finished request, as telemetry records it. Times in seconds; None = not measured.
 
     ``lever``: the route decision's lever; ``endpoint``: the URL that served it (the prefill
@@ -91,28 +90,40 @@ class RequestRecord:
     engine's usage (``cached_tokens``: ``prompt_tokens_details.cached_tokens`` when the engine
     reports it); ``itl_s``: the stream's inter-token gaps, one per content event after the
     first; ``max_tokens`` and ``slo_class`` (the client's ``x-ridge-slo-class`` header) choose
-    the SLO class.
+    the SLO class; ``ttfb_s``: non-streamed answers, from arrival until the engine's response
+    headers; ``predicted_cached_tokens``: prompt tokens the router's prefix index said
+    ``endpoint`` held when it placed the request (None: not known, or a prefill/decode pair).
     """
 
-    model: str
-    pool: str
-    status: int
-    e2e_s: float
-    ttft_s: float | None = None
-    completion_tokens: int | None = None
-    lever: str | None = None
-    endpoint: str | None = None
-    decode_endpoint: str | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    itl_s: tuple[float, ...] = ()
-    max_tokens: int | None = None
-    slo_class: str | None = None
-    ttfb_s: float | None = None
-    """Non-streamed answers: from arrival until the engine's response headers, seconds."""
-    predicted_cached_tokens: int | None = None
-    """Prompt tokens the router's prefix index said ``endpoint`` held when it placed the
-    request (None: not known, or a prefill/decode pair)."""
+    FIELDS = ("model", "pool", "status", "e2e_s", "ttft_s", "completion_tokens", "lever",
+              "endpoint", "decode_endpoint", "prompt_tokens", "cached_tokens", "itl_s",
+              "max_tokens", "slo_class", "ttfb_s", "predicted_cached_tokens")
+    __slots__ = FIELDS
+
+    def __init__(self, model: str, pool: str, status: int, e2e_s: float,
+                 ttft_s: float | None = None, completion_tokens: int | None = None,
+                 lever: str | None = None, endpoint: str | None = None,
+                 decode_endpoint: str | None = None, prompt_tokens: int | None = None,
+                 cached_tokens: int | None = None, itl_s: tuple[float, ...] = (),
+                 max_tokens: int | None = None, slo_class: str | None = None,
+                 ttfb_s: float | None = None,
+                 predicted_cached_tokens: int | None = None) -> None:
+        self.model: Final = model
+        self.pool: Final = pool
+        self.status: Final = status
+        self.e2e_s: Final = e2e_s
+        self.ttft_s: Final = ttft_s
+        self.completion_tokens: Final = completion_tokens
+        self.lever: Final = lever
+        self.endpoint: Final = endpoint
+        self.decode_endpoint: Final = decode_endpoint
+        self.prompt_tokens: Final = prompt_tokens
+        self.cached_tokens: Final = cached_tokens
+        self.itl_s: Final = itl_s
+        self.max_tokens: Final = max_tokens
+        self.slo_class: Final = slo_class
+        self.ttfb_s: Final = ttfb_s
+        self.predicted_cached_tokens: Final = predicted_cached_tokens
 
     @property
     def tpot_s(self) -> float | None:

@@ -108,11 +108,14 @@ class SessionMap:
             del self._map[oldest]
 
 
-@dataclass(slots=True)  # never changed once made; not frozen: made for every request
 class _Held:
-    endpoint: str
-    tokens: int
-    expires_at: float
+    """One reservation's endpoint, tokens and expiry [s, monotonic]: never changed once made;
+    a plain class, made for every request with no call into the interpreter."""
+
+    __slots__ = ("endpoint", "tokens", "expires_at")
+
+    def __init__(self, endpoint: str, tokens: int, expires_at: float) -> None:
+        self.endpoint, self.tokens, self.expires_at = endpoint, tokens, expires_at
 
 
 class Reservations:
