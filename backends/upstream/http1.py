@@ -60,8 +60,8 @@ def _target(url: str) -> _Target:
 class _Connection(asyncio.Protocol):
     """One upstream connection and the response it is reading (httptools parser callbacks)."""
 
-    def __init__(self, key: tuple[str, int]) -> None:
-        self.key = key
+    def __init__(self, key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> None:
+        self.key, self.loop = key, loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.response: _Response | None = None
@@ -141,7 +141,7 @@ class _Response:
         self.headers_done = False
         self.complete = False
         self._keep_alive = False
-        self._loop = asyncio.get_running_loop()  # once: each call is a getpid() system call
+        self._loop = conn.loop  # (asyncio.get_running_loop() is a getpid() system call)
         self._head: asyncio.Future[None] = self._loop.create_future()
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -447,7 +447,7 @@ class Http1Client:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeouts.connect):
-                _, conn = await loop.create_connection(lambda: _Connection(key), target.host,
+                _, conn = await loop.create_connection(lambda: _Connection(key, loop), target.host,
                                                        target.port)
         except TimeoutError as exc:
             raise UpstreamConnectError(f"connect timed out after {self.timeouts.connect:g} s"
