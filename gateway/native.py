@@ -43,7 +43,8 @@ uvicorn's and asyncio's Python protocol classes."""
 
 COMPILED = ("routing.native_value", "routing.features", "routing.formulas",
             "routing.prefix_index", "routing.window", "routing.load", "routing.cache_cost",
-            "routing.state.memory", "routing.policy", "routing.router", "routing.decision",
+            "routing.state.protocol", "routing.state.memory", "routing.policy", "routing.router",
+            "routing.decision",
             "routing.scheduler.framework",
             "routing.admission.capacity", "routing.admission.prefill_pace",
             "routing.admission.fair_queue", "routing.tokens.counters",

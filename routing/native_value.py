@@ -10,14 +10,17 @@ compiled code with no Python call, and cheaper than a dataclass to make from Pyt
 
 A subclass names its fields in order in ``FIELDS`` (and sets ``__slots__ = FIELDS``, for the
 sources run uncompiled) and sets each as ``Final`` in an ``__init__`` taking them in that
-order. Equality, hash, repr and pickling are a frozen dataclass's, from ``FIELDS``. ``Final``
+order. Equality, hash, repr and pickling are a frozen dataclass's, from ``FIELDS``, and
+:meth:`NativeValue.replaced` is :func:`dataclasses.replace`. ``Final``
 makes assigning a field a type error under ``mypy --strict``, and, compiled, an
 ``AttributeError``. See docs/routing.md#value-types-on-the-hot-path.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+V = TypeVar("V", bound="NativeValue")
 
 
 class NativeValue:
@@ -45,3 +48,10 @@ class NativeValue:
 
     def __reduce__(self) -> tuple[type[NativeValue], tuple[Any, ...]]:
         return type(self), self._values()
+
+    def replaced(self: V, **changes: Any) -> V:
+        """A copy with the fields ``changes`` names set anew, as :func:`dataclasses.replace`
+        (a name not in ``FIELDS`` is a TypeError)."""
+        values = dict(zip(self.FIELDS, self._values(), strict=True))
+        values.update(changes)
+        return type(self)(**values)

@@ -21,6 +21,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from gateway.request.deadline import within
 from gateway.server.errors import GatewayError
@@ -231,8 +232,9 @@ class Ticket:
         self._event.clear()
 
 
-Placement = tuple[Placed[RoutePlan] | None, float]
-"""The state's placement (None: nothing could take the request) and the time it waited [s]."""
+Placement: TypeAlias = "tuple[Placed[RoutePlan] | None, float]"
+"""The state's placement (None: nothing could take the request) and the time it waited [s].
+A string: ``Placed``, compiled, cannot be subscripted at run time."""
 
 
 class Admission:

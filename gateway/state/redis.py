@@ -333,7 +333,7 @@ class RedisState:
         for url, n in self._pending.items():
             held = load.get(url, NO_LOAD)
             load[url] = LoadCounts(held.requests + n, held.tokens)
-        return replace(view, load=load)
+        return view.replaced(load=load)
 
     async def _reserve(self, ask: Ask, urls: tuple[str, ...], seen: StateView,
                        force: bool) -> dict[str, Any] | None:

@@ -16,7 +16,6 @@ See docs/routing.md#kv-events-and-the-precise-index.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 from routing.kv_events.index import KvEventIndex
 from routing.load import InFlight
@@ -55,8 +54,8 @@ class EventState:
         matched = {url: n for url, n in view.matched_blocks.items() if url not in followed}
         exact, reload = index.match_tiers(ask.block_hashes, followed)
         matched.update(exact)
-        return replace(view, matched_blocks=matched, exact_endpoints=frozenset(followed),
-                       reload_tokens=reload or None, sent_blocks=view.matched_blocks)
+        return view.replaced(matched_blocks=matched, exact_endpoints=frozenset(followed),
+                             reload_tokens=reload or None, sent_blocks=view.matched_blocks)
 
     def learned_output(self, model: str) -> float | None:
         return self._inner.learned_output(model)
@@ -76,7 +75,7 @@ class EventState:
             return None
         for url in placed.choice.urls:
             self._index.placed(url, ask.block_hashes)
-        return replace(placed, view=seen[-1]) if seen else placed
+        return placed.replaced(view=seen[-1]) if seen else placed
 
     async def finish(self, reservation: Reservation, outcome: Outcome) -> None:
         self._index.finished(reservation.endpoint, outcome.block_hashes)

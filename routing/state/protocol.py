@@ -19,16 +19,14 @@ See docs/routing.md#the-router-state.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from routing.load import NO_LOAD, InFlight, LoadCounts
-from routing.values import value
+from routing.native_value import NativeValue
 from routing.window import WorkloadMeasures
 
 
-@value
-class StateView:
+class StateView(NativeValue):
     """One read of the router's memory for one request.
 
     ``matched_blocks``: per endpoint URL, how many leading prompt blocks it probably holds
@@ -47,34 +45,52 @@ class StateView:
     there (:meth:`PrefixIndex.footprint`, read when called, so a view that never asks costs
     nothing; None: the state keeps no such count). ``recent_requests``: likewise, how many
     requests the prefix index recently recorded there (:meth:`PrefixIndex.recent_requests`).
+    ``matched_blocks`` and ``load`` left out (None): empty.
     """
 
-    matched_blocks: Mapping[str, int] = field(default_factory=dict)
-    load: InFlight = field(default_factory=dict)
-    prefix_share: float | None = None
-    session_endpoint: str | None = None
-    exact_endpoints: frozenset[str] = frozenset()
-    reload_tokens: Mapping[str, float] | None = None
-    sent_blocks: Mapping[str, int] | None = None
-    footprint: Callable[[str], int] | None = None
-    recent_requests: Callable[[str], int] | None = None
+    FIELDS = ("matched_blocks", "load", "prefix_share", "session_endpoint", "exact_endpoints",
+              "reload_tokens", "sent_blocks", "footprint", "recent_requests")
+    __slots__ = FIELDS
+
+    def __init__(self, matched_blocks: Mapping[str, int] | None = None,
+                 load: InFlight | None = None, prefix_share: float | None = None,
+                 session_endpoint: str | None = None,
+                 exact_endpoints: frozenset[str] = frozenset(),
+                 reload_tokens: Mapping[str, float] | None = None,
+                 sent_blocks: Mapping[str, int] | None = None,
+                 footprint: Callable[[str], int] | None = None,
+                 recent_requests: Callable[[str], int] | None = None) -> None:
+        self.matched_blocks: Final[Mapping[str, int]] = \
+            {} if matched_blocks is None else matched_blocks
+        self.load: Final[InFlight] = {} if load is None else load
+        self.prefix_share: Final = prefix_share
+        self.session_endpoint: Final = session_endpoint
+        self.exact_endpoints: Final = exact_endpoints
+        self.reload_tokens: Final = reload_tokens
+        self.sent_blocks: Final = sent_blocks
+        self.footprint: Final = footprint
+        self.recent_requests: Final = recent_requests
 
     def load_of(self, url: str) -> LoadCounts:
         return self.load.get(url, NO_LOAD)
 
 
-@value
-class Ask:
+class Ask(NativeValue):
     """What the state reads for one request and what it reserves: the request's model, its
     prompt block hashes and session, the endpoint URLs whose matches and loads the view
     carries (every endpoint serving the model), and the tokens each reservation counts
     (:func:`routing.load.request_tokens`)."""
 
-    model: str
-    block_hashes: Sequence[int]
-    session: str | None
-    endpoints: Sequence[str]
-    tokens: int = 0
+    FIELDS = ("model", "block_hashes", "session", "endpoints", "tokens")
+    __slots__ = FIELDS
+
+    def __init__(self, model: str, block_hashes: Sequence[int], session: str | None,
+                 endpoints: Sequence[str], tokens: int = 0) -> None:
+        self.model: Final = model
+        self.block_hashes: Final = block_hashes
+        self.session: Final = session
+        self.endpoints: Final = endpoints
+        self.tokens: Final = tokens
 
 
 class Choice(Protocol):
@@ -87,39 +103,53 @@ class Choice(Protocol):
 C = TypeVar("C", bound=Choice)
 
 
-@value
-class Reservation:
+class Reservation(NativeValue):
     """A request counted on an endpoint; hand it back to ``finish``. ``recorded_from``: the
     first of the request's prompt blocks the reservation recorded on ``endpoint`` that it did
     not hold before (None: it recorded none), forgotten again if the request fails."""
 
-    id: str
-    endpoint: str
-    tokens: int
-    recorded_from: int | None = None
+    FIELDS = ("id", "endpoint", "tokens", "recorded_from")
+    __slots__ = FIELDS
+
+    def __init__(self, id: str, endpoint: str, tokens: int,
+                 recorded_from: int | None = None) -> None:
+        self.id: Final = id
+        self.endpoint: Final = endpoint
+        self.tokens: Final = tokens
+        self.recorded_from: Final = recorded_from
 
 
-@value
-class Placed(Generic[C]):
+class Placed(NativeValue, Generic[C]):
     """A choice, its reservations (one per ``choice.urls``, same order) and the view it was
     made on (before the reservations)."""
 
-    choice: C
-    reservations: tuple[Reservation, ...]
-    view: StateView
+    FIELDS = ("choice", "reservations", "view")
+    __slots__ = FIELDS
+
+    def __init__(self, choice: C, reservations: tuple[Reservation, ...],
+                 view: StateView) -> None:
+        self.choice: Final = choice
+        self.reservations: Final = reservations
+        self.view: Final = view
 
 
-@value
-class Outcome:
+class Outcome(NativeValue):
     """What one finished request taught the router."""
 
-    model: str
-    block_hashes: Sequence[int]
-    prompt_tokens: int
-    matched_tokens: int
-    output_tokens: int | None
-    session: str | None
-    succeeded: bool
+    FIELDS = ("model", "block_hashes", "prompt_tokens", "matched_tokens", "output_tokens",
+              "session", "succeeded")
+    __slots__ = FIELDS
+
+    def __init__(self, model: str, block_hashes: Sequence[int], prompt_tokens: int,
+                 matched_tokens: int, output_tokens: int | None, session: str | None,
+                 succeeded: bool) -> None:
+        self.model: Final = model
+        self.block_hashes: Final = block_hashes
+        self.prompt_tokens: Final = prompt_tokens
+        self.matched_tokens: Final = matched_tokens
+        self.output_tokens: Final = output_tokens
+        self.session: Final = session
+        self.succeeded: Final = succeeded
 
 
 class RouterState(Protocol):

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import replace
-
 from routing.cache_cost import (
     LOAD_SCALE,
     best_match,
@@ -41,7 +39,7 @@ def test_blocks_held_only_in_a_host_tier_cost_a_reload() -> None:
     """Cheaper than recomputing them, dearer than holding them on the device."""
     f = features(prompt_tokens=1000)
     device = view(matched={"a": 8})
-    host = replace(device, reload_tokens={"a": 400 * 0.25})  # 4 of the 8 only in the host tier
+    host = device.replaced(reload_tokens={"a": 400 * 0.25})  # 4 of the 8 only in the host tier
     on_device, reloaded = cache_cost(ep("a"), f, device), cache_cost(ep("a"), f, host)
     recomputed = cache_cost(ep("a"), f, view(matched={"a": 4}))
     assert (on_device, reloaded, recomputed) == (200, 300, 600)

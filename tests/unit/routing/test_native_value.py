@@ -37,6 +37,14 @@ def test_a_value_pickles_to_an_equal_one() -> None:
     assert pickle.loads(pickle.dumps(tokens)) == tokens
 
 
+def test_replaced_is_a_copy_with_the_named_fields_set_anew() -> None:
+    tokens = RequestTokens(9, 3, 2)
+    assert tokens.replaced(cached=5) == RequestTokens(9, 5, 2)
+    assert tokens == RequestTokens(9, 3, 2) and tokens.replaced() == tokens
+    with pytest.raises(TypeError):
+        tokens.replaced(prompts=1)
+
+
 def _value_types() -> list[type[NativeValue]]:
     for name in gateway.native.COMPILED:
         importlib.import_module(name)

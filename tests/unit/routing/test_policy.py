@@ -117,7 +117,7 @@ CASES = [
          detail="f=na,match=2/4"),
     Case("a match the engines reported through their KV events says so",
          ("radix", None, PREFIX_CACHE, "long_match"), features=features(prompt_tokens=4000),
-         view=replace(view(matched={"r1": 8}), exact_endpoints=frozenset({"r1", "r2"})),
+         view=view(matched={"r1": 8}).replaced(exact_endpoints=frozenset({"r1", "r2"})),
          detail="f=na,match=8/40,index=events"),
     Case("a match on a pool without prefix caching does not fire the rule",
          ("general", None, "none", "default"), view=view(matched={"g1": 10})),

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -131,7 +130,7 @@ def test_default_config_is_healthy_cache_aware_footprint_max_score() -> None:
     endpoints = [ep("a"), ep("b")]
     sizes = {"a": 900, "b": 1000}
     measures = {"recent_requests": sizes.__getitem__, "footprint": sizes.__getitem__}
-    state = replace(view(matched={"b": 8}), **measures)
+    state = view(matched={"b": 8}).replaced(**measures)
     scheduler = build_scheduler(config)
     assert scheduler.schedule(ctx(endpoints, features(), state)).endpoint == endpoints[1]
     sick = [ep("a"), ep("b", healthy=False)]
@@ -139,10 +138,10 @@ def test_default_config_is_healthy_cache_aware_footprint_max_score() -> None:
     # new work (nothing cached): the smaller footprint (a: 1 + 3 × 1 against b: 1 + 3 × 0),
     # also when its endpoint is busier by up to the slack (a: 1/3 + 3 with 2 in flight) ...
     for load in ({"a": 1, "b": 1}, {"a": 2}):
-        new = replace(view(load=load), **measures)
+        new = view(load=load).replaced(**measures)
         assert scheduler.schedule(ctx(endpoints, features(), new)).endpoint == endpoints[0]
     # ... and never when more than the slack (2 requests) above the least loaded
-    busy = replace(view(load={"a": 3}), **measures)
+    busy = view(load={"a": 3}).replaced(**measures)
     assert scheduler.schedule(ctx(endpoints, features(), busy)).endpoint == endpoints[1]
 
 

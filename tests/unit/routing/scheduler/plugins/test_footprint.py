@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from routing.scheduler.plugins.footprint import Footprint
@@ -19,8 +17,8 @@ def scores(matched: dict[str, int], blocks: int = 10, threshold: float = 0.5,
     state = view(matched=matched, load=load)
     if sizes is not None:
         size = sizes.get  # the same figures by either measure
-        state = replace(state, recent_requests=lambda url: size(url, 0),
-                        footprint=lambda url: size(url, 0))
+        state = state.replaced(recent_requests=lambda url: size(url, 0),
+                               footprint=lambda url: size(url, 0))
     c = ctx(endpoints, features(prompt_tokens=blocks * 100), state)
     return dict(Footprint(threshold, slack).score(c, endpoints))
 
@@ -47,8 +45,8 @@ def test_only_the_least_loaded_within_the_slack_are_eligible() -> None:
 
 def test_the_measure_is_recent_requests_or_recorded_blocks() -> None:
     endpoints = [ep("a"), ep("b")]
-    state = replace(view(), recent_requests={"a": 9, "b": 4}.__getitem__,
-                    footprint={"a": 100, "b": 400}.__getitem__)
+    state = view().replaced(recent_requests={"a": 9, "b": 4}.__getitem__,
+                            footprint={"a": 100, "b": 400}.__getitem__)
     c = ctx(endpoints, features(), state)
     assert Footprint(by="requests").score(c, endpoints) == {"a": 0.0, "b": 1.0}
     assert Footprint(by="blocks").score(c, endpoints) == {"a": 1.0, "b": 0.0}
@@ -65,7 +63,7 @@ def test_a_request_continuing_a_cached_prefix_is_left_to_the_other_scorers() -> 
 def test_without_a_footprint_or_candidates_every_score_is_neutral() -> None:
     assert scores({}, sizes=None) == {"a": 1.0, "b": 1.0, "c": 1.0}
     assert Footprint().score(ctx([]), []) == {}
-    assert Footprint().score(ctx([], state=replace(view(), recent_requests=len)), []) == {}
+    assert Footprint().score(ctx([], state=view().replaced(recent_requests=len)), []) == {}
 
 
 def test_the_threshold_is_a_fraction_and_the_slack_not_negative() -> None:
