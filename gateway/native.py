@@ -41,10 +41,10 @@ GATEWAY = ("gateway.request.body", "gateway.request.answers", "gateway.request.s
 server's protocol and the upstream client stay Python: their connection classes subclass
 uvicorn's and asyncio's Python protocol classes."""
 
-COMPILED = ("routing.native_value", "routing.features", "routing.formulas",
-            "routing.prefix_index", "routing.window", "routing.load", "routing.cache_cost",
-            "routing.state.protocol", "routing.state.memory", "routing.policy", "routing.router",
-            "routing.decision",
+COMPILED = ("routing.native_value", "routing.snapshots", "routing.features",
+            "routing.formulas", "routing.prefix_index", "routing.window", "routing.load",
+            "routing.cache_cost", "routing.state.protocol", "routing.state.memory",
+            "routing.policy", "routing.router", "routing.decision",
             "routing.scheduler.framework",
             "routing.admission.capacity", "routing.admission.prefill_pace",
             "routing.admission.fair_queue", "routing.tokens.counters",

@@ -40,9 +40,9 @@ def best_match(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
     """The longest match [blocks] on any of ``endpoints`` (0 when none): the largest
     :func:`matched_blocks`, capped once (the cap is monotone) rather than per endpoint — it
     runs for every request."""
-    get, longest = view.matched_blocks.get, 0
+    matched, longest = view.matched_blocks, 0
     for ep in endpoints:  # max() over a generator, written out: half the cost
-        held = get(ep.url, 0)
+        held = matched.get(ep.url, 0)
         if held > longest:
             longest = held
     return min(longest, len(features.block_hashes))
@@ -57,18 +57,19 @@ def cache_cost(ep: EndpointSnapshot, features: RequestFeatures, view: StateView,
                load_scale: float = LOAD_SCALE) -> float:
     """max(uncached tokens on ``ep`` + its reload tokens, 1) × (``endpoint_load`` ÷
     ``load_scale`` + 1) [tokens × requests], ≥ 1."""
-    return cache_costs((ep,), features, view, load_scale)[ep.url]
+    return cache_costs((ep,), features, view, load_scale)[0]
 
 
 def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures,
-                view: StateView, load_scale: float = LOAD_SCALE) -> dict[str, float]:
-    """:func:`cache_cost` of each of ``endpoints``, by URL: :func:`matched_blocks`,
+                view: StateView, load_scale: float = LOAD_SCALE) -> list[float]:
+    """:func:`cache_cost` of each of ``endpoints``, in their order: :func:`matched_blocks`,
     :func:`uncached_tokens` and :func:`routing.load.endpoint_load` written out in one loop
     (it runs for every candidate of every request)."""
     blocks, prompt, per_block = (len(features.block_hashes), features.prompt_tokens,
                                  features.block_tokens)
     matched, load, reload = view.matched_blocks, view.load, view.reload_tokens
-    out, scale = {}, 1.0 / load_scale
+    out: list[float] = []
+    scale = 1.0 / load_scale
     for ep in endpoints:
         url = ep.url
         held = matched.get(url, 0)
@@ -77,8 +78,8 @@ def cache_costs(endpoints: Iterable[EndpointSnapshot], features: RequestFeatures
         if reload:
             uncached += reload.get(url, 0.0)
         counted = load.get(url)
-        requests = counted.requests if counted is not None else 0
+        requests = float(counted.requests) if counted is not None else 0.0
         queued = ep.queued
-        out[url] = (uncached if uncached > 1 else 1) * (
-            (requests if requests > queued else queued) * scale + 1.0)
+        out.append((uncached if uncached > 1 else 1.0) * (
+            (requests if requests > queued else queued) * scale + 1.0))
     return out

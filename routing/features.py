@@ -135,7 +135,7 @@ def _render_message(message: Any) -> str:
     return f"{_STX}{role if isinstance(role, str) else _dumps(role)}{_US}{content}{tail}{_ETX}"
 
 
-def _chat_parts(payload: Mapping[str, Any]) -> list[str]:
+def _chat_parts(payload: dict[str, Any]) -> list[str]:
     parts: list[str] = []
     for key in ("tools", "functions"):
         if payload.get(key):
@@ -146,7 +146,7 @@ def _chat_parts(payload: Mapping[str, Any]) -> list[str]:
     return parts
 
 
-def _render_chat(payload: Mapping[str, Any]) -> str:
+def _render_chat(payload: dict[str, Any]) -> str:
     return "".join(_chat_parts(payload))
 
 
@@ -159,7 +159,7 @@ def _render_ids(ids: Sequence[int]) -> str:
     return "ids:" + " ".join(map(str, ids))
 
 
-def _render_completions(payload: Mapping[str, Any]) -> str:
+def _render_completions(payload: dict[str, Any]) -> str:
     prompt = payload.get("prompt")
     if isinstance(prompt, str):
         return prompt
@@ -199,7 +199,7 @@ def _render_item(item: Any) -> str:
     return f"{_STX}{role}{_US}{text}{tail}{_ETX}"
 
 
-def _responses_parts(payload: Mapping[str, Any]) -> list[str]:
+def _responses_parts(payload: dict[str, Any]) -> list[str]:
     parts: list[str] = []
     if payload.get("tools"):
         parts.append(f"{_STX}tools{_US}{_dumps(payload['tools'])}{_ETX}")
@@ -214,16 +214,16 @@ def _responses_parts(payload: Mapping[str, Any]) -> list[str]:
     return parts
 
 
-def _render_responses(payload: Mapping[str, Any]) -> str:
+def _render_responses(payload: dict[str, Any]) -> str:
     return "".join(_responses_parts(payload))
 
 
-_RENDERERS: Mapping[str, Callable[[Mapping[str, Any]], str]] = MappingProxyType(
+_RENDERERS: Mapping[str, Callable[[dict[str, Any]], str]] = MappingProxyType(
     {"chat": _render_chat, "completions": _render_completions,
      "responses": _render_responses})
 
 
-def canonical_prompt(payload: Mapping[str, Any], kind: str) -> str:
+def canonical_prompt(payload: dict[str, Any], kind: str) -> str:
     """The request's whole prompt as one deterministic text; ``kind``: chat | completions |
     responses."""
     try:
@@ -234,7 +234,7 @@ def canonical_prompt(payload: Mapping[str, Any], kind: str) -> str:
     return render(payload)
 
 
-def canonical_lead(payload: Mapping[str, Any], kind: str) -> tuple[str, int]:
+def canonical_lead(payload: dict[str, Any], kind: str) -> tuple[str, int]:
     """:func:`canonical_prompt` and the length of its leading segment [characters]: for a
     chat or a Responses request of several parts, the first (the tools, else the first
     message or the instructions — what requests share most); else 0."""
@@ -371,7 +371,7 @@ class LeadCache:
             self._chars -= oldest[2]
 
 
-def token_id_count(payload: Mapping[str, Any], kind: str) -> int | None:
+def token_id_count(payload: dict[str, Any], kind: str) -> int | None:
     """The exact prompt length of a completions request given as token ids, else None."""
     prompt = payload.get("prompt") if kind == "completions" else None
     if _is_ids(prompt) and prompt:
@@ -386,7 +386,7 @@ def _positive_int(value: Any) -> int | None:
     return value if ok else None
 
 
-def resolve_max_tokens(payload: Mapping[str, Any], max_tokens: int | None) -> int | None:
+def resolve_max_tokens(payload: dict[str, Any], max_tokens: int | None) -> int | None:
     """``max_tokens`` as given, else the payload's ``max_completion_tokens`` or
     ``max_tokens`` (positive integers only)."""
     if max_tokens is not None:
@@ -404,7 +404,7 @@ def expected_output(max_tokens: int | None, learned: float | None, default: int)
     return default
 
 
-def session_key(payload: Mapping[str, Any], session_hint: str | None) -> str | None:
+def session_key(payload: dict[str, Any], session_hint: str | None) -> str | None:
     """The digest of the gateway's session hint when non-empty, else of the request's
     ``user``, else None."""
     key = session_hint or payload.get("user")
@@ -445,7 +445,7 @@ def _hash_whole(text: str, lead: int, block_chars: int, seed: str) -> tuple[int,
     return block_hashes(text, block_chars, seed)
 
 
-def _prompt_blocks(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
+def _prompt_blocks(payload: dict[str, Any], info: RequestInfo, config: FeatureConfig,
                    counter: TokenCounter, hasher: Hasher,
                    exact: PromptIds | None) -> tuple[tuple[int, ...], int, int]:
     """(block hashes, tokens per block, prompt tokens) of the request (module docstring,
@@ -461,7 +461,7 @@ def _prompt_blocks(payload: Mapping[str, Any], info: RequestInfo, config: Featur
             tokens_per_block(config, len(text), prompt_tokens), prompt_tokens)
 
 
-def extract_features(payload: Mapping[str, Any], info: RequestInfo, config: FeatureConfig,
+def extract_features(payload: dict[str, Any], info: RequestInfo, config: FeatureConfig,
                      counter: TokenCounter, hasher: Hasher = _hash_whole,
                      exact: PromptIds | None = None) -> RequestFeatures:
     """The features of one request (sync; docs/routing.md#request-features). ``hasher``: how
@@ -498,10 +498,10 @@ class FeatureExtractor:
                  default: TokenCounter | None = None,
                  exact: Mapping[str, PromptIds] | None = None) -> None:
         self._config = config or FeatureConfig()
-        self._counters: Mapping[str, TokenCounter] = MappingProxyType(dict(counters or {}))
+        self._counters: dict[str, TokenCounter] = dict(counters or {})
         self._default: TokenCounter = default or CharEstimate(self._config.chars_per_token)
         self._leads = LeadCache()
-        self._exact: Mapping[str, PromptIds] = MappingProxyType(dict(exact or {}))
+        self._exact: dict[str, PromptIds] = dict(exact or {})
 
     @property
     def config(self) -> FeatureConfig:
@@ -511,7 +511,7 @@ class FeatureExtractor:
         """The token counter of ``model``."""
         return self._counters.get(model, self._default)
 
-    def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures:
+    def extract(self, payload: dict[str, Any], info: RequestInfo) -> RequestFeatures:
         """Features of one request (``info.learned_output_tokens``: the router state's mean
         output length for the model, if known)."""
         return extract_features(payload, info, self._config, self.counter_for(info.model),

@@ -41,7 +41,7 @@ class LoadCounts(NativeValue):
 
 
 NO_LOAD = LoadCounts()
-InFlight = Mapping[str, LoadCounts]
+InFlight = dict[str, LoadCounts]
 """The router state's in-flight counts by endpoint URL (missing = none)."""
 
 
@@ -68,16 +68,15 @@ def endpoint_load(ep: EndpointSnapshot, in_flight: InFlight) -> float:
 
 
 def endpoint_loads(endpoints: Iterable[EndpointSnapshot], in_flight: InFlight
-                   ) -> dict[str, float]:
-    """:func:`endpoint_load` of each of ``endpoints``, by URL, written out in one loop (a
-    scorer's: it runs for every candidate of every request)."""
-    out: dict[str, float] = {}
-    get = in_flight.get
+                   ) -> list[float]:
+    """:func:`endpoint_load` of each of ``endpoints``, in their order, written out in one loop
+    (a scorer's: it runs for every candidate of every request)."""
+    out: list[float] = []
     for ep in endpoints:
-        counted = get(ep.url)
-        requests = counted.requests if counted is not None else 0
+        counted = in_flight.get(ep.url)
+        requests = float(counted.requests) if counted is not None else 0.0
         queued = ep.queued
-        out[ep.url] = requests if requests > queued else queued
+        out.append(requests if requests > queued else queued)
     return out
 
 
@@ -89,8 +88,9 @@ def pool_load(pool: PoolSnapshot, in_flight: InFlight) -> float:
     total = 0.0
     for ep in healthy:  # endpoint_load written out: once per pool per decision
         counted = in_flight.get(ep.url)
-        requests = counted.requests if counted is not None else 0
-        total += requests if requests > ep.queued else ep.queued
+        requests = float(counted.requests) if counted is not None else 0.0
+        queued = ep.queued
+        total += requests if requests > queued else queued
     return total / len(healthy)
 
 

@@ -253,7 +253,7 @@ def _cheapest(inp: PolicyInput, pool: PoolSnapshot) -> float:
     """The lowest ``cache_cost`` over the pool's healthy endpoints (inf when none)."""
     healthy = (_caching(pool, pool.healthy_endpoints) if pool.lacking
                else pool.healthy_endpoints)
-    return min(cache_costs(healthy, inp.features, inp.view, POOL_LOAD_SCALE).values(),
+    return min(cache_costs(healthy, inp.features, inp.view, POOL_LOAD_SCALE),
                default=math.inf)
 
 

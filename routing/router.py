@@ -125,9 +125,7 @@ class Router:
 
     def _schedule(self, pool: PoolSnapshot, features: RequestFeatures, view: StateView,
                   exclude: frozenset[str]) -> Picked:
-        chosen, _, timings = self._schedulers[pool.name].run(
-            SchedulingContext(features, pool, view, exclude))
-        return chosen, timings
+        return self._schedulers[pool.name].run(SchedulingContext(features, pool, view, exclude))
 
 
 Picked = tuple[EndpointSnapshot | None, tuple[PluginTiming, ...]]

@@ -19,7 +19,9 @@ plugin :mod:`routing.scheduler.plugins.adapter_affinity`'s rule.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import Final
+
+from routing.native_value import NativeValue
 
 # Lever names, as they appear in route decisions, headers and metric labels.
 PREFIX_CACHE = "prefix_cache"
@@ -37,8 +39,7 @@ PREFILL = "prefill"
 DECODE = "decode"
 
 
-@dataclass(frozen=True, slots=True)
-class EngineMetrics:
+class EngineMetrics(NativeValue):
     """One endpoint's engine metrics, normalised across engines. ``None`` = the engine does not say.
 
     Gauges are instantaneous; ``*_total`` fields are the engine's cumulative counters (since start).
@@ -52,24 +53,48 @@ class EngineMetrics:
     states it in tokens).
     """
 
-    running: float | None = None
-    waiting: float | None = None
-    kv_cache_usage: float | None = None
-    prefix_cache_queries_total: float | None = None
-    prefix_cache_hits_total: float | None = None
-    host_cache_hits_total: float | None = None
-    prompt_tokens_total: float | None = None
-    generation_tokens_total: float | None = None
-    requests_finished_total: float | None = None
-    preemptions_total: float | None = None
-    spec_draft_tokens_total: float | None = None
-    spec_accepted_tokens_total: float | None = None
-    estimated_flops_total: float | None = None
-    estimated_read_bytes_total: float | None = None
-    estimated_write_bytes_total: float | None = None
-    kv_block_size: int | None = None
-    kv_blocks_total: int | None = None
-    kv_capacity_tokens: int | None = None
+    FIELDS = ("running", "waiting", "kv_cache_usage", "prefix_cache_queries_total",
+              "prefix_cache_hits_total", "host_cache_hits_total", "prompt_tokens_total",
+              "generation_tokens_total", "requests_finished_total", "preemptions_total",
+              "spec_draft_tokens_total", "spec_accepted_tokens_total", "estimated_flops_total",
+              "estimated_read_bytes_total", "estimated_write_bytes_total", "kv_block_size",
+              "kv_blocks_total", "kv_capacity_tokens")
+    __slots__ = FIELDS
+
+    def __init__(self, running: float | None = None, waiting: float | None = None,
+                 kv_cache_usage: float | None = None,
+                 prefix_cache_queries_total: float | None = None,
+                 prefix_cache_hits_total: float | None = None,
+                 host_cache_hits_total: float | None = None,
+                 prompt_tokens_total: float | None = None,
+                 generation_tokens_total: float | None = None,
+                 requests_finished_total: float | None = None,
+                 preemptions_total: float | None = None,
+                 spec_draft_tokens_total: float | None = None,
+                 spec_accepted_tokens_total: float | None = None,
+                 estimated_flops_total: float | None = None,
+                 estimated_read_bytes_total: float | None = None,
+                 estimated_write_bytes_total: float | None = None,
+                 kv_block_size: int | None = None, kv_blocks_total: int | None = None,
+                 kv_capacity_tokens: int | None = None) -> None:
+        self.running: Final = running
+        self.waiting: Final = waiting
+        self.kv_cache_usage: Final = kv_cache_usage
+        self.prefix_cache_queries_total: Final = prefix_cache_queries_total
+        self.prefix_cache_hits_total: Final = prefix_cache_hits_total
+        self.host_cache_hits_total: Final = host_cache_hits_total
+        self.prompt_tokens_total: Final = prompt_tokens_total
+        self.generation_tokens_total: Final = generation_tokens_total
+        self.requests_finished_total: Final = requests_finished_total
+        self.preemptions_total: Final = preemptions_total
+        self.spec_draft_tokens_total: Final = spec_draft_tokens_total
+        self.spec_accepted_tokens_total: Final = spec_accepted_tokens_total
+        self.estimated_flops_total: Final = estimated_flops_total
+        self.estimated_read_bytes_total: Final = estimated_read_bytes_total
+        self.estimated_write_bytes_total: Final = estimated_write_bytes_total
+        self.kv_block_size: Final = kv_block_size
+        self.kv_blocks_total: Final = kv_blocks_total
+        self.kv_capacity_tokens: Final = kv_capacity_tokens
 
     @property
     def queued(self) -> float:
@@ -77,28 +102,29 @@ class EngineMetrics:
         return (self.running or 0.0) + (self.waiting or 0.0)
 
 
-@dataclass(frozen=True, slots=True)
-class EndpointSnapshot:
+class EndpointSnapshot(NativeValue):
     """An endpoint as the router sees it at one instant. ``missing_levers``: levers its pool
     declares that its engine was found not to run (empty when unchecked or all there).
-    ``adapters``: the LoRA adapters its engine lists as loaded (empty when unknown)."""
+    ``adapters``: the LoRA adapters its engine lists as loaded (empty when unknown).
+    ``queued``: the engine's running + waiting (``metrics.queued``), computed once: every
+    request reads it for every candidate."""
 
-    url: str
-    pool: str
-    healthy: bool
-    metrics: EngineMetrics = field(default_factory=EngineMetrics)
-    missing_levers: frozenset[str] = frozenset()
-    adapters: frozenset[str] = frozenset()
-    queued: float = field(init=False, repr=False, compare=False)
+    FIELDS = ("url", "pool", "healthy", "metrics", "missing_levers", "adapters")
+    __slots__ = (*FIELDS, "queued")
 
-    def __post_init__(self) -> None:
-        """``queued``: the engine's running + waiting (``metrics.queued``), computed once:
-        every request reads it for every candidate."""
-        object.__setattr__(self, "queued", self.metrics.queued)
+    def __init__(self, url: str, pool: str, healthy: bool, metrics: EngineMetrics | None = None,
+                 missing_levers: frozenset[str] = frozenset(),
+                 adapters: frozenset[str] = frozenset()) -> None:
+        self.url: Final = url
+        self.pool: Final = pool
+        self.healthy: Final = healthy
+        self.metrics: Final = EngineMetrics() if metrics is None else metrics
+        self.missing_levers: Final = missing_levers
+        self.adapters: Final = adapters
+        self.queued: Final = self.metrics.queued
 
 
-@dataclass(frozen=True, slots=True)
-class PoolSnapshot:
+class PoolSnapshot(NativeValue):
     """A pool as the router sees it at one instant.
 
     ``levers``: the pool's engine configuration, as names from :data:`LEVERS`. ``pair``: for a
@@ -108,36 +134,37 @@ class PoolSnapshot:
     ``draft_tokens``: K, the tokens speculative decoding drafts per verify step (0 without it).
     ``offered`` and ``lacking``: the levers as the engines run them (module docstring).
     ``adapters``: the LoRA adapters the fleet file declares for the pool; ``adapter_names``:
-    those and every adapter an endpoint lists (module docstring).
+    those and every adapter an endpoint lists (module docstring). ``healthy_endpoints``: the
+    healthy ones of ``endpoints``. The last four are computed once, from the others.
     """
 
-    name: str
-    engine: str
-    role: str
-    models: tuple[str, ...]
-    endpoints: tuple[EndpointSnapshot, ...]
-    levers: frozenset[str] = frozenset()
-    pair: str | None = None
-    ridge_tokens: float = 0.0
-    chunk_tokens: int | None = None
-    draft_tokens: int = 0
-    adapters: frozenset[str] = frozenset()
-    healthy_endpoints: tuple[EndpointSnapshot, ...] = field(init=False, repr=False,
-                                                            compare=False)
-    offered: frozenset[str] = field(init=False, repr=False, compare=False)
-    lacking: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
-    adapter_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    FIELDS = ("name", "engine", "role", "models", "endpoints", "levers", "pair", "ridge_tokens",
+              "chunk_tokens", "draft_tokens", "adapters")
+    __slots__ = (*FIELDS, "healthy_endpoints", "offered", "lacking", "adapter_names")
 
-    def __post_init__(self) -> None:
-        """``healthy_endpoints``: the healthy ones of ``endpoints``; ``lacking``, ``offered``
-        and ``adapter_names`` (module docstring); all computed once."""
-        healthy = tuple(e for e in self.endpoints if e.healthy)
-        lacking = _lacking(self.levers, self.endpoints)
-        object.__setattr__(self, "healthy_endpoints", healthy)
-        object.__setattr__(self, "lacking", lacking)
-        object.__setattr__(self, "offered", _offered(self.levers, healthy, lacking))
-        learned = frozenset[str]().union(*(e.adapters for e in self.endpoints))
-        object.__setattr__(self, "adapter_names", self.adapters | learned)
+    def __init__(self, name: str, engine: str, role: str, models: tuple[str, ...],
+                 endpoints: tuple[EndpointSnapshot, ...], levers: frozenset[str] = frozenset(),
+                 pair: str | None = None, ridge_tokens: float = 0.0,
+                 chunk_tokens: int | None = None, draft_tokens: int = 0,
+                 adapters: frozenset[str] = frozenset()) -> None:
+        self.name: Final = name
+        self.engine: Final = engine
+        self.role: Final = role
+        self.models: Final = models
+        self.endpoints: Final = endpoints
+        self.levers: Final = levers
+        self.pair: Final = pair
+        self.ridge_tokens: Final = ridge_tokens
+        self.chunk_tokens: Final = chunk_tokens
+        self.draft_tokens: Final = draft_tokens
+        self.adapters: Final = adapters
+        healthy = tuple(e for e in endpoints if e.healthy)
+        lacking = _lacking(levers, endpoints)
+        self.healthy_endpoints: Final = healthy
+        self.lacking: Final[Mapping[str, frozenset[str]]] = lacking
+        self.offered: Final = _offered(levers, healthy, lacking)
+        learned = frozenset[str]().union(*(e.adapters for e in endpoints))
+        self.adapter_names: Final = adapters | learned
 
     def serves(self, model: str) -> bool:
         """Whether ``model`` is one of the pool's models or LoRA adapters."""

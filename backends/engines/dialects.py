@@ -16,7 +16,6 @@ docs and source. See docs/backends.md#dialects.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -80,7 +79,7 @@ class EngineDialect:
 
 def metrics_fields() -> tuple[str, ...]:
     """The names of all EngineMetrics fields, in declaration order."""
-    return tuple(f.name for f in dataclasses.fields(EngineMetrics))
+    return EngineMetrics.FIELDS
 
 
 _VLLM_READINGS = (

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -125,7 +124,7 @@ class FeatureSource(Protocol):
     @property
     def config(self) -> FeatureConfig: ...
 
-    def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures: ...
+    def extract(self, payload: dict[str, Any], info: RequestInfo) -> RequestFeatures: ...
 
 
 class AdmissionControl(Protocol):
@@ -538,4 +537,4 @@ def as_whole_pools(pools: tuple[PoolSnapshot, ...]) -> tuple[PoolSnapshot, ...]:
     what generates nothing directly, without the P/D hand-off)."""
     if all(p.role == MIXED for p in pools):
         return pools
-    return tuple(p if p.role == MIXED else replace(p, role=MIXED, pair=None) for p in pools)
+    return tuple(p if p.role == MIXED else p.replaced(role=MIXED, pair=None) for p in pools)

@@ -2,16 +2,19 @@
 
 Interfaces apart from plugins (one plugin per module under :mod:`routing.scheduler.plugins`),
 all synchronous and pure over frozen snapshots: :class:`Filter` (candidates → the subset that
-may take the request), :class:`Scorer` (candidates → a score per URL, meant to lie in [0, 1],
-1 = best), :class:`Picker` (weighted totals → one endpoint). :class:`Scheduler` runs them over
-a :class:`SchedulingContext`.
+may take the request), :class:`Scorer` (candidates → a score per candidate, in their order,
+meant to lie in [0, 1], 1 = best), :class:`Picker` (weighted totals → one endpoint).
+:class:`Scheduler` runs them over a :class:`SchedulingContext`. Scores and totals are lists in
+the candidates' order, not maps by URL: they are made and read for every candidate of every
+request, and a list costs no hashing.
 
-Invariants: the framework, not the plugin, clamps every score to [0, 1] (NaN and missing URLs
-count 0) and weights it: an endpoint's total is Σ weight × clamp(score). Plugin calls are timed
-[ns] on a regular sample of the calls. No candidate left: the pick is None and the caller falls
-back. A plugin's state (a picker's memory) lives on its instance, one per scheduler, never at
-module level. Configuration (:class:`SchedulerConfig`) names plugin instances
-(:class:`PluginSpec`) or plugin types; timings are reported under the instance name.
+Invariants: the framework, not the plugin, clamps every score to [0, 1] (NaN counts 0) and
+weights it: an endpoint's total is Σ weight × clamp(score); a scorer that does not score every
+candidate is a ValueError. Plugin calls are timed [ns] on a regular sample of the calls. No
+candidate left: the pick is None and the caller falls back. A plugin's state (a picker's
+memory) lives on its instance, one per scheduler, never at module level. Configuration
+(:class:`SchedulerConfig`) names plugin instances (:class:`PluginSpec`) or plugin types;
+timings are reported under the instance name.
 
 See docs/routing.md#the-scheduler-and-its-plugins.
 """
@@ -58,16 +61,17 @@ class Filter(Protocol):
 
 class Scorer(Protocol):
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
-        """A score in [0, 1] per candidate URL (1 = best); must accept an empty list."""
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
+        """A score in [0, 1] per candidate, in their order (1 = best); must accept an empty
+        list."""
         ...
 
 
 class Picker(Protocol):
     def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
-             totals: Mapping[str, float]) -> EndpointSnapshot:
+             totals: list[float]) -> EndpointSnapshot:
         """One of ``candidates`` (never empty, in pool order), given each one's weighted total
-        score by URL (Σ weight × score, each score in [0, 1])."""
+        score, in the same order (Σ weight × score, each score in [0, 1])."""
         ...
 
 
@@ -117,8 +121,12 @@ class ScheduleResult:
     timings: tuple[PluginTiming, ...] = ()
 
 
-Run = tuple[EndpointSnapshot | None, dict[str, float], tuple[PluginTiming, ...]]
-"""A :class:`ScheduleResult`'s fields, in order: the pick, the totals, the timings."""
+Run = tuple[EndpointSnapshot | None, tuple[PluginTiming, ...]]
+"""What the router needs of a :class:`ScheduleResult`: the pick and the timings."""
+
+Decision = tuple[EndpointSnapshot | None, Sequence[EndpointSnapshot], list[float],
+                 tuple[PluginTiming, ...]]
+"""One run's pick, the candidates the filters left, their totals (in that order), timings."""
 
 
 def clamp(score: float) -> float:
@@ -128,16 +136,17 @@ def clamp(score: float) -> float:
     return min(max(score, 0.0), 1.0)
 
 
-def top(candidates: Sequence[EndpointSnapshot], totals: Mapping[str, float],
+def top(candidates: Sequence[EndpointSnapshot], totals: list[float],
         rel_tol: float = 1e-9) -> list[EndpointSnapshot]:
-    """The candidates (in their order) whose total equals the maximum, up to float rounding:
-    within ``rel_tol`` of it, as :func:`math.isclose` with an absolute floor of 1e-12."""
+    """The candidates (in their order) whose total (``totals``, in the same order) equals the
+    maximum, up to float rounding: within ``rel_tol`` of it, as :func:`math.isclose` with an
+    absolute floor of 1e-12."""
     if not candidates:
         return []
-    best = max(totals.values())
+    best = max(totals)
     margin = rel_tol * abs(best)
     floor = best - (1e-12 if margin < 1e-12 else margin)  # max(margin, 1e-12), inline
-    return [ep for ep in candidates if totals[ep.url] >= floor]
+    return [candidates[i] for i, total in enumerate(totals) if total >= floor]
 
 
 class Scheduler:
@@ -171,11 +180,18 @@ class Scheduler:
                 self._picker[0])
 
     def schedule(self, ctx: SchedulingContext) -> ScheduleResult:
-        return ScheduleResult(*self.run(ctx))
+        chosen, candidates, totals, timings = self.decide(ctx)
+        return ScheduleResult(chosen, {ep.url: total for ep, total in
+                                       zip(candidates, totals, strict=True)}, timings)
 
     def run(self, ctx: SchedulingContext) -> Run:
-        """:meth:`schedule`'s pick, totals and timings as a plain tuple (the router's call: it
-        needs no result object)."""
+        """:meth:`schedule`'s pick and timings (the router's call: it needs neither a result
+        object nor the totals)."""
+        chosen, _, _, timings = self.decide(ctx)
+        return chosen, timings
+
+    def decide(self, ctx: SchedulingContext) -> Decision:
+        """One run of the plugins: the pick, the candidates, their totals and the timings."""
         calls = self._calls
         self._calls = calls + 1
         if calls % self._every == 0:
@@ -188,22 +204,22 @@ class Scheduler:
                 break
             candidates = plugin.filter(ctx, candidates)
         if not candidates:
-            return None, {}, ()
+            return None, candidates, [], ()
         totals = self._score(ctx, candidates, None)
-        return self._picker[1].pick(ctx, candidates, totals), totals, ()
+        return self._picker[1].pick(ctx, candidates, totals), candidates, totals, ()
 
-    def _timed(self, ctx: SchedulingContext) -> Run:
-        """:meth:`run` with every plugin call timed."""
+    def _timed(self, ctx: SchedulingContext) -> Decision:
+        """:meth:`decide` with every plugin call timed."""
         timings: list[PluginTiming] = []
         candidates = self._filter(ctx, timings)
         if not candidates:
-            return None, {}, tuple(timings)
+            return None, candidates, [], tuple(timings)
         totals = self._score(ctx, candidates, timings)
         name, picker = self._picker
         start = self._clock()
         chosen = picker.pick(ctx, candidates, totals)
         timings.append(PluginTiming(PICKER, name, self._clock() - start))
-        return chosen, totals, tuple(timings)
+        return chosen, candidates, totals, tuple(timings)
 
     def _filter(self, ctx: SchedulingContext,
                 timings: list[PluginTiming]) -> Sequence[EndpointSnapshot]:
@@ -220,25 +236,25 @@ class Scheduler:
         return candidates
 
     def _score(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
-               timings: list[PluginTiming] | None) -> dict[str, float]:
-        """Each candidate's Σ weight × clamp(score), every scorer timed when ``timings`` is
-        given. The first scorer's weighted scores make the totals in one pass, every later
-        one's are added in place; without scorers every total is 0."""
-        totals: dict[str, float] | None = None
+               timings: list[PluginTiming] | None) -> list[float]:
+        """Each candidate's Σ weight × clamp(score), in their order, every scorer timed when
+        ``timings`` is given. The first scorer's weighted scores make the totals in one pass,
+        every later one's are added in place; without scorers every total is 0."""
+        totals: list[float] | None = None
         clock = self._clock
         for name, plugin, weight in self._scorers:
             start = clock() if timings is not None else 0
-            get = plugin.score(ctx, candidates).get
+            scores = plugin.score(ctx, candidates)
             if timings is not None:
                 timings.append(PluginTiming(SCORER, name, clock() - start))
+            if len(scores) != len(candidates):
+                raise ValueError(f"scorer {name!r} gave {len(scores)} scores for "
+                                 f"{len(candidates)} candidates")
             # weight × clamp(score), NaN as 0 (as :func:`clamp`, inline: once per candidate)
             if totals is None:
-                totals = {ep.url: 0.0 + weight * (s if 0.0 <= (s := get(ep.url, 0.0)) <= 1.0
-                                                  else 1.0 if s > 1.0 else 0.0)
-                          for ep in candidates}
+                totals = [weight * (s if 0.0 <= s <= 1.0 else 1.0 if s > 1.0 else 0.0)
+                          for s in scores]
                 continue
-            for url, total in totals.items():
-                totals[url] = total + weight * (s if 0.0 <= (s := get(url, 0.0)) <= 1.0
-                                                else 1.0 if s > 1.0 else 0.0)
-        return totals if totals is not None else dict.fromkeys([ep.url for ep in candidates],
-                                                               0.0)
+            for i, s in enumerate(scores):
+                totals[i] += weight * (s if 0.0 <= s <= 1.0 else 1.0 if s > 1.0 else 0.0)
+        return totals if totals is not None else [0.0] * len(candidates)

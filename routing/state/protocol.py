@@ -52,15 +52,15 @@ class StateView(NativeValue):
               "reload_tokens", "sent_blocks", "footprint", "recent_requests")
     __slots__ = FIELDS
 
-    def __init__(self, matched_blocks: Mapping[str, int] | None = None,
+    def __init__(self, matched_blocks: dict[str, int] | None = None,
                  load: InFlight | None = None, prefix_share: float | None = None,
                  session_endpoint: str | None = None,
                  exact_endpoints: frozenset[str] = frozenset(),
-                 reload_tokens: Mapping[str, float] | None = None,
-                 sent_blocks: Mapping[str, int] | None = None,
+                 reload_tokens: dict[str, float] | None = None,
+                 sent_blocks: dict[str, int] | None = None,
                  footprint: Callable[[str], int] | None = None,
                  recent_requests: Callable[[str], int] | None = None) -> None:
-        self.matched_blocks: Final[Mapping[str, int]] = \
+        self.matched_blocks: Final[dict[str, int]] = \
             {} if matched_blocks is None else matched_blocks
         self.load: Final[InFlight] = {} if load is None else load
         self.prefix_share: Final = prefix_share

@@ -20,7 +20,7 @@ See docs/routing.md#cache_aware.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.cache_cost import LOAD_SCALE, cache_cost, cache_costs
 from routing.scheduler.framework import SchedulingContext
@@ -41,10 +41,9 @@ class CacheAware:
         self.load_scale = load_scale
 
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
         costs = cache_costs(candidates, ctx.features, ctx.view, self.load_scale)
-        if costs:
-            cheapest = min(costs.values())
-            for url, c in costs.items():
-                costs[url] = cheapest / c  # in place: the costs are this call's own
-        return costs
+        if not costs:
+            return costs
+        cheapest = min(costs)
+        return [cheapest / c for c in costs]

@@ -19,7 +19,7 @@ See docs/routing.md#footprint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.cache_cost import best_match
 from routing.load import endpoint_loads
@@ -42,27 +42,21 @@ class Footprint:
         self.by = by
 
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
         if not candidates:
-            return {}
+            return []
         view = ctx.view
         footprint = view.recent_requests if self.by == "requests" else view.footprint
         if footprint is None or (best_match(candidates, ctx.features, view)
                                  >= self.threshold * len(ctx.features.block_hashes)):
-            return dict.fromkeys([ep.url for ep in candidates], 1.0)
+            return [1.0] * len(candidates)
         loads = endpoint_loads(candidates, view.load)
-        ceiling = min(loads.values()) + self.slack
-        sizes = {url: footprint(url) for url, load in loads.items() if load <= ceiling}
-        least = min(sizes.values())
-        spread = max(sizes.values()) - least
-        get = sizes.get
-        for url in loads:  # the scores in place of the loads: the dict is this call's own
-            size = get(url)
-            if size is None:
-                loads[url] = 0.0
-            elif spread:
-                loads[url] = 1.0 - (size - least) / spread
-            else:
-                loads[url] = 1.0
-        return loads
+        ceiling = min(loads) + self.slack
+        sizes = [footprint(candidates[i].url) if load <= ceiling else -1  # -1: not eligible
+                 for i, load in enumerate(loads)]
+        eligible = [size for size in sizes if size >= 0]
+        least = min(eligible)
+        spread = max(eligible) - least
+        return [0.0 if size < 0 else (1.0 - (size - least) / spread if spread else 1.0)
+                for size in sizes]
 

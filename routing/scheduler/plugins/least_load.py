@@ -9,18 +9,18 @@ score 1. Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from routing.load import endpoint_load
+from routing.load import endpoint_loads
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot
 
 
 class LeastLoad:
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
-        loads = {ep.url: endpoint_load(ep, ctx.view.load) for ep in candidates}
-        max_load = max(loads.values(), default=0.0)
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
+        loads = endpoint_loads(candidates, ctx.view.load)
+        max_load = max(loads, default=0.0)
         if max_load <= 0:
-            return {url: 1.0 for url in loads}
-        return {url: 1.0 - load / max_load for url, load in loads.items()}
+            return [1.0] * len(loads)
+        return [1.0 - load / max_load for load in loads]

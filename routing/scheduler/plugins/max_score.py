@@ -12,7 +12,7 @@ tied endpoints instead of all going to the first one in the fleet file. Paramete
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.features import RequestFeatures
 from routing.scheduler.framework import SchedulingContext, top
@@ -28,7 +28,7 @@ def request_digest(features: RequestFeatures) -> int:
 
 class MaxScore:
     def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
-             totals: Mapping[str, float]) -> EndpointSnapshot:
+             totals: list[float]) -> EndpointSnapshot:
         tied = top(candidates, totals)
         if len(tied) == 1:
             return tied[0]

@@ -9,7 +9,7 @@ block (total = 0) scores 0 everywhere. Load is ignored: combine it with ``least_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.cache_cost import matched_blocks
 from routing.scheduler.framework import SchedulingContext
@@ -18,9 +18,8 @@ from routing.snapshots import EndpointSnapshot
 
 class PrefixMatch:
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
         total = len(ctx.features.block_hashes)
         if total == 0:
-            return {ep.url: 0.0 for ep in candidates}
-        return {ep.url: matched_blocks(ep.url, ctx.features, ctx.view) / total
-                for ep in candidates}
+            return [0.0] * len(candidates)
+        return [matched_blocks(ep.url, ctx.features, ctx.view) / total for ep in candidates]

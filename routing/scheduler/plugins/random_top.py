@@ -11,7 +11,7 @@ Parameters: ``seed`` (int), from the scheduler configuration.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext, top
 from routing.snapshots import EndpointSnapshot
@@ -22,5 +22,5 @@ class RandomTop:
         self._rng = random.Random(seed)
 
     def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
-             totals: Mapping[str, float]) -> EndpointSnapshot:
+             totals: list[float]) -> EndpointSnapshot:
         return self._rng.choice(top(candidates, totals))

@@ -14,7 +14,7 @@ module state; gateway replicas rotate independently. Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext, top
 from routing.snapshots import EndpointSnapshot
@@ -25,7 +25,7 @@ class RoundRobin:
         self._last: str | None = None
 
     def pick(self, ctx: SchedulingContext, candidates: Sequence[EndpointSnapshot],
-             totals: Mapping[str, float]) -> EndpointSnapshot:
+             totals: list[float]) -> EndpointSnapshot:
         tied = sorted(top(candidates, totals), key=lambda ep: ep.url)
         after = [ep for ep in tied if self._last is not None and ep.url > self._last]
         chosen = after[0] if after else tied[0]

@@ -8,7 +8,7 @@ heavily loaded session endpoint can still lose. Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routing.scheduler.framework import SchedulingContext
 from routing.snapshots import EndpointSnapshot
@@ -16,6 +16,6 @@ from routing.snapshots import EndpointSnapshot
 
 class SessionAffinity:
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
         target = ctx.view.session_endpoint if ctx.features.session is not None else None
-        return {ep.url: 1.0 if ep.url == target else 0.0 for ep in candidates}
+        return [1.0 if ep.url == target else 0.0 for ep in candidates]

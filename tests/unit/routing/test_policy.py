@@ -265,7 +265,7 @@ def test_switch_point_follows_the_fraction_and_counts_engine_load() -> None:
 ])
 def test_the_cap_counts_the_verify_tokens_of_each_sequence(
         draft_tokens: int, requests: int, pool: str, detail: str) -> None:
-    pools = tuple(replace(p, draft_tokens=draft_tokens) if p.name == "spec" else p
+    pools = tuple(p.replaced(draft_tokens=draft_tokens) if p.name == "spec" else p
                   for p in fleet())
     inp = PolicyInput(features(prompt_tokens=100, output=800), pools,
                       view(load={"s1": requests}))
@@ -274,7 +274,7 @@ def test_the_cap_counts_the_verify_tokens_of_each_sequence(
 
 
 def test_spec_pool_with_unknown_ridge_is_not_used_for_speculation() -> None:
-    pools = tuple(replace(p, ridge_tokens=0.0) for p in fleet())
+    pools = tuple(p.replaced(ridge_tokens=0.0) for p in fleet())
     got = LeverPolicy().decide(PolicyInput(features(prompt_tokens=100, output=800), pools, view()))
     assert got is not None and (got.pool, got.reason) == ("general", "spec>fallback_near_ridge")
 
@@ -360,8 +360,8 @@ def lacking(pools: tuple[PoolSnapshot, ...], **missing: tuple[str, ...]
             ) -> tuple[PoolSnapshot, ...]:
     """``pools`` with the endpoints named in ``missing`` (URL → levers) lacking those levers."""
     def endpoint(e: Any) -> Any:
-        return replace(e, missing_levers=frozenset(missing.get(e.url, ())))
-    return tuple(replace(p, endpoints=tuple(endpoint(e) for e in p.endpoints)) for p in pools)
+        return e.replaced(missing_levers=frozenset(missing.get(e.url, ())))
+    return tuple(p.replaced(endpoints=tuple(endpoint(e) for e in p.endpoints)) for p in pools)
 
 
 DECODE_HEAVY = features(prompt_tokens=100, output=800)
@@ -402,7 +402,7 @@ def test_a_lever_no_healthy_engine_of_a_pool_runs_is_not_counted_on(
 
 def spec_caches_too() -> tuple[PoolSnapshot, ...]:
     """The standard fleet with the speculative pool also caching prefixes (as the demo's)."""
-    return tuple(replace(p, levers=frozenset({SPECULATIVE, PREFIX_CACHE})) if p.name == "spec"
+    return tuple(p.replaced(levers=frozenset({SPECULATIVE, PREFIX_CACHE})) if p.name == "spec"
                  else p for p in fleet())
 
 
@@ -459,7 +459,7 @@ def test_a_session_endpoint_is_no_evidence_without_a_session_on_the_request() ->
 
 
 def test_a_saturated_session_pool_hands_the_follow_up_to_a_general_caching_pool() -> None:
-    pools = tuple(replace(p, levers=frozenset({SPECULATIVE, PREFIX_CACHE})) if p.name == "spec"
+    pools = tuple(p.replaced(levers=frozenset({SPECULATIVE, PREFIX_CACHE})) if p.name == "spec"
                   else p for p in fleet(state=saturated("s1")))
     feats = features(prompt_tokens=2600, output=64, session="abc")
     got = LeverPolicy().decide(PolicyInput(feats, pools, view(session_endpoint="s1")))
@@ -535,7 +535,7 @@ def test_idle_spec_leaves_long_prefills_and_sessions_to_their_rules() -> None:
 
 
 def test_idle_spec_needs_a_known_ridge_and_a_general_pool() -> None:
-    unknown = tuple(replace(p, ridge_tokens=0.0) for p in fleet())
+    unknown = tuple(p.replaced(ridge_tokens=0.0) for p in fleet())
     got = LeverPolicy().decide(PolicyInput(features(), unknown, view(load=GENERAL_BUSY)))
     assert got is not None and (got.pool, got.reason) == ("general", "default")
     only_spec = fleet(drop=("general", "radix", "chunk"))
@@ -544,7 +544,7 @@ def test_idle_spec_needs_a_known_ridge_and_a_general_pool() -> None:
 
 
 def test_header_of_an_idle_spec_decision() -> None:
-    pools = tuple(replace(p, ridge_tokens=403.0, draft_tokens=4) if p.name == "spec" else p
+    pools = tuple(p.replaced(ridge_tokens=403.0, draft_tokens=4) if p.name == "spec" else p
                   for p in fleet())
     got = LeverPolicy().decide(PolicyInput(features(), pools,
                                            view(load={**GENERAL_BUSY, "s1": 1})))

@@ -3,8 +3,6 @@ replica; pools whose filters leave nothing are set aside and the policy decides 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from routing.policy import LeverPolicy
 from routing.router import Router
 from routing.scheduler import PluginSpec, SchedulerConfig, build_scheduler
@@ -96,7 +94,7 @@ def _lora_pool(*endpoints: EndpointSnapshot, declared: frozenset[str] = frozense
 
 
 def _with(url: str, *adapters: str, healthy: bool = True) -> EndpointSnapshot:
-    return replace(ep(url, healthy=healthy, pool="lora"), adapters=frozenset(adapters))
+    return ep(url, healthy=healthy, pool="lora").replaced(adapters=frozenset(adapters))
 
 
 def test_an_adapter_goes_to_the_endpoint_that_has_it_loaded() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from routing.snapshots import (
     CHUNKED_PREFILL,
     PREFIX_CACHE,
@@ -17,7 +15,7 @@ LEVERS = frozenset({PREFIX_CACHE, SPECULATIVE})
 
 
 def endpoint(url: str, *missing: str, healthy: bool = True) -> EndpointSnapshot:
-    return replace(ep(url, healthy=healthy), missing_levers=frozenset(missing))
+    return ep(url, healthy=healthy).replaced(missing_levers=frozenset(missing))
 
 
 def pool(*endpoints: EndpointSnapshot) -> PoolSnapshot:
@@ -55,5 +53,5 @@ def test_a_lever_the_pool_does_not_declare_is_ignored() -> None:
 
 def test_a_replaced_snapshot_recomputes_its_views() -> None:
     p = pool(endpoint("a"))
-    q = replace(p, endpoints=(endpoint("a", PREFIX_CACHE),))
+    q = p.replaced(endpoints=(endpoint("a", PREFIX_CACHE),))
     assert q.offered == {SPECULATIVE} and p.offered == LEVERS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -90,7 +90,7 @@ class CountingExtractor:
     def config(self) -> FeatureConfig:
         return self.inner.config
 
-    def extract(self, payload: Mapping[str, Any], info: RequestInfo) -> RequestFeatures:
+    def extract(self, payload: dict[str, Any], info: RequestInfo) -> RequestFeatures:
         self.calls.append(info)
         return self.inner.extract(payload, info)
 
@@ -593,11 +593,11 @@ async def test_the_endpoints_of_a_model_follow_the_registry_snapshot() -> None:
     sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, n_body), None, Attempts())
     assert sent.plan.endpoint.url == B
     p, q = view.pools
-    view.pools = (p, replace(q, models=("o",)))  # a new snapshot: q serves n no more
+    view.pools = (p, q.replaced(models=("o",)))  # a new snapshot: q serves n no more
     with pytest.raises(GatewayError) as refused:
         await dispatcher.dispatch(parse_request(ApiPath.CHAT, n_body), None, Attempts())
     assert refused.value.status == 404
-    view.pools = (replace(p, models=("m", "n")), q)  # and now p does
+    view.pools = (p.replaced(models=("m", "n")), q)  # and now p does
     sent = await dispatcher.dispatch(parse_request(ApiPath.CHAT, n_body), None, Attempts())
     assert sent.plan.endpoint.url == A
 

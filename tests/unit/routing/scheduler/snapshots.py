@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from routing.features import RequestFeatures
 from routing.load import LoadCounts
-from routing.scheduler.framework import SchedulingContext
+from routing.scheduler.framework import SchedulingContext, Scorer
 from routing.snapshots import EndpointSnapshot, EngineMetrics, PoolSnapshot
 from routing.state.protocol import StateView
 
@@ -39,6 +39,14 @@ def ctx(endpoints: Iterable[EndpointSnapshot], feats: RequestFeatures | None = N
                              exclude=frozenset(exclude))
 
 
-def scored(totals: Mapping[str, float]) -> tuple[list[EndpointSnapshot], dict[str, float]]:
+def scored(totals: Mapping[str, float]) -> tuple[list[EndpointSnapshot], list[float]]:
     """Candidates (in the mapping's order) and their weighted totals, for a picker."""
-    return [ep(u) for u in totals], dict(totals)
+    return [ep(u) for u in totals], list(totals.values())
+
+
+def by_url(scorer: Scorer, c: SchedulingContext,
+           candidates: Sequence[EndpointSnapshot]) -> dict[str, float]:
+    """``scorer``'s scores of ``candidates`` (which it gives in their order), by URL."""
+    scores = scorer.score(c, candidates)
+    assert len(scores) == len(candidates), scores
+    return dict(zip([e.url for e in candidates], scores, strict=True))

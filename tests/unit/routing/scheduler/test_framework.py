@@ -20,14 +20,22 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep, features, scored, vi
 
 
 class FixedScorer:
+    """Scores by URL, given in the candidates' order (a URL not named scores 0)."""
+
     def __init__(self, scores: Mapping[str, float]) -> None:
         self.scores = scores
         self.calls = 0
 
     def score(self, ctx: SchedulingContext,
-              candidates: Sequence[EndpointSnapshot]) -> Mapping[str, float]:
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
         self.calls += 1
-        return self.scores
+        return [self.scores.get(e.url, 0.0) for e in candidates]
+
+
+class ShortScorer:
+    def score(self, ctx: SchedulingContext,
+              candidates: Sequence[EndpointSnapshot]) -> list[float]:
+        return [1.0] * (len(candidates) - 1)
 
 
 class DropAll:
@@ -54,7 +62,7 @@ def test_clamp(raw: float, clamped: float) -> None:
 def test_scores_are_clamped_then_weighted_and_summed() -> None:
     endpoints = [ep("a"), ep("b"), ep("c")]
     s1 = FixedScorer({"a": 2.0, "b": 0.5, "c": 0.25})
-    s2 = FixedScorer({"a": -1.0, "b": math.nan})  # c missing → 0
+    s2 = FixedScorer({"a": -1.0, "b": math.nan})  # c: 0
     s3 = FixedScorer({"c": 1.0})
     scheduler = Scheduler([], [("s1", s1, 3.0), ("s2", s2, 1.0), ("s3", s3, 0.5)],
                           ("max_score", MaxScore()))
@@ -62,6 +70,12 @@ def test_scores_are_clamped_then_weighted_and_summed() -> None:
     # a = 3·1 + 1·0 + 0 ; b = 3·0.5 + 0 + 0 ; c = 3·0.25 + 0 + 0.5·1
     assert result.scores == pytest.approx({"a": 3.0, "b": 1.5, "c": 1.25})
     assert result.endpoint is not None and result.endpoint.url == "a"
+
+
+def test_a_scorer_that_skips_a_candidate_is_an_error() -> None:
+    scheduler = Scheduler([], [("short", ShortScorer(), 1.0)], ("max_score", MaxScore()))
+    with pytest.raises(ValueError, match="scorer 'short' gave 1 scores for 2 candidates"):
+        scheduler.schedule(ctx([ep("a"), ep("b")]))
 
 
 def test_weights_change_the_pick() -> None:
@@ -157,7 +171,7 @@ def test_each_scheduler_has_its_own_plugin_state() -> None:
 def test_top_keeps_ties_within_rounding() -> None:
     candidates, totals = scored({"a": 0.1 + 0.2, "b": 0.3, "c": 0.29})
     assert [e.url for e in top(candidates, totals)] == ["a", "b"]
-    assert top([], {}) == []
+    assert top([], []) == []
 
 
 def test_timings_are_a_regular_sample_of_the_calls() -> None:

@@ -3,8 +3,6 @@ listing it as loaded first; a base model's request is not restricted."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from routing.scheduler.framework import SchedulingContext
 from routing.scheduler.plugins.adapter_affinity import AdapterAffinity, adapter_tiers
 from routing.snapshots import EndpointSnapshot, PoolSnapshot
@@ -13,7 +11,7 @@ from tests.unit.routing.scheduler.snapshots import ep, features
 
 
 def loaded(url: str, *names: str, healthy: bool = True) -> EndpointSnapshot:
-    return replace(ep(url, healthy=healthy), adapters=frozenset(names))
+    return ep(url, healthy=healthy).replaced(adapters=frozenset(names))
 
 
 def pool(*endpoints: EndpointSnapshot, declared: frozenset[str] = frozenset()) -> PoolSnapshot:

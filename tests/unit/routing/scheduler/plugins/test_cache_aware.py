@@ -11,7 +11,7 @@ import pytest
 
 from routing.scheduler.plugins.cache_aware import CacheAware, cost
 from routing.snapshots import EndpointSnapshot
-from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
+from tests.unit.routing.scheduler.snapshots import by_url, ctx, ep, features, view
 
 
 @pytest.mark.parametrize(
@@ -40,17 +40,17 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
 def test_scores(endpoints: list[EndpointSnapshot], matched: dict[str, int],
                 load: dict[str, int], expected: dict[str, float]) -> None:
     c = ctx(endpoints, features(prompt_tokens=1000), view(matched=matched, load=load))
-    assert CacheAware(load_scale=1.0).score(c, endpoints) == pytest.approx(expected)
+    assert by_url(CacheAware(load_scale=1.0), c, endpoints) == pytest.approx(expected)
 
 
 def test_the_default_load_scale_counts_two_requests_in_flight_as_one_queued() -> None:
     # a holds 8 blocks with load 5: 200 × (5 ÷ 2 + 1) = 700 beats idle b at 1000 × 1
     endpoints = [ep("a"), ep("b")]
     c = ctx(endpoints, features(prompt_tokens=1000), view(matched={"a": 8}, load={"a": 5}))
-    assert CacheAware().score(c, endpoints) == pytest.approx({"a": 1.0, "b": 0.7})
+    assert by_url(CacheAware(), c, endpoints) == pytest.approx({"a": 1.0, "b": 0.7})
     # ... not with load 9: 200 × 5.5 = 1100 > 1000
     c = ctx(endpoints, features(prompt_tokens=1000), view(matched={"a": 8}, load={"a": 9}))
-    assert CacheAware().score(c, endpoints) == pytest.approx({"a": 1000 / 1100, "b": 1.0})
+    assert by_url(CacheAware(), c, endpoints) == pytest.approx({"a": 1000 / 1100, "b": 1.0})
 
 
 def test_a_follow_up_stays_on_its_history_beside_an_idle_replica() -> None:
@@ -61,9 +61,9 @@ def test_a_follow_up_stays_on_its_history_beside_an_idle_replica() -> None:
     c = ctx(endpoints, features(prompt_tokens=8749),
             view(matched={"home": 81, "idle": 20}, load={"home": 12}))
     # 649 × (12 ÷ 2 + 1) = 4,543 against 6,749 × 1: it stays
-    assert CacheAware().score(c, endpoints) == pytest.approx({"home": 1.0, "idle": 4543 / 6749})
+    assert by_url(CacheAware(), c, endpoints) == pytest.approx({"home": 1.0, "idle": 4543 / 6749})
     # counting each request in flight as a queued one, 649 × 13 = 8,437: it would move
-    assert CacheAware(load_scale=1.0).score(c, endpoints) == pytest.approx(
+    assert by_url(CacheAware(load_scale=1.0), c, endpoints) == pytest.approx(
         {"home": 6749 / 8437, "idle": 1.0})
 
 
@@ -76,7 +76,7 @@ def test_load_scale_must_be_a_positive_number(bad: float) -> None:
 def test_empty_prompt_reduces_to_least_load() -> None:
     endpoints = [ep("a"), ep("b")]
     c = ctx(endpoints, features(prompt_tokens=0), view(load={"a": 1}))
-    assert CacheAware().score(c, endpoints) == pytest.approx({"a": 2 / 3, "b": 1.0})
+    assert by_url(CacheAware(), c, endpoints) == pytest.approx({"a": 2 / 3, "b": 1.0})
 
 
 def test_cost_units() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from routing.scheduler.plugins.footprint import Footprint
-from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
+from tests.unit.routing.scheduler.snapshots import by_url, ctx, ep, features, view
 
 SIZES = {"a": 99, "b": 49, "c": 199}
 
@@ -20,7 +20,7 @@ def scores(matched: dict[str, int], blocks: int = 10, threshold: float = 0.5,
         state = state.replaced(recent_requests=lambda url: size(url, 0),
                                footprint=lambda url: size(url, 0))
     c = ctx(endpoints, features(prompt_tokens=blocks * 100), state)
-    return dict(Footprint(threshold, slack).score(c, endpoints))
+    return dict(by_url(Footprint(threshold, slack), c, endpoints))
 
 
 def test_new_work_scores_the_smallest_footprint_highest() -> None:
@@ -48,8 +48,8 @@ def test_the_measure_is_recent_requests_or_recorded_blocks() -> None:
     state = view().replaced(recent_requests={"a": 9, "b": 4}.__getitem__,
                             footprint={"a": 100, "b": 400}.__getitem__)
     c = ctx(endpoints, features(), state)
-    assert Footprint(by="requests").score(c, endpoints) == {"a": 0.0, "b": 1.0}
-    assert Footprint(by="blocks").score(c, endpoints) == {"a": 1.0, "b": 0.0}
+    assert by_url(Footprint(by="requests"), c, endpoints) == {"a": 0.0, "b": 1.0}
+    assert by_url(Footprint(by="blocks"), c, endpoints) == {"a": 1.0, "b": 0.0}
     with pytest.raises(ValueError, match="by must be one of requests, blocks"):
         Footprint(by="tokens")
 
@@ -62,8 +62,8 @@ def test_a_request_continuing_a_cached_prefix_is_left_to_the_other_scorers() -> 
 
 def test_without_a_footprint_or_candidates_every_score_is_neutral() -> None:
     assert scores({}, sizes=None) == {"a": 1.0, "b": 1.0, "c": 1.0}
-    assert Footprint().score(ctx([]), []) == {}
-    assert Footprint().score(ctx([], state=view().replaced(recent_requests=len)), []) == {}
+    assert by_url(Footprint(), ctx([]), []) == {}
+    assert by_url(Footprint(), ctx([], state=view().replaced(recent_requests=len)), []) == {}
 
 
 def test_the_threshold_is_a_fraction_and_the_slack_not_negative() -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from routing.scheduler.plugins.least_load import LeastLoad
 from routing.snapshots import EndpointSnapshot
-from tests.unit.routing.scheduler.snapshots import ctx, ep, view
+from tests.unit.routing.scheduler.snapshots import by_url, ctx, ep, view
 
 
 @pytest.mark.parametrize(
@@ -25,5 +25,5 @@ from tests.unit.routing.scheduler.snapshots import ctx, ep, view
 )
 def test_scores(endpoints: list[EndpointSnapshot], shared: dict[str, int],
                 expected: dict[str, float]) -> None:
-    scores = LeastLoad().score(ctx(endpoints, state=view(load=shared)), endpoints)
+    scores = by_url(LeastLoad(), ctx(endpoints, state=view(load=shared)), endpoints)
     assert scores == pytest.approx(expected)

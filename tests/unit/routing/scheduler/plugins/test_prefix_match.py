@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from routing.scheduler.plugins.prefix_match import PrefixMatch
-from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
+from tests.unit.routing.scheduler.snapshots import by_url, ctx, ep, features, view
 
 
 @pytest.mark.parametrize(
@@ -18,8 +18,8 @@ def test_scores_are_matched_over_total_blocks(blocks: int, matched: dict[str, in
                                               expected: dict[str, float]) -> None:
     endpoints = [ep("a"), ep("b"), ep("c")]
     c = ctx(endpoints, features(prompt_tokens=blocks * 100), view(matched=matched))
-    assert PrefixMatch().score(c, endpoints) == pytest.approx(expected)
+    assert by_url(PrefixMatch(), c, endpoints) == pytest.approx(expected)
 
 
 def test_empty_candidates() -> None:
-    assert PrefixMatch().score(ctx([]), []) == {}
+    assert by_url(PrefixMatch(), ctx([]), []) == {}

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from routing.scheduler.plugins.session_affinity import SessionAffinity
-from tests.unit.routing.scheduler.snapshots import ctx, ep, features, view
+from tests.unit.routing.scheduler.snapshots import by_url, ctx, ep, features, view
 
 
 @pytest.mark.parametrize(
@@ -19,8 +19,8 @@ def test_scores(session: str | None, session_endpoint: str | None,
                 expected: dict[str, float]) -> None:
     endpoints = [ep("a"), ep("b"), ep("c")]
     c = ctx(endpoints, features(session=session), view(session_endpoint=session_endpoint))
-    assert SessionAffinity().score(c, endpoints) == expected
+    assert by_url(SessionAffinity(), c, endpoints) == expected
 
 
 def test_empty_candidates() -> None:
-    assert SessionAffinity().score(ctx([], features(session="s")), []) == {}
+    assert by_url(SessionAffinity(), ctx([], features(session="s")), []) == {}
