@@ -34,7 +34,8 @@ PLUGINS = tuple(f"routing.scheduler.plugins.{name}" for name in (
 
 GATEWAY = ("gateway.request.body", "gateway.request.answers", "gateway.request.sse",
            "gateway.request.responses_sse", "gateway.request.dispatch", "gateway.request.proxy",
-           "gateway.access.admission", "gateway.server.exchange", "gateway.server.front_door",
+           "gateway.access.admission", "gateway.access.control", "gateway.server.exchange",
+           "gateway.server.front_door", "gateway.telemetry.slos",
            "gateway.telemetry.prometheus", "gateway.telemetry.efficiency",
            "gateway.telemetry.lean_metrics", "gateway.telemetry.engine_steps")
 """The request path's own modules: a request's parsing, dispatch, relay and record. The

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import json
 import logging
 import os
 import re
@@ -39,7 +38,13 @@ from gateway.access.control import Access
 from gateway.access.keys import ANONYMOUS, Caller
 from gateway.access.limits import Grant
 from gateway.request.answers import NO_END, broken_whole
-from gateway.request.body import NO_INFERENCE, ApiPath, ParsedRequest, parse_request
+from gateway.request.body import (
+    NO_INFERENCE,
+    SCAN_JSON,
+    ApiPath,
+    ParsedRequest,
+    parse_request,
+)
 from gateway.request.deadline import within
 from gateway.request.dispatch import AdmissionControl, Attempts, Dispatched
 from gateway.request.responses_sse import ResponsesScanner, chat_usage
@@ -488,7 +493,7 @@ def check_content_type(value: bytes | None) -> None:
     or not declared at all; any other type is a 415. A web page can post ``text/plain``,
     form or multipart bodies to any origin without the browser asking first, so this is what
     keeps a page a visitor opens from driving the gateway (docs/gateway.md#request-bodies)."""
-    if value is None:
+    if value is None or value == JSON_TYPE:
         return
     media = value.partition(b";")[0].strip().lower()
     if media == JSON_TYPE or media.endswith(b"+json"):
@@ -557,9 +562,6 @@ def _route_headers(sent: Dispatched) -> list[tuple[bytes, bytes]]:
             (b"x-ridge-endpoint", str(sent.endpoint_index).encode())]
 
 
-_DECODER = json.JSONDecoder()
-
-
 def _usage_dict(body: bytes) -> dict[str, Any] | None:
     """The ``usage`` object of a whole JSON answer, parsed alone: the value after the last
     ``"usage":`` key (engines write the top-level one after the choices; generated text
@@ -569,8 +571,8 @@ def _usage_dict(body: bytes) -> dict[str, Any] | None:
     if at < 0:
         return None
     try:
-        usage, _ = _DECODER.raw_decode(body[at + 8:].decode("utf-8").lstrip())
-    except (ValueError, UnicodeDecodeError):
+        usage, _ = SCAN_JSON(body[at + 8:].decode("utf-8").lstrip(), 0)
+    except (ValueError, UnicodeDecodeError, StopIteration):
         return None
     if not isinstance(usage, dict):
         return None

@@ -69,7 +69,8 @@ def test_bad_fields_are_named(api_path: ApiPath, payload: object, param: str,
     assert info.value.body()["error"]["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize("body", [b"", b"  ", b"{", b"\xff\xfe", b"[]", b"null", b'"s"'])
+@pytest.mark.parametrize("body", [b"", b"  ", b"{", b"\xff\xfe", b"[]", b"null", b'"s"',
+                                  b"{}x", b"{} []"])
 def test_bodies_that_are_not_json_objects(body: bytes) -> None:
     with pytest.raises(GatewayError) as info:
         parse_request(ApiPath.CHAT, body)
@@ -219,6 +220,7 @@ def test_a_member_already_in_the_request_is_not_added_twice() -> None:
 
 @pytest.mark.parametrize(("body", "message"), [
     (b'{"model": "m",', "request body is not valid JSON (at line 1, column 15)"),
+    (b'{"model": "m"} {"model": "n"}', "request body is not valid JSON (at line 1, column 16)"),
     (b'{"model": "caf\xe9"}',
      "request body is not valid UTF-8 text (byte 0xe9 at offset 14); send UTF-8 JSON"),
     (b'{"model": "m", "n": ' + b"9" * 5000 + b"}",
@@ -228,3 +230,14 @@ def test_a_body_that_does_not_decode_is_named_in_ridges_words(body: bytes, messa
     with pytest.raises(GatewayError) as info:
         parse_request(ApiPath.CHAT, body)
     assert info.value.body()["error"]["message"] == message
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}',
+    b'{"model": "m", "messages": [{"role": "user", "content": "x"}]} \r\n\t',  # white after
+    b' {"model": "m", "messages": [{"role": "user", "content": "x"}]}',  # json.loads's path
+    '{"model": "m", "messages": [{"role": "user", "content": "x"}]}'.encode("utf-16"),
+])
+def test_a_json_object_parses_whichever_way_it_is_read(body: bytes) -> None:
+    assert parse_request(ApiPath.CHAT, body).payload == {
+        "model": "m", "messages": [{"role": "user", "content": "x"}]}
