@@ -74,6 +74,7 @@ PROXIED_PATHS: Mapping[str, ApiPath] = MappingProxyType(
     {api_path.value: api_path for api_path in ApiPath})
 """Every path the proxy serves (``POST`` only), by the API it is."""
 _RESPONSES = ApiPath.RESPONSES
+_COMPLETIONS = ApiPath.COMPLETIONS
 SESSION_HEADER = b"x-session-id"
 SLO_CLASS_HEADER = b"x-ridge-slo-class"
 AUTHORIZATION = b"authorization"
@@ -329,7 +330,8 @@ class Proxy:
     async def _stream(self, call: Call, exchange: Exchange) -> None:
         assert call.sent is not None and call.parsed is not None
         kind = ResponsesScanner if call.parsed.api_path is _RESPONSES else StreamScanner
-        scanner = kind(not call.parsed.include_usage, self._clock, self._limits.event)
+        scanner = kind(not call.parsed.include_usage, self._clock, self._limits.event,
+                       completions=call.parsed.api_path is _COMPLETIONS)
         call.response_started = True
         writer = await exchange.start(200, [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),

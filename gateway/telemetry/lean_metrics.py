@@ -73,7 +73,9 @@ class LeanHistogram(Histogram):
 
     def observe_all(self, amounts: Iterable[float]) -> None:
         """:meth:`observe` each of ``amounts`` (one call for a stream's inter-token gaps)."""
-        counts, bounds, total = self._counts, self._upper_bounds, self._total
+        counts: list[int] = self._counts  # typed: list operations, not generic ones
+        bounds: list[float] = self._upper_bounds
+        total: float = self._total
         for amount in amounts:
             counts[bisect_left(bounds, amount)] += 1
             total += amount

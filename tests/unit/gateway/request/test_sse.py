@@ -51,14 +51,42 @@ def ticks(step: float = 0.5) -> Iterator[float]:
     (chunk(reasoning_content="thinking"), 1),
     (chunk(tool_calls=[{"index": 0, "function": {"arguments": "{"}}]), 1),
     (chunk(tool_calls=[]), 0),
-    (event({"choices": [{"text": "once", "index": 0}]}), 1),  # completions
-    (event({"choices": [{"text": "", "index": 0}]}), 0),
+    (event({"choices": [{"text": "once", "index": 0}]}), 0),  # a completions key
     (chunk("a") + chunk("b") + chunk(finish="stop"), 2),
     (chunk('the "content":"x" of a quote'), 1),  # inside a string the quotes are escaped
     (USAGE_EVENT + DONE, 0),
+    (b'data: {"choices":[{"delta":{"content" : "x"}}]}\n\n', 1),  # json.dumps's spacing
+    (b'data: {"choices":[{"delta":{"content":\t\r\n"x"}}]}\n\n', 1),
+    (b'data: {"choices":[{"delta":{"content": ""}}]}\n\n', 0),
+    (b'data: {"choices":[{"delta":{"tool_calls": [ ]}}]}\n\n', 0),
+    (b'data: {"choices":[{"delta":{"tool_calls": [ {"index":0}]}}]}\n\n', 1),
+    (b'data: {"choices":[{"delta":{"role":"text"}}]}\n\n', 0),  # a value, not a key
+    (b'data: {"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}\n\n', 2),
+    (b'{"content":"', 1),  # a region may end inside the value it opens
+    (b'{"content":', 0),
+    (b'data: {"choices":[{"delta":{"xcontent":"a","_reasoning_content":"b"}}]}\n\n', 0),
+    (b'content":"a"', 0),  # no opening quote before the region's start
 ])
 def test_token_events_by_byte_search(region: bytes, expected: int) -> None:
     assert token_events(region) == expected
+
+
+@pytest.mark.parametrize(("region", "expected"), [
+    (event({"choices": [{"text": "once", "index": 0}]}), 1),
+    (event({"choices": [{"text": "", "index": 0}]}), 0),
+    (event({"choices": [{"text": "a"}, {"text": "b"}]}) + event({"choices": [{"text": "c"}]}),
+     3),
+    (b'data: {"choices":[{"text" : "x"}]}\n\n', 1),
+    (chunk("x"), 0),  # a chat key
+])
+def test_a_completions_stream_counts_its_text(region: bytes, expected: int) -> None:
+    assert token_events(region, completions=True) == expected
+
+
+def test_a_completions_scanner_counts_text_events() -> None:
+    scanner = StreamScanner(strip_usage=False, completions=True)
+    scanner.feed(event({"choices": [{"text": "a", "index": 0}]}))
+    assert scanner.token_events == 1
 
 
 def test_a_stream_passes_through_byte_for_byte_when_the_client_asked_for_usage() -> None:
