@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import aiohttp
@@ -152,7 +152,7 @@ def create_app(
     api.add_exception_handler(405, _wrong_method)
     api.include_router(router)
     api.include_router(reload_router)
-    return RidgeApp(api, settings.admin_port, settings.cors_origins)
+    return RidgeApp(api, settings.admin_port, settings.cors_origins, parts.running)
 
 
 ADMIN_PATHS = frozenset({"/metrics", "/status", "/docs", "/docs/oauth2-redirect", "/redoc",
@@ -166,6 +166,16 @@ PROBE_PATHS = frozenset({"/health", "/ready"})
 """Routes every listener answers without a key (liveness and readiness probes)."""
 
 
+class Running:
+    """The gateway an app runs, once its lifespan has built it (None until then): what the
+    front door reads for every request, past the look-up of the FastAPI state's attributes."""
+
+    __slots__ = ("gateway",)
+
+    def __init__(self) -> None:
+        self.gateway: Gateway | None = None
+
+
 class RidgeApp:
     """The ASGI application ridge serves: ``POST`` to a path of
     :data:`~gateway.request.proxy.PROXIED_PATHS` goes to the running gateway's
@@ -176,8 +186,9 @@ class RidgeApp:
     ``cors_origins``: the origins browsers may call from (:func:`cors`; none: CORS off)."""
 
     def __init__(self, api: FastAPI, admin_port: int | None = None,
-                 cors_origins: Sequence[str] = ()) -> None:
+                 cors_origins: Sequence[str] = (), running: Running | None = None) -> None:
         self.api = api
+        self._running = running if running is not None else Running()
         self.admin_port = admin_port
         self._entry: ASGIApp = cors(self._route, cors_origins) if cors_origins else self._route
         self._cors = bool(cors_origins)
@@ -189,7 +200,7 @@ class RidgeApp:
         way) for any other request, and for every one when CORS is on."""
         if method != b"POST" or self._cors:
             return None
-        gateway: Gateway | None = getattr(self.api.state, "gateway", None)
+        gateway = self._running.gateway
         if gateway is None or (self.admin_port is not None and server is not None
                                and server[1] == self.admin_port):
             return None
@@ -307,6 +318,7 @@ class _Parts:
     lifecycle: Lifecycle
     engine_headers: EngineHeaders
     clock: Clock | None
+    running: Running = field(default_factory=Running)
 
     def monotonic(self) -> Clock:
         """The clock of the parts that keep ages, rates and timers."""
@@ -364,7 +376,7 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
 
     gateway = Gateway(settings, fleet, registry, telemetry, serving(fleet, parts.engine_headers),
                       state, parts.worker, parts.lifecycle, access)
-    app.state.gateway = gateway
+    app.state.gateway = parts.running.gateway = gateway
     app.state.reloader = reloader = Reloader(gateway, poller, serving, settings.config)
     pages = await _worker_pages(gateway)
     try:

@@ -99,8 +99,8 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks -------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
-            self.response.raw_headers.append((name, value))
+        if self.response is not None:  # a repeated header: the last one counts
+            self.response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         if self.response is not None:
@@ -136,7 +136,7 @@ class _Response:
 
     def __init__(self, conn: _Connection, pool: Http1Client) -> None:
         self._conn, self._pool = conn, pool
-        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.headers: dict[str, str] = {}  # lower-case names, as they arrive
         self.status = 0
         self.headers_done = False
         self.complete = False
@@ -148,7 +148,6 @@ class _Response:
         self._waiter: asyncio.Future[None] | None = None
         self._error: Exception | None = None
         self._released = False
-        self._headers: dict[str, str] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._waiting_since = 0.0
         self._relay: Callable[[bytes], bool] | None = None
@@ -195,13 +194,6 @@ class _Response:
             waiter.set_result(None)
 
     # -- the UpstreamResponse protocol ----------------------------------------------------
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        if self._headers is None:
-            self._headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                             for k, v in self.raw_headers}
-        return self._headers
 
     async def wait_headers(self, timeout_s: float) -> None:
         """Until the response's headers arrive; :class:`UpstreamTimeout` after ``timeout_s``

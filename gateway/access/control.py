@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gateway.access.keys import Caller, KeyRing, model_refused
+from gateway.access.keys import ANONYMOUS, Caller, KeyRing, model_refused
 from gateway.access.limits import Grant, RateLimiter
 from gateway.request.body import ParsedRequest
 from routing.tokens.counters import CHARS_PER_TOKEN, estimate_tokens
@@ -49,7 +49,8 @@ class Access:
     def authenticate(self, authorization: bytes | None) -> Caller:
         """The caller (ANONYMOUS when no key is required); 401 otherwise when the key is
         missing or unknown."""
-        return self.keys.authenticate(authorization)
+        keys = self.keys
+        return keys.authenticate(authorization) if keys.required else ANONYMOUS
 
     async def admit(self, caller: Caller, parsed: ParsedRequest) -> Grant | None:
         """Check the caller may use the model, and take the request from its limits (None:

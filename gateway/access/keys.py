@@ -224,10 +224,11 @@ class Caller:
     """Who sent a request: the key's record, or None when authentication is off."""
 
     record: KeyRecord | None
+    name: str | None = field(init=False)
+    """The key's name (None when anonymous): a field, as every request reads it."""
 
-    @property
-    def name(self) -> str | None:
-        return self.record.name if self.record else None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.record.name if self.record else None)
 
 
 ANONYMOUS = Caller(None)
@@ -241,13 +242,21 @@ class KeyRing:
         self._sources = tuple(sources)
         self._mode, self._refresh_s = mode, refresh_s
         self._loaded: list[list[KeyRecord]] = [[] for _ in self._sources]
+        self.required = mode == "on"
+        """Whether requests must carry a key (see the module): kept with :attr:`index`, as
+        every request reads it."""
         self.index = KeyIndex()
         self._task: asyncio.Task[None] | None = None
 
     @property
-    def required(self) -> bool:
-        """Whether requests must carry a key (see the module)."""
-        return self._mode == "on" or (self._mode == "auto" and len(self.index) > 0)
+    def index(self) -> KeyIndex:
+        """The records known now."""
+        return self._index
+
+    @index.setter
+    def index(self, index: KeyIndex) -> None:
+        self._index = index
+        self.required = self._mode == "on" or (self._mode == "auto" and len(index) > 0)
 
     async def refresh(self) -> None:
         """Load every source again (a source that fails keeps its last records)."""

@@ -136,7 +136,8 @@ class TokenLedger:
 
     def __init__(self, facts: Mapping[str, EndpointFacts], *, window_s: float = WINDOW_S,
                  max_items: int = 20_000, clock: Callable[[], float] = time.monotonic) -> None:
-        self.facts = MappingProxyType(dict(facts))
+        self._facts = dict(facts)  # a dict: read for every request priced
+        self.facts: Mapping[str, EndpointFacts] = MappingProxyType(self._facts)
         self.window_s = window_s
         self._clock = clock
         self._since = clock()
@@ -166,7 +167,7 @@ class TokenLedger:
     def _price(self, url: str, decode_url: str, tokens: RequestTokens,
                span: tuple[float, float], gaps: Sequence[float]) -> None:
         first, end = span
-        facts, decode_facts = self.facts[url], self.facts[decode_url]
+        facts, decode_facts = self._facts[url], self._facts[decode_url]
         cost = request_cost(facts.shape, tokens, facts.chunk)
         prefill_steps = self._accounts[url].steps.prefill_steps(first, tokens)
         decode_steps = self._accounts[decode_url].steps.decode_steps(first, end, tokens, gaps)

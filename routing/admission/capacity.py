@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from routing.load import InFlight
@@ -97,8 +97,8 @@ class Limits:
     [tokens] where the engine runs nothing (C_e then comes from the state's tokens per request).
     ``allowance`` [requests]."""
 
-    at: Mapping[str, int] = field(default_factory=dict)
-    kv_tokens: Mapping[str, int] = field(default_factory=dict)
+    at: dict[str, int] = field(default_factory=dict)  # dicts: read on every placement
+    kv_tokens: dict[str, int] = field(default_factory=dict)
     allowance: int = 0
 
     def __bool__(self) -> bool:

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from starlette.testclient import TestClient
 
 from config.fleet import FleetConfigError, load_fleet, parse_fleet
-from gateway.app import build_extractor, build_router, create_app
+from gateway.app import Running, build_extractor, build_router, create_app
 from gateway.request.body import ApiPath
 from gateway.request.proxy import PROXIED_PATHS
 from gateway.server.routes import ridge_version
+from gateway.services import Gateway
 from gateway.settings import Settings
 from routing.features import RequestInfo
 from tests.fakes.harness import HARDWARE, MODEL_FACTS, fleet_of
@@ -171,7 +172,7 @@ def test_the_prefix_index_remembers_the_host_tier_too() -> None:
 # -- the front door ----------------------------------------------------------------------------
 
 
-class _Running:
+class _Gateway:
     """A running gateway, as the front door sees one: its proxy's doors."""
 
     def __init__(self, doors: dict[bytes, object]) -> None:
@@ -189,8 +190,10 @@ class _Running:
 def test_the_front_door_takes_the_engine_routes_where_the_proxy_would_serve_them(
         method: bytes, path: bytes, server: tuple[str, int], cors: bool, taken: bool) -> None:
     app = create_app(Settings(), fleet_of({"p": ["http://127.0.0.1:9"]}))
-    app = type(app)(app.api, admin_port=9000, cors_origins=("*",) if cors else ())
+    running = Running()
+    app = type(app)(app.api, admin_port=9000, cors_origins=("*",) if cors else (),
+                    running=running)
     assert app.door(b"POST", b"/v1/chat/completions", None) is None  # no gateway runs yet
     doors = {p.encode(): object() for p in PROXIED_PATHS}
-    app.api.state.gateway = _Running(doors)
+    running.gateway = cast(Gateway, _Gateway(doors))
     assert app.door(method, path, server) is (doors[path] if taken else None)
