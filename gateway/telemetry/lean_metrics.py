@@ -2,9 +2,10 @@
 
 :class:`LeanCounter` and :class:`LeanHistogram` are prometheus_client's ``Counter`` and
 ``Histogram`` with only their per-series storage replaced (``_metric_init``,
-``_child_samples``): plain numbers, and a histogram's bucket found by :func:`bisect.bisect_left`
-rather than a Python loop. Names, labels, registration and the exposition are unchanged;
-exemplars and the ``time()`` / ``count_exceptions()`` helpers are gone.
+``_child_samples``): a native :class:`Tally` or :class:`Buckets` (plain numbers, a
+histogram's bucket found by :func:`bisect.bisect_left`), which the request path updates with
+direct calls. Names, labels, registration and the exposition are unchanged; exemplars and the
+``time()`` / ``count_exceptions()`` helpers are gone.
 
 Invariant: no lock is needed because ridge updates its metrics and renders ``/metrics`` only on
 its event loop's thread (:mod:`gateway.services`); code that updates a metric from another
@@ -36,59 +37,90 @@ def _created_on() -> bool:
     return bool(getattr(_metrics, "_use_created", True))
 
 
-class LeanCounter(Counter):
-    """A :class:`prometheus_client.Counter` whose series keep a plain float (module docstring)."""
+class Tally:
+    """One counter series' value [its unit], kept natively: the request path adds to it with a
+    direct call (:meth:`Telemetry.record <gateway.telemetry.prometheus.Telemetry.record>`)."""
 
-    def _metric_init(self) -> None:
-        self._count = 0.0
-        self._created = time.time()
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()  # [s since the epoch]
 
-    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+    def add(self, amount: float) -> None:
         """Add ``amount`` (≥ 0; a ValueError otherwise, as prometheus_client's)."""
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        self._count += amount
+        self.value += amount
+
+
+class Buckets:
+    """One histogram series' bucket counts and sum, kept natively; ``bounds``: the buckets'
+    upper bounds, ascending, the last +Inf."""
+
+    def __init__(self, bounds: list[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+        self.created = time.time()  # [s since the epoch]
+
+    def observe(self, amount: float) -> None:
+        """Count ``amount`` in the first bucket whose bound is ≥ it (the last is +Inf)."""
+        self.counts[bisect_left(self.bounds, amount)] += 1
+        self.total += amount
+
+    def observe_all(self, amounts: Iterable[float]) -> None:
+        """:meth:`observe` each of ``amounts`` (one call for a stream's inter-token gaps)."""
+        counts, bounds = self.counts, self.bounds
+        total = self.total
+        for amount in amounts:
+            counts[bisect_left(bounds, amount)] += 1
+            total += amount
+        self.total = total
+
+
+class LeanCounter(Counter):
+    """A :class:`prometheus_client.Counter` whose series keep a :class:`Tally` (module
+    docstring)."""
+
+    def _metric_init(self) -> None:
+        self.tally = Tally()
+
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        """Add ``amount`` (≥ 0; a ValueError otherwise, as prometheus_client's)."""
+        self.tally.add(amount)
 
     def _child_samples(self) -> Iterable[Sample]:
-        total = Sample("_total", {}, self._count, None, None)
+        tally = self.tally
+        total = Sample("_total", {}, tally.value, None, None)
         if _created_on():
-            return total, Sample("_created", {}, self._created, None, None)
+            return total, Sample("_created", {}, tally.created, None, None)
         return (total,)
 
 
 class LeanHistogram(Histogram):
-    """A :class:`prometheus_client.Histogram` whose series keep a list of bucket counts and a
-    float sum (module docstring)."""
+    """A :class:`prometheus_client.Histogram` whose series keep :class:`Buckets` (module
+    docstring)."""
 
     def _metric_init(self) -> None:
         self._le = tuple(_le(bound) for bound in self._upper_bounds)
-        self._counts = [0] * len(self._upper_bounds)
-        self._total = 0.0
-        self._created = time.time()
+        self.buckets = Buckets(list(self._upper_bounds))
 
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         """Count ``amount`` in the first bucket whose bound is ≥ it (the last is +Inf)."""
-        self._counts[bisect_left(self._upper_bounds, amount)] += 1
-        self._total += amount
+        self.buckets.observe(amount)
 
     def observe_all(self, amounts: Iterable[float]) -> None:
         """:meth:`observe` each of ``amounts`` (one call for a stream's inter-token gaps)."""
-        counts: list[int] = self._counts  # typed: list operations, not generic ones
-        bounds: list[float] = self._upper_bounds
-        total: float = self._total
-        for amount in amounts:
-            counts[bisect_left(bounds, amount)] += 1
-            total += amount
-        self._total = total
+        self.buckets.observe_all(amounts)
 
     def _child_samples(self) -> Iterable[Sample]:
+        buckets = self.buckets
         samples, cumulative = [], 0
-        for le, count in zip(self._le, self._counts, strict=True):
+        for le, count in zip(self._le, buckets.counts, strict=True):
             cumulative += count
             samples.append(Sample("_bucket", {"le": le}, cumulative, None, None))
         samples.append(Sample("_count", {}, cumulative, None, None))
-        if self._upper_bounds[0] >= 0:
-            samples.append(Sample("_sum", {}, self._total, None, None))
+        if buckets.bounds[0] >= 0:
+            samples.append(Sample("_sum", {}, buckets.total, None, None))
         if _created_on():
-            samples.append(Sample("_created", {}, self._created, None, None))
+            samples.append(Sample("_created", {}, buckets.created, None, None))
         return tuple(samples)

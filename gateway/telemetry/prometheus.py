@@ -29,7 +29,7 @@ from config.fleet import Fleet
 from config.plan_section import PlanSection
 from gateway.telemetry.efficiency import EfficiencyCollector, Snapshot, TokenLedger, endpoint_facts
 from gateway.telemetry.fleet_gauges import FleetGauges, StateReadout
-from gateway.telemetry.lean_metrics import LeanCounter, LeanHistogram
+from gateway.telemetry.lean_metrics import Buckets, LeanCounter, LeanHistogram, Tally
 from gateway.telemetry.slos import SloPolicy, slo_policy
 from gateway.telemetry.walls import PoolCounts, PoolWalls
 from routing.binding_wall import lost_tokens
@@ -386,7 +386,7 @@ class Telemetry:
         series = self._series.get((model, rec.pool, rec.lever))
         if series is None:
             series = self._new_series(model, rec.pool, rec.lever)
-        series.status(rec.status).inc()
+        series.status(rec.status).add(1.0)
         self._latencies(rec, series)
         self._tokens(rec, series)
         self._goodput(rec, series)
@@ -400,26 +400,26 @@ class Telemetry:
         return series
 
     def _latencies(self, rec: RequestRecord, series: _Series) -> None:
-        series.of(self.e2e).observe(rec.e2e_s)
+        series.buckets(self.e2e).observe(rec.e2e_s)
         if rec.ttft_s is not None:
-            series.of(self.ttft).observe(rec.ttft_s)
+            series.buckets(self.ttft).observe(rec.ttft_s)
         elif rec.ttfb_s is not None:
-            series.of(self.ttfb).observe(rec.ttfb_s)
+            series.buckets(self.ttfb).observe(rec.ttfb_s)
         tpot = rec.tpot_s
         if tpot is not None:
-            series.of(self.tpot).observe(tpot)
+            series.buckets(self.tpot).observe(tpot)
         if rec.itl_s:
-            series.of(self.itl).observe_all(rec.itl_s)
+            series.buckets(self.itl).observe_all(rec.itl_s)
 
     def _tokens(self, rec: RequestRecord, series: _Series) -> None:
         if rec.prompt_tokens is not None:
-            series.of(self.prompt_tokens).inc(rec.prompt_tokens)
-            series.of(self.prompt_lengths, 2).observe(rec.prompt_tokens)
+            series.tally(self.prompt_tokens).add(rec.prompt_tokens)
+            series.buckets(self.prompt_lengths, 2).observe(rec.prompt_tokens)
         if rec.completion_tokens is not None:
-            series.of(self.completion_tokens).inc(rec.completion_tokens)
-            series.of(self.completion_lengths, 2).observe(rec.completion_tokens)
+            series.tally(self.completion_tokens).add(rec.completion_tokens)
+            series.buckets(self.completion_lengths, 2).observe(rec.completion_tokens)
         if rec.cached_tokens is not None:
-            series.of(self.cached_tokens).inc(rec.cached_tokens)
+            series.tally(self.cached_tokens).add(rec.cached_tokens)
             if rec.predicted_cached_tokens is not None:
                 self._reuse(rec.pool, rec.predicted_cached_tokens, rec.cached_tokens,
                             rec.prompt_tokens)
@@ -445,9 +445,9 @@ class Telemetry:
         verdict = evaluate(bounds, Measured(rec.status, rec.e2e_s, rec.ttft_s, rec.tpot_s))
         if not verdict.evaluated:
             return
-        series.of_class(self.slo_evaluated, slo_class).inc()
+        series.of_class(self.slo_evaluated, slo_class).add(1.0)
         if verdict.good:
-            series.of_class(self.goodput, slo_class).inc()
+            series.of_class(self.goodput, slo_class).add(1.0)
         for slo in verdict.violated:
             self.child(self.slo_violations, *series.labels, slo_class, slo).inc()
 
@@ -455,41 +455,53 @@ class Telemetry:
 class _Series:
     """The series that finished requests of one (model, pool, lever) update, each bound at its
     first update and kept (label values are bounded sets): recording a request pays one
-    look-up of this bundle, then one per series by metric, not the building of label keys."""
+    look-up of this bundle, then one per series by metric and a direct call on its native
+    value (:class:`~gateway.telemetry.lean_metrics.Tally`,
+    :class:`~gateway.telemetry.lean_metrics.Buckets`), not the building of label keys."""
 
-    __slots__ = ("labels", "_telemetry", "_children", "_by_class", "_statuses")
+    __slots__ = ("labels", "_telemetry", "_tallies", "_buckets", "_by_class", "_statuses")
 
     def __init__(self, telemetry: Telemetry, labels: tuple[str, str, str]) -> None:
         self.labels = labels
         self._telemetry = telemetry
-        self._children: dict[MetricWrapperBase, Any] = {}
-        self._by_class: dict[tuple[MetricWrapperBase, str], Any] = {}
-        self._statuses: dict[int, Any] = {}
+        self._tallies: dict[MetricWrapperBase, Tally] = {}
+        self._buckets: dict[MetricWrapperBase, Buckets] = {}
+        self._by_class: dict[tuple[MetricWrapperBase, str], Tally] = {}
+        self._statuses: dict[int, Tally] = {}
 
-    def status(self, status: int) -> Any:
+    def status(self, status: int) -> Tally:
         """``ridge_requests_total`` of this model and pool with ``status``."""
         bound = self._statuses.get(status)
         if bound is None:
             model, pool, _ = self.labels
             bound = self._statuses[status] = self._telemetry.child(
-                self._telemetry.requests, model, pool, str(status))
+                self._telemetry.requests, model, pool, str(status)).tally
         return bound
 
-    def of(self, metric: MetricWrapperBase, arity: int = 3) -> Any:
-        """``metric`` bound to the first ``arity`` of (model, pool, lever): its label names
-        (a metric is always bound with the same ``arity``)."""
-        bound = self._children.get(metric)
+    def tally(self, metric: LeanCounter, arity: int = 3) -> Tally:
+        """The counter ``metric`` bound to the first ``arity`` of (model, pool, lever): its
+        label names (a metric is always bound with the same ``arity``)."""
+        bound = self._tallies.get(metric)
         if bound is None:
-            values = self.labels[:arity]
-            bound = self._children[metric] = self._telemetry.child(metric, *values)
+            bound = self._tallies[metric] = self._telemetry.child(
+                metric, *self.labels[:arity]).tally
         return bound
 
-    def of_class(self, metric: MetricWrapperBase, slo_class: str) -> Any:
-        """``metric`` bound to (model, pool, lever, ``slo_class``)."""
+    def buckets(self, metric: LeanHistogram, arity: int = 3) -> Buckets:
+        """The histogram ``metric`` bound as :meth:`tally` binds a counter."""
+        bound = self._buckets.get(metric)
+        if bound is None:
+            bound = self._buckets[metric] = self._telemetry.child(
+                metric, *self.labels[:arity]).buckets
+        return bound
+
+    def of_class(self, metric: LeanCounter, slo_class: str) -> Tally:
+        """The counter ``metric`` bound to (model, pool, lever, ``slo_class``)."""
         key = (metric, slo_class)
         bound = self._by_class.get(key)
         if bound is None:
-            bound = self._by_class[key] = self._telemetry.child(metric, *self.labels, slo_class)
+            bound = self._by_class[key] = self._telemetry.child(
+                metric, *self.labels, slo_class).tally
         return bound
 
 

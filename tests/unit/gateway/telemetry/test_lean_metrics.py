@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 
-from gateway.telemetry.lean_metrics import LeanCounter, LeanHistogram
+from gateway.telemetry.lean_metrics import Buckets, LeanCounter, LeanHistogram, Tally
 
 BUCKETS = (0.005, 0.1, 1.0, 10.0)
 VALUES = (0.0, 0.005, 0.0051, 0.1, 0.7, 1.0, 9.99, 10.0, 10.5, 1e9)
@@ -69,6 +69,30 @@ def test_a_counter_exposes_what_prometheus_clients_does_and_refuses_to_go_down()
     assert lean_registry.get_sample_value("x_total", {"a": "p"}) == 3.5
     with pytest.raises(ValueError, match="non-negative"):
         lean.labels("p").inc(-1)
+
+
+def test_a_series_native_values_are_what_its_exposition_shows() -> None:
+    """The request path updates a series' Tally and Buckets directly (Telemetry.record): the
+    same series as the child's own inc and observe."""
+    plain_registry, lean_registry = CollectorRegistry(), CollectorRegistry()
+    plain_counter = Counter("x", "doc", ("a",), registry=plain_registry)
+    plain_histogram = Histogram("y_seconds", "doc", ("a",), buckets=BUCKETS,
+                                registry=plain_registry)
+    counter = LeanCounter("x", "doc", ("a",), registry=lean_registry)
+    histogram = LeanHistogram("y_seconds", "doc", ("a",), buckets=BUCKETS, registry=lean_registry)
+    tally, buckets = counter.labels("p").tally, histogram.labels("p").buckets
+    assert isinstance(tally, Tally) and isinstance(buckets, Buckets)
+    tally.add(2.0)
+    counter.labels("p").inc(0.5)
+    plain_counter.labels("p").inc(2.5)
+    buckets.observe_all(VALUES[:4])
+    for v in VALUES:
+        plain_histogram.labels("p").observe(v)
+    for v in VALUES[4:]:
+        buckets.observe(v)
+    assert page(lean_registry) == page(plain_registry)
+    with pytest.raises(ValueError, match="non-negative"):
+        tally.add(-1.0)
 
 
 def test_labels_remove_and_clear_are_prometheus_clients() -> None:
