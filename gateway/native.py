@@ -37,7 +37,8 @@ GATEWAY = ("gateway.request.body", "gateway.request.answers", "gateway.request.s
            "gateway.access.admission", "gateway.access.control", "gateway.server.exchange",
            "gateway.server.front_door", "gateway.telemetry.slos",
            "gateway.telemetry.prometheus", "gateway.telemetry.efficiency",
-           "gateway.telemetry.lean_metrics", "gateway.telemetry.engine_steps")
+           "gateway.telemetry.lean_metrics", "gateway.telemetry.engine_steps",
+           "gateway.telemetry.sorted_floats")
 """The request path's own modules: a request's parsing, dispatch, relay and record. The
 server's protocol and the upstream client stay Python: their connection classes subclass
 uvicorn's and asyncio's Python protocol classes."""

@@ -15,13 +15,12 @@ clock. See docs/telemetry.md#engine-steps.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Final
 
+from gateway.telemetry.sorted_floats import bisect_left, bisect_right
 from routing.formulas import RequestTokens
 from routing.native_value import NativeValue
 
@@ -42,10 +41,10 @@ class IntervalUnion:
 
     def covers(self, t: float, tolerance: float = 0.0) -> bool:
         """Whether instant ``t`` lies inside an interval widened by ``tolerance`` [s] each side."""
-        i = bisect.bisect_right(self._starts, t + tolerance) - 1
+        i = bisect_right(self._starts, t + tolerance) - 1
         return i >= 0 and self._ends[i] >= t - tolerance
 
-    def covered(self, times: Sequence[float], tolerance: float = 0.0) -> list[bool]:
+    def covered(self, times: list[float], tolerance: float = 0.0) -> list[bool]:
         """:meth:`covers` of each of ``times`` (seconds, ascending as a stream's token times
         are): one binary search, then a walk forward over the intervals."""
         starts, ends = self._starts, self._ends
@@ -56,15 +55,15 @@ class IntervalUnion:
             if t < before:  # out of order: search again
                 i = -1
             if i < 0 or (i < last and starts[i + 1] <= reach):
-                i = bisect.bisect_right(starts, reach) - 1
+                i = bisect_right(starts, reach) - 1
             out.append(i >= 0 and ends[i] >= t - tolerance)
             before = t
         return out
 
     def add(self, start: float, end: float) -> list[tuple[float, float]]:
         """Insert [start, end]; returns the parts of it that were not covered before."""
-        lo = bisect.bisect_left(self._ends, start)
-        hi = bisect.bisect_right(self._starts, end)
+        lo = bisect_left(self._ends, start)
+        hi = bisect_right(self._starts, end)
         holes, cursor = [], start
         for i in range(lo, hi):
             if self._starts[i] > cursor:
@@ -81,7 +80,7 @@ class IntervalUnion:
 
     def forget_before(self, t: float) -> None:
         """Drop intervals that ended before ``t``."""
-        cut = bisect.bisect_left(self._ends, t)
+        cut = bisect_left(self._ends, t)
         del self._starts[:cut], self._ends[:cut]
 
     def _trim(self) -> None:
@@ -147,13 +146,13 @@ class StepCounter:
         if tokens.prompt <= 0 and tokens.completion <= 0:
             return 0.0
         batched = self._near_first(at)
-        bisect.insort(self._firsts, at)
+        self._firsts.insert(bisect_right(self._firsts, at), at)
         if batched or (self._shares and self.decoding.covers(at, self._tolerance)):
             return 0.0
         return 1.0
 
     def _near_first(self, at: float) -> bool:
-        i = bisect.bisect_left(self._firsts, at - self._tolerance)
+        i = bisect_left(self._firsts, at - self._tolerance)
         return i < len(self._firsts) and self._firsts[i] <= at + self._tolerance
 
     def decode_steps(self, first: float, end: float, tokens: RequestTokens,
@@ -162,10 +161,14 @@ class StepCounter:
         records the interval. Call after :meth:`prefill_steps` for the same request."""
         self._forget(end - self._horizon)
         if gaps:
-            times = list(accumulate(gaps, initial=first))[1:]
-            fresh = [not held for held in self.decoding.covered(times, self._tolerance)]
+            times: list[float] = []
+            at = first
+            for gap in gaps:  # the token instants: first + the running sum of the gaps
+                at += gap
+                times.append(at)
+            held = self.decoding.covered(times, self._tolerance)
             self.decoding.add(first, max(first, end))
-            return _runs(times, fresh)
+            return _runs(times, held)
         if tokens.decode_steps == 0:
             return ()
         if end <= first:
@@ -186,21 +189,23 @@ class StepCounter:
         if len(firsts) > self._max + batch:
             del firsts[:len(firsts) - self._max]
         elif firsts and firsts[0] < before:
-            cut = bisect.bisect_left(firsts, before)
+            cut = bisect_left(firsts, before)
             if cut >= batch or 2 * cut >= len(firsts):
                 del firsts[:cut]
 
 
-def _runs(times: list[float], fresh: list[bool]) -> tuple[StepSpan, ...]:
-    """Spans of consecutive step instants ``times`` whose ``fresh`` flag is set."""
+def _runs(times: list[float], held: list[bool]) -> tuple[StepSpan, ...]:
+    """Spans of consecutive step instants ``times`` not ``held`` (covered) already."""
     spans: list[StepSpan] = []
-    run: list[float] = []
-    for t, new in zip(times, fresh, strict=True):
-        if new:
-            run.append(t)
-        elif run:
-            spans.append(StepSpan(run[0], run[-1], float(len(run))))
-            run = []
-    if run:
-        spans.append(StepSpan(run[0], run[-1], float(len(run))))
+    start, count = 0.0, 0  # the run being gathered: its first instant, its length
+    for i in range(len(times)):
+        if not held[i]:
+            if count == 0:
+                start = times[i]
+            count += 1
+        elif count:
+            spans.append(StepSpan(start, times[i - 1], float(count)))
+            count = 0
+    if count:
+        spans.append(StepSpan(start, times[-1], float(count)))
     return tuple(spans)

@@ -3,7 +3,7 @@
 :class:`LeanCounter` and :class:`LeanHistogram` are prometheus_client's ``Counter`` and
 ``Histogram`` with only their per-series storage replaced (``_metric_init``,
 ``_child_samples``): a native :class:`Tally` or :class:`Buckets` (plain numbers, a
-histogram's bucket found by :func:`bisect.bisect_left`), which the request path updates with
+histogram's bucket found by a compiled binary search), which the request path updates with
 direct calls. Names, labels, registration and the exposition are unchanged; exemplars and the
 ``time()`` / ``count_exceptions()`` helpers are gone.
 
@@ -17,13 +17,14 @@ is measured in docs/benchmarks/overhead.md.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Iterable
 
 from prometheus_client import Counter, Histogram
 from prometheus_client import metrics as _metrics  # internals: test_lean_metrics_pins.py
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
+
+from gateway.telemetry.sorted_floats import bisect_left
 
 
 def _le(bound: float) -> str:
