@@ -70,10 +70,8 @@ class RouteDecision(NativeValue):
 
     def header_value(self) -> str:
         """``pool=radix; lever=prefix_cache; reason=high_prefix_share; f=0.82,match=14/16``."""
-        parts = [f"pool={self.pool}"]
-        if self.decode_pool is not None:
-            parts.append(f"decode={self.decode_pool}")
-        parts += [f"lever={self.lever}", f"reason={self.reason}"]
-        if self.detail:
-            parts.append(self.detail)
-        return "; ".join(parts)
+        pools = self.pool if self.decode_pool is None else \
+            f"{self.pool}; decode={self.decode_pool}"
+        if self.detail:  # one string built, not a list of them joined: once per response
+            return f"pool={pools}; lever={self.lever}; reason={self.reason}; {self.detail}"
+        return f"pool={pools}; lever={self.lever}; reason={self.reason}"

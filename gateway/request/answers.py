@@ -31,6 +31,9 @@ MEMBER: Mapping[ApiPath, bytes] = MappingProxyType({
     ApiPath.RERANK_V1: b'"results"', ApiPath.RERANK_V2: b'"results"',
     ApiPath.TOKENIZE: b'"tokens"', ApiPath.DETOKENIZE: b'"prompt"'})
 """The member every whole 200 answer of an API holds (vLLM's and SGLang's response models)."""
+_MEMBERS = dict(MEMBER)  # a dict: read for every whole answer
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
+"""The bytes ``bytes.strip()`` takes as white space."""
 
 _DONE = b"[DONE]"
 _DONE_LINE = (b"data: ", b"data:")
@@ -41,15 +44,19 @@ _RESPONSE_END = re.compile(rb'"type"\s*:\s*"response\.(?:completed|failed|incomp
 def broken_whole(api_path: ApiPath, body: bytes) -> str | None:
     """Why ``body``, a whole 200 answer of ``api_path``, is not one (a :data:`REASONS`), or
     None when it looks whole."""
-    text = body.strip()
-    if not text:
+    start, end = 0, len(body)  # the body without its outer white space, as bytes.strip()
+    while start < end and body[start] in _SPACE:
+        start += 1
+    while end > start and body[end - 1] in _SPACE:
+        end -= 1
+    if start == end:
         return EMPTY
-    if text[:1] != b"{":
+    if body[start] != 0x7B:  # "{"
         return NOT_THE_API
-    if text[-1:] != b"}":
+    if body[end - 1] != 0x7D:  # "}"
         return CUT_SHORT
-    member = MEMBER.get(api_path)
-    return NOT_THE_API if member is not None and member not in text else None
+    member = _MEMBERS.get(api_path)
+    return NOT_THE_API if member is not None and body.find(member, start, end) < 0 else None
 
 
 def chat_stream_ended(region: bytes) -> bool:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from gateway.request.answers import (
     CUT_SHORT,
     EMPTY,
+    MEMBER,
     NOT_THE_API,
     broken_whole,
     chat_stream_ended,
@@ -37,6 +40,20 @@ CHAT = b'{"id": "x", "choices": [{"message": {"content": "hi"}}], "usage": {}}'
 def test_a_whole_answer_is_an_object_holding_its_apis_member(api: ApiPath, body: bytes,
                                                             why: str | None) -> None:
     assert broken_whole(api, body) == why
+
+
+def test_outer_white_space_is_what_bytes_strip_takes() -> None:
+    """The check reads the body in place: the same verdicts as on ``body.strip()``."""
+    rng = random.Random(3)
+    pieces = [b" ", b"\t", b"\n", b"\r", b"\x0b", b"\x0c", b"\x00", b"\xa0", b"{", b"}",
+              b'"choices"', b"x"]
+    for _ in range(5_000):
+        body = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        text = body.strip()
+        member = MEMBER[ApiPath.CHAT]
+        want = EMPTY if not text else NOT_THE_API if text[:1] != b"{" else \
+            CUT_SHORT if text[-1:] != b"}" else None if member in text else NOT_THE_API
+        assert broken_whole(ApiPath.CHAT, body) == want, body
 
 
 def test_every_api_names_its_member() -> None:
