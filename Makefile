@@ -58,7 +58,7 @@ test: deps engines native typecheck lint
 	$(BIN)/pytest -q -p no:cacheprovider
 	RIDGE_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/routing \
 		tests/unit/gateway/request tests/unit/gateway/access tests/unit/gateway/server \
-		tests/unit/gateway/telemetry
+		tests/unit/gateway/telemetry tests/unit/backends/upstream
 
 ## Without the real engines
 test-fast: deps native typecheck lint

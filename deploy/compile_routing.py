@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from gateway.native import COMPILED, extension_of  # noqa: E402
 
 BUILD = ROOT / "build" / "native"
-PACKAGES = ("routing", "gateway")
+PACKAGES = ("routing", "gateway", "backends")
 """The packages the compiled modules of :data:`COMPILED` are in."""
 
 

@@ -38,10 +38,10 @@ GATEWAY = ("gateway.request.body", "gateway.request.answers", "gateway.request.s
            "gateway.server.front_door", "gateway.telemetry.slos",
            "gateway.telemetry.prometheus", "gateway.telemetry.efficiency",
            "gateway.telemetry.lean_metrics", "gateway.telemetry.engine_steps",
-           "gateway.telemetry.sorted_floats")
-"""The request path's own modules: a request's parsing, dispatch, relay and record. The
-server's protocol and the upstream client stay Python: their connection classes subclass
-uvicorn's and asyncio's Python protocol classes."""
+           "gateway.telemetry.sorted_floats", "backends.upstream.http1")
+"""The request path's own modules: a request's parsing, dispatch, relay and record, and the
+upstream client. The server's protocol stays Python: its connection class subclasses
+uvicorn's Python protocol class."""
 
 COMPILED = ("routing.native_value", "routing.snapshots", "routing.features",
             "routing.formulas", "routing.prefix_index", "routing.window", "routing.load",

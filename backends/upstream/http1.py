@@ -12,7 +12,11 @@ the body over as it arrives, whatever is waiting as one piece.
 - Timeouts ``connect``, ``first_byte``, ``idle``, normalised into the errors of
   :mod:`backends.upstream.client`; back-pressure past :data:`HIGH_WATER` bytes.
 - Relay (:meth:`_Response.relay`): a consumer may take each piece in the connection's own
-  callback, with no task wake-up per piece. See docs/backends.md#the-default-transport-http1.
+  callback, with no task wake-up per piece.
+
+Compiled with the request path (:data:`gateway.native.COMPILED`): its classes are plain ones
+(asyncio and uvloop call a protocol's methods by name; it needs no base class). See
+docs/backends.md#the-default-transport-http1.
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import cast
+from typing import Final, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -38,12 +41,16 @@ from backends.upstream.client import (
 HIGH_WATER = 256 * 1024  # [bytes] unread body held before the socket stops being read
 
 
-@dataclass(frozen=True, slots=True)
 class _Target:
-    host: str
-    port: int
-    path: str
-    host_header: bytes
+    """Where a URL's requests go: the socket's host and port, and the request head's lead
+    (request line, ``host`` header, up to the ``content-length`` value), encoded once."""
+
+    def __init__(self, host: str, port: int, path: str, host_header: bytes) -> None:
+        self.host: Final = host
+        self.port: Final = port
+        self.key: Final = (host, port)  # the pool's key for its idle connections
+        self.lead: Final = b"".join((b"POST ", path.encode("ascii"), b" HTTP/1.1\r\nhost: ",
+                                     host_header, b"\r\ncontent-length: "))
 
 
 def _target(url: str) -> _Target:
@@ -57,8 +64,9 @@ def _target(url: str) -> _Target:
     return _Target(parts.hostname, port, path, parts.netloc.encode("ascii"))
 
 
-class _Connection(asyncio.Protocol):
-    """One upstream connection and the response it is reading (httptools parser callbacks)."""
+class _Connection:
+    """One upstream connection and the response it is reading (an asyncio protocol; httptools
+    parser callbacks)."""
 
     def __init__(self, key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> None:
         self.key, self.loop = key, loop
@@ -96,6 +104,15 @@ class _Connection(asyncio.Protocol):
             else:
                 self._fail(UpstreamStreamError(f"connection closed: {exc or 'by the engine'}"))
 
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself: connection_lost follows
+
+    def pause_writing(self) -> None:
+        pass  # requests are written whole, and small
+
+    def resume_writing(self) -> None:
+        pass
+
     # -- httptools callbacks -------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -132,9 +149,8 @@ class _Connection(asyncio.Protocol):
 class _Response:
     """An upstream response: headers as soon as they arrive, the body as it arrives."""
 
-    closes_at_once = True  # close releases or drops the connection: nothing to await
-
     def __init__(self, conn: _Connection, pool: Http1Client) -> None:
+        self.closes_at_once: Final = True  # close releases or drops the connection at once
         self._conn, self._pool = conn, pool
         self.headers: dict[str, str] = {}  # lower-case names, as they arrive
         self.status = 0
@@ -330,11 +346,15 @@ class _Response:
         self._release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        idle = self._pool.timeouts.idle
-        while (chunk := await self._next(idle)) is not None:
-            yield chunk
-        self._release()
+    def chunks(self) -> AsyncIterator[bytes]:
+        return _Chunks(self)
+
+    async def next_chunk(self) -> bytes | None:
+        """The next piece of the body; None at its end (the connection is then released)."""
+        chunk = await self._next(self._pool.timeouts.idle)
+        if chunk is None:
+            self._release()
+        return chunk
 
     async def close(self) -> None:
         if self.complete and self._error is None:
@@ -371,9 +391,64 @@ class _Response:
             self._pool.returned(self._conn, reuse)
 
 
-@dataclass
-class _Host:
-    idle: list[_Connection] = field(default_factory=list)
+class _Chunks:
+    """:meth:`_Response.chunks`: the body piece by piece, as an async iterator."""
+
+    def __init__(self, response: _Response) -> None:
+        self._response = response
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._response.next_chunk()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+
+class _Slots:
+    """The pool's connection slots: at most ``size`` held at once, waiters served first come,
+    first served. Invariant: a slot is free only when nobody waits (a release hands it to the
+    first waiter)."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> bool:
+        """Take a free slot now; False when none is free (then :meth:`wait` for one)."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        """A slot: at once when one is free, else the next one released."""
+        if not self.take():
+            await self.wait()
+
+    async def wait(self) -> None:
+        """Until a released slot is handed over (call it only after :meth:`take` failed)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot, then cancelled: the next waiter's
+            elif waiter in self._waiters:  # (a release may have dropped it already)
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class Http1Client:
@@ -382,8 +457,8 @@ class Http1Client:
 
     def __init__(self, timeouts: Timeouts, max_connections: int) -> None:
         self.timeouts = timeouts
-        self._slots = asyncio.Semaphore(max_connections)
-        self._hosts: dict[tuple[str, int], _Host] = {}
+        self._slots = _Slots(max_connections)
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}  # per (host, port), LIFO
         self._open: set[_Connection] = set()
         self._targets: dict[str, _Target] = {}
 
@@ -394,11 +469,15 @@ class Http1Client:
             if len(self._targets) > 4096:  # URLs come from the fleet file; bounded anyway
                 self._targets.clear()
         request = _request_head(target, headers, len(body)) + body
-        await self._slots.acquire()
+        slots = self._slots
+        if not slots.take():  # (no coroutine to await while a slot is free)
+            await slots.wait()
         response: _Response | None = None
         try:
             for fresh in (False, True):
-                conn = await (self._connect(target) if fresh else self._connection(target))
+                conn = None if fresh else self._pooled(target)
+                if conn is None:
+                    conn = await self._connect(target)
                 response = self._start(conn, request)
                 try:
                     await response.wait_headers(self.timeouts.first_byte)
@@ -423,29 +502,32 @@ class Http1Client:
         conn.transport.write(request)
         return response
 
-    async def _connection(self, target: _Target) -> _Connection:
-        host = self._hosts.get((target.host, target.port))
-        while host is not None and host.idle:
-            conn = host.idle.pop()
+    def _pooled(self, target: _Target) -> _Connection | None:
+        """An idle connection to ``target`` still open, the last one returned first; None
+        when there is none."""
+        idle = self._idle.get(target.key)
+        while idle:
+            conn = idle.pop()
             if conn.reusable():
                 conn.reused, conn.got_bytes = True, False
                 conn.parser = httptools.HttpResponseParser(conn)
                 return conn
             self._open.discard(conn)
-        return await self._connect(target)
+        return None
 
     async def _connect(self, target: _Target) -> _Connection:
-        key = (target.host, target.port)
+        key = target.key
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.timeouts.connect):
-                _, conn = await loop.create_connection(lambda: _Connection(key, loop), target.host,
-                                                       target.port)
+        try:  # wait_for, not an asyncio.timeout scope: docs/gateway.md#compiled-modules
+            _, made = await asyncio.wait_for(
+                loop.create_connection(lambda: _protocol(key, loop), target.host, target.port),
+                self.timeouts.connect)
         except TimeoutError as exc:
             raise UpstreamConnectError(f"connect timed out after {self.timeouts.connect:g} s"
                                        ) from exc
         except OSError as exc:
             raise UpstreamConnectError(_describe(exc, target)) from exc
+        conn = cast(_Connection, made)
         sock = conn.transport.get_extra_info("socket") if conn.transport else None
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -457,7 +539,10 @@ class Http1Client:
         conn.response = None
         self._slots.release()
         if reuse:
-            self._hosts.setdefault(conn.key, _Host()).idle.append(conn)
+            idle = self._idle.get(conn.key)
+            if idle is None:
+                idle = self._idle[conn.key] = []
+            idle.append(conn)
         else:
             self._open.discard(conn)
 
@@ -470,12 +555,17 @@ class Http1Client:
         for conn in list(self._open):
             conn.close()
         self._open.clear()
-        self._hosts.clear()
+        self._idle.clear()
+
+
+def _protocol(key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> asyncio.BaseProtocol:
+    """A new connection as the loop's ``create_connection`` wants it typed (a protocol is
+    called by its methods' names: :class:`_Connection` needs no base class)."""
+    return cast(asyncio.BaseProtocol, _Connection(key, loop))
 
 
 def _request_head(target: _Target, headers: Mapping[str, str], length: int) -> bytes:
-    lines = [b"POST ", target.path.encode("ascii"), b" HTTP/1.1\r\nhost: ", target.host_header,
-             b"\r\ncontent-length: ", str(length).encode("ascii"), b"\r\n"]
+    lines = [target.lead, str(length).encode("ascii"), b"\r\n"]
     for name, value in headers.items():
         lines += [name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
     lines.append(b"\r\n")

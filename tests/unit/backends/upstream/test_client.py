@@ -5,7 +5,7 @@ import socket
 
 from backends.upstream.aiohttp_transport import AiohttpClient, AiohttpResponse
 from backends.upstream.client import Timeouts, nodelay_socket, relaying
-from backends.upstream.http1 import _Response
+from backends.upstream.http1 import Http1Client, _Connection, _Response
 from tests.fakes.harness import ends_without_suspending
 
 
@@ -18,7 +18,7 @@ def test_upstream_sockets_have_nodelay() -> None:
         sock.close()
 
 
-def test_only_a_response_with_both_relay_methods_is_relaying() -> None:
+async def test_only_a_response_with_both_relay_methods_is_relaying() -> None:
     class Both:
         def relay(self, consumer: object) -> None: ...
 
@@ -34,7 +34,8 @@ def test_only_a_response_with_both_relay_methods_is_relaying() -> None:
     found: object = relaying(both)
     assert found is both
     assert relaying(RelayOnly()) is None and relaying(Attribute()) is None
-    http1 = _Response.__new__(_Response)  # the class decides: no connection needed
+    client = Http1Client(Timeouts(connect=1.0, first_byte=1.0, idle=1.0), 1)
+    http1 = _Response(_Connection(("127.0.0.1", 1), asyncio.get_running_loop()), client)
     found = relaying(http1)
     assert found is http1
     assert relaying(AiohttpResponse.__new__(AiohttpResponse)) is None

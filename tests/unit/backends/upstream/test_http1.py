@@ -14,7 +14,7 @@ from backends.upstream.client import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
-from backends.upstream.http1 import Http1Client
+from backends.upstream.http1 import Http1Client, _Slots
 from tests.fakes.harness import closed_port_url, ends_without_suspending
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -351,6 +351,42 @@ async def test_the_pool_holds_at_most_max_connections() -> None:
         assert await (await second).read() == b'{"echo": 2}'
         assert conns == [0]
     await client.aclose()
+
+
+async def test_a_connect_past_its_timeout_is_a_connect_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def never(*_: object, **__: object) -> None:
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", never)
+    client = Http1Client(Timeouts(connect=0.1, first_byte=2.0, idle=2.0), 8)
+    with pytest.raises(UpstreamConnectError, match="connect timed out after 0.1 s"):
+        await client.send("http://127.0.0.1:9/v1/completions", b"{}", JSON)
+    await client.aclose()
+
+
+async def test_slots_go_first_come_first_served_and_a_cancelled_wait_takes_none() -> None:
+    slots = _Slots(1)
+    await slots.acquire()
+    order: list[str] = []
+
+    async def take(name: str) -> None:
+        await slots.acquire()
+        order.append(name)
+
+    gone, first, second = (asyncio.ensure_future(take(n)) for n in ("gone", "first", "second"))
+    await asyncio.sleep(0)
+    gone.cancel()  # cancelled while waiting: leaves the queue
+    await asyncio.sleep(0)
+    slots.release()
+    await asyncio.sleep(0)
+    assert order == ["first"] and not second.done()
+    slots.release()
+    second.cancel()  # handed the slot, cancelled before it ran: the slot is free again
+    await asyncio.sleep(0)
+    assert second.cancelled() and order == ["first"]
+    await asyncio.wait_for(slots.acquire(), 1)  # the freed slot, at once
+    await asyncio.gather(gone, first, second, return_exceptions=True)
 
 
 async def test_a_malformed_answer_is_an_error_not_a_hang() -> None:
