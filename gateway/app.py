@@ -92,14 +92,32 @@ log = logging.getLogger("ridge")
 Clock = Callable[[], float]
 """Seconds on a monotonic clock."""
 ClientFactory = Callable[[UpstreamSettings], BackendClient]
-ProbeFactory = Callable[[aiohttp.ClientSession, float, HeadersFor], MetricsSource]
-"""Makes the registry's probe: the session, the probe timeout [s], the headers per endpoint."""
+ProbeFactory = Callable[[aiohttp.ClientSession, Http1Client | None, float, HeadersFor],
+                        MetricsSource]
+"""Makes the registry's probe: the aiohttp session, ridge's own client for ``http://``
+engines (None: the session for every one), the probe timeout [s], the headers per endpoint."""
+
+PROBE_CONNECTIONS = 1024
+"""Connections the probes' own client may hold open at once (about three per endpoint while
+its facts are read)."""
 
 
-def http_probe(session: aiohttp.ClientSession, timeout_s: float,
+def http_probe(session: aiohttp.ClientSession, lean: Http1Client | None, timeout_s: float,
                headers: HeadersFor) -> MetricsSource:
     """The registry's probe over HTTP (:class:`backends.engines.probe.HttpProbe`)."""
-    return HttpProbe(session, timeout_s, headers=headers)
+    return HttpProbe(session, timeout_s, headers=headers, lean=lean)
+
+
+def probe_client(settings: Settings) -> Http1Client | None:
+    """ridge's own client for the probes, when the engines' transport is ridge's own (an
+    operator who chose aiohttp for the engines' requests gets it for their probes too); its
+    timeouts are the probe's."""
+    if settings.upstream.transport != "http1":
+        return None
+    timeout_s = settings.registry.probe_timeout_s
+    return Http1Client(Timeouts(connect=timeout_s, first_byte=timeout_s, idle=timeout_s),
+                       PROBE_CONNECTIONS)
+
 
 TRANSPORTS: Mapping[str, Callable[[Timeouts, int], BackendClient]] = MappingProxyType({
     "http1": Http1Client,
@@ -345,10 +363,10 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
     if events is not None:
         telemetry.metrics_registry.register(KvEventGauges(events))
     client = parts.client_factory(settings.upstream)
-    probe_session = aiohttp.ClientSession()
+    probe_session, probe_lean = aiohttp.ClientSession(), probe_client(settings)
     poller = Poller(
         registry,
-        parts.probe_factory(probe_session, settings.registry.probe_timeout_s,
+        parts.probe_factory(probe_session, probe_lean, settings.registry.probe_timeout_s,
                             ProbeAuth(lambda: gateway.fleet, registry.pool_of, os.environ)),
         interval_s=settings.registry.poll_interval_s,
         resolver=DnsResolver(timeout_s=settings.registry.probe_timeout_s),
@@ -401,6 +419,8 @@ async def _running(app: FastAPI, settings: Settings, fleet: Fleet,
             await trace.stop()
         await client.aclose()
         await probe_session.close()
+        if probe_lean is not None:
+            await probe_lean.aclose()
         if events is not None:
             await events.aclose()
         await state.aclose()

@@ -2,9 +2,10 @@
 HTTP/1.1 client on asyncio protocols.
 
 An engine speaks plain HTTP/1.1 with keep-alive to ridge, so the client only keeps a pool of
-open connections per engine, writes one request (headers and body in one write), parses the
-response with httptools (status line, headers, ``Content-Length`` or chunked bodies) and hands
-the body over as it arrives, whatever is waiting as one piece.
+open connections per engine, writes one request (headers and body in one write: a ``POST``,
+or the ``GET`` of a probe's page), parses the response with httptools (status line, headers,
+``Content-Length`` or chunked bodies) and hands the body over as it arrives, whatever is
+waiting as one piece.
 
 - Pool: idle connections per (host, port), last in first out, at most ``max_connections`` in
   all; reused only after a complete keep-alive response. A reused connection the engine had
@@ -24,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Final, cast
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -43,13 +44,16 @@ HIGH_WATER = 256 * 1024  # [bytes] unread body held before the socket stops bein
 
 class _Target:
     """Where a URL's requests go: the socket's host and port, and the request head's lead
-    (request line, ``host`` header, up to the ``content-length`` value), encoded once."""
+    of a ``POST`` (request line, ``host`` header, up to the ``content-length`` value),
+    encoded once."""
 
     def __init__(self, host: str, port: int, path: str, host_header: bytes) -> None:
         self.host: Final = host
         self.port: Final = port
         self.key: Final = (host, port)  # the pool's key for its idle connections
-        self.lead: Final = b"".join((b"POST ", path.encode("ascii"), b" HTTP/1.1\r\nhost: ",
+        self.path: Final = path.encode("ascii")
+        self.host_header: Final = host_header
+        self.lead: Final = b"".join((b"POST ", self.path, b" HTTP/1.1\r\nhost: ",
                                      host_header, b"\r\ncontent-length: "))
 
 
@@ -462,13 +466,29 @@ class Http1Client:
         self._open: set[_Connection] = set()
         self._targets: dict[str, _Target] = {}
 
-    async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> _Response:
+    def send(self, url: str, body: bytes, headers: Mapping[str, str]
+             ) -> Coroutine[Any, Any, _Response]:
+        """A ``POST`` of ``body`` to ``url``: the response once its headers are in. (The
+        coroutine of :meth:`_exchange`, not one wrapped around it: a request awaits one.)"""
+        target = self._target_of(url)
+        return self._exchange(target, _request_head(target, headers, len(body)) + body)
+
+    def get(self, url: str, headers: Mapping[str, str]) -> Coroutine[Any, Any, _Response]:
+        """A ``GET`` of ``url`` (a probe's page): the response once its headers are in."""
+        target = self._target_of(url)
+        return self._exchange(target, _get_head(target, headers))
+
+    def _target_of(self, url: str) -> _Target:
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = _target(url)
             if len(self._targets) > 4096:  # URLs come from the fleet file; bounded anyway
                 self._targets.clear()
-        request = _request_head(target, headers, len(body)) + body
+        return target
+
+    async def _exchange(self, target: _Target, request: bytes) -> _Response:
+        """Write ``request`` on a pooled connection to ``target`` (a new one when none is
+        idle, or when the pooled one turns out closed) once a slot is free."""
         slots = self._slots
         if not slots.take():  # (no coroutine to await while a slot is free)
             await slots.wait()
@@ -565,7 +585,17 @@ def _protocol(key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> asyncio.
 
 
 def _request_head(target: _Target, headers: Mapping[str, str], length: int) -> bytes:
-    lines = [target.lead, str(length).encode("ascii"), b"\r\n"]
+    return _head([target.lead, str(length).encode("ascii"), b"\r\n"], headers)
+
+
+def _get_head(target: _Target, headers: Mapping[str, str]) -> bytes:
+    return _head([b"GET ", target.path, b" HTTP/1.1\r\nhost: ", target.host_header, b"\r\n"],
+                 headers)
+
+
+def _head(lines: list[bytes], headers: Mapping[str, str]) -> bytes:
+    """A request head: ``lines`` (up to the last line break before the headers), then
+    ``headers`` and the blank line."""
     for name, value in headers.items():
         lines += [name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
     lines.append(b"\r\n")

@@ -110,7 +110,7 @@ async def _evaluate(fleet: Fleet, entries: Sequence[TraceEntry], settings: Setti
     metrics = CollectorRegistry()
     app = create_app(settings, fleet, metrics_registry=metrics,
                      client_factory=lambda _: engines.client(),
-                     probe_factory=lambda _s, _t, _h: engines.probe(), clock=loop.time)
+                     probe_factory=lambda _s, _l, _t, _h: engines.probe(), clock=loop.time)
     texts = BlockTexts(seed)
     try:
         async with _Lifespan(app):

@@ -1,4 +1,5 @@
-"""HttpProbe against a tiny aiohttp server on 127.0.0.1 (port 0) and against a closed port."""
+"""HttpProbe against a tiny aiohttp server on 127.0.0.1 (port 0) and against a closed port,
+each test over aiohttp alone and with ridge's own client for the ``http://`` pages (``lean``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from backends.engines.probe import HttpProbe, ProbeError
 from backends.engines.scrape import normalise
 from backends.registry.endpoints import EndpointRegistry
 from backends.registry.poller import Poller
+from backends.upstream.client import Timeouts
+from backends.upstream.http1 import Http1Client
 from config.engines import Engine
 from config.fleet import parse_fleet
 
@@ -60,6 +63,17 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
+@pytest.fixture(params=["aiohttp", "http1"])
+async def lean(request: pytest.FixtureRequest) -> AsyncIterator[Http1Client | None]:
+    """None (every page over the aiohttp session), or ridge's own client for them."""
+    if request.param == "aiohttp":
+        yield None
+        return
+    client = Http1Client(Timeouts(connect=5.0, first_byte=5.0, idle=5.0), 16)
+    yield client
+    await client.aclose()
+
+
 def closed_port_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -67,9 +81,10 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"  # nothing listens here any more
 
 
-async def test_real_page_and_health(serve: Any, session: aiohttp.ClientSession) -> None:
+async def test_real_page_and_health(
+        serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
     url = await serve({"/health": text(""), "/metrics": text(PAGE)})
-    probe = HttpProbe(session, timeout_s=5)
+    probe = HttpProbe(session, lean=lean, timeout_s=5)
     assert await probe.health(url, VLLM) is True
     metrics = await probe.metrics(url + "/", VLLM)  # a trailing slash is fine
     assert metrics == normalise(PAGE, VLLM)
@@ -77,18 +92,20 @@ async def test_real_page_and_health(serve: Any, session: aiohttp.ClientSession) 
     assert (metrics.kv_block_size, metrics.kv_blocks_total) == (128, 364)
 
 
-async def test_closed_port(session: aiohttp.ClientSession) -> None:
-    probe = HttpProbe(session, timeout_s=5)
+async def test_closed_port(session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
+    probe = HttpProbe(session, lean=lean, timeout_s=5)
     url = closed_port_url()
-    with pytest.raises(ProbeError, match=r"/health: request failed: ClientConnectorError"):
+    with pytest.raises(ProbeError,
+                       match=r"/health: request failed: (ClientConnectorError|cannot connect)"):
         await probe.health(url, VLLM)
     with pytest.raises(ProbeError, match=r"/metrics: request failed"):
         await probe.metrics(url, VLLM)
 
 
-async def test_not_ready_is_false_not_an_error(serve: Any, session: aiohttp.ClientSession) -> None:
+async def test_not_ready_is_false_not_an_error(
+        serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
     url = await serve({"/health": text("loading", status=503)})
-    assert await HttpProbe(session, timeout_s=5).health(url, VLLM) is False
+    assert await HttpProbe(session, lean=lean, timeout_s=5).health(url, VLLM) is False
 
 
 @pytest.mark.parametrize(
@@ -100,19 +117,21 @@ async def test_not_ready_is_false_not_an_error(serve: Any, session: aiohttp.Clie
     ],
 )
 async def test_bad_metrics_answers(
-    serve: Any, session: aiohttp.ClientSession, handler: Handler, message: str
+    serve: Any, session: aiohttp.ClientSession,
+    lean: Http1Client | None, handler: Handler, message: str
 ) -> None:
     url = await serve({"/metrics": handler})
     with pytest.raises(ProbeError, match=message):
-        await HttpProbe(session, timeout_s=5).metrics(url, VLLM)
+        await HttpProbe(session, lean=lean, timeout_s=5).metrics(url, VLLM)
 
 
-async def test_undecodable_and_oversized_pages(serve: Any, session: aiohttp.ClientSession) -> None:
+async def test_undecodable_and_oversized_pages(
+        serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
     async def latin1(request: web.Request) -> web.Response:
         return web.Response(body=b"a 1\nb\xff 2\n")
 
     url = await serve({"/metrics": text(PAGE), "/health": latin1})
-    small = HttpProbe(session, timeout_s=5, max_body_bytes=1000)
+    small = HttpProbe(session, lean=lean, timeout_s=5, max_body_bytes=1000)
     with pytest.raises(ProbeError, match="larger than 1000 bytes"):
         await small.metrics(url, VLLM)
     url2 = await serve({"/metrics": latin1})
@@ -120,7 +139,8 @@ async def test_undecodable_and_oversized_pages(serve: Any, session: aiohttp.Clie
         await small.metrics(url2, VLLM)
 
 
-async def test_timeouts(serve: Any, session: aiohttp.ClientSession) -> None:
+async def test_timeouts(
+        serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
     release = asyncio.Event()
 
     async def stall(request: web.Request) -> web.Response:
@@ -128,7 +148,7 @@ async def test_timeouts(serve: Any, session: aiohttp.ClientSession) -> None:
         return web.Response(text=PAGE)
 
     url = await serve({"/health": stall, "/metrics": stall})
-    probe = HttpProbe(session, timeout_s=0.1)
+    probe = HttpProbe(session, lean=lean, timeout_s=0.1)
     try:
         with pytest.raises(ProbeError, match=r"/health: timed out"):
             await probe.health(url, VLLM)
@@ -138,7 +158,8 @@ async def test_timeouts(serve: Any, session: aiohttp.ClientSession) -> None:
         release.set()
 
 
-async def test_poller_with_http_probe(serve: Any, session: aiohttp.ClientSession) -> None:
+async def test_poller_with_http_probe(
+        serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
     live = await serve({"/health": text(""), "/metrics": text(PAGE)})
     dead = closed_port_url()
     fleet = parse_fleet(
@@ -163,7 +184,7 @@ async def test_poller_with_http_probe(serve: Any, session: aiohttp.ClientSession
         }
     )
     registry = EndpointRegistry(fleet)
-    await Poller(registry, HttpProbe(session, timeout_s=5)).poll_once()
+    await Poller(registry, HttpProbe(session, lean=lean, timeout_s=5)).poll_once()
     assert registry.status(live).healthy
     assert registry.status(live).metrics.prompt_tokens_total == 232.0
     down = registry.status(dead)
@@ -203,26 +224,27 @@ SGLANG_SERVER_INFO = {"model_path": "Qwen/Qwen2.5-7B-Instruct", "disable_radix_c
 
 
 async def test_vllm_facts_from_its_page_and_model_list(
-    serve: Any, session: aiohttp.ClientSession
+    serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None
 ) -> None:
     url = await serve({"/metrics": text(PAGE), "/v1/models": as_json(model_list(2048))})
-    facts = await HttpProbe(session, timeout_s=5).facts(url, VLLM)
+    facts = await HttpProbe(session, lean=lean, timeout_s=5).facts(url, VLLM)
     assert facts == {"prefix_cache": True, "speculative": False, "max_context": 2048}
 
 
 @pytest.mark.parametrize("path", ["/server_info", "/get_server_info"])
 async def test_sglang_facts_from_either_server_info_path(
-    serve: Any, session: aiohttp.ClientSession, path: str
+    serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None, path: str
 ) -> None:
     """Newer SGLang answers /server_info; older ones only /get_server_info (404 first here)."""
     url = await serve({path: as_json(SGLANG_SERVER_INFO), "/v1/models": as_json(model_list(32768))})
-    facts = await HttpProbe(session, timeout_s=5).facts(url + "/", SGLANG)
+    facts = await HttpProbe(session, lean=lean, timeout_s=5).facts(url + "/", SGLANG)
     assert facts == {"prefix_cache": False, "chunked_prefill": True, "chunk_tokens": 4096,
                      "speculative": False, "max_context": 32768}
 
 
-async def test_facts_never_raise(serve: Any, session: aiohttp.ClientSession) -> None:
-    probe = HttpProbe(session, timeout_s=5)
+async def test_facts_never_raise(
+        serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None) -> None:
+    probe = HttpProbe(session, lean=lean, timeout_s=5)
     assert await probe.facts(closed_port_url(), VLLM) == {}
     assert await probe.facts(closed_port_url(), SGLANG) == {}
     broken = await serve({"/server_info": text("{not json"), "/get_server_info": as_json([1, 2]),
@@ -232,7 +254,7 @@ async def test_facts_never_raise(serve: Any, session: aiohttp.ClientSession) -> 
 
 
 async def test_a_poller_checks_an_sglang_pool_against_its_server_info(
-    serve: Any, session: aiohttp.ClientSession
+    serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None
 ) -> None:
     """A fake SGLang answering its documented JSON: the pool declares radix caching, the
     engine runs with --disable-radix-cache; read once, on the first healthy poll."""
@@ -252,7 +274,7 @@ async def test_a_poller_checks_an_sglang_pool_against_its_server_info(
         "hardware": {"peak_flops": 1e14, "mem_bandwidth": 1e12},
     }]})
     registry = EndpointRegistry(fleet)
-    poller = Poller(registry, HttpProbe(session, timeout_s=5))
+    poller = Poller(registry, HttpProbe(session, lean=lean, timeout_s=5))
     for _ in range(3):
         await poller.poll_once()
     check = registry.status(url).lever_check
@@ -275,17 +297,42 @@ def guarded(key: str, handler: Handler) -> Handler:
 
 
 async def test_probes_carry_the_endpoints_headers(
-    serve: Any, session: aiohttp.ClientSession
+    serve: Any, session: aiohttp.ClientSession, lean: Http1Client | None
 ) -> None:
     url = await serve({"/health": text(""), "/metrics": guarded("k", text(PAGE)),
                        "/server_info": guarded("k", as_json(SGLANG_SERVER_INFO)),
                        "/v1/models": guarded("k", as_json(model_list(32768)))})
-    bare = HttpProbe(session, timeout_s=5)
+    bare = HttpProbe(session, lean=lean, timeout_s=5)
     with pytest.raises(ProbeError, match="HTTP 401"):
         await bare.metrics(url, VLLM)
     assert await bare.facts(url, SGLANG) == {}
-    keyed = HttpProbe(session, timeout_s=5,
+    keyed = HttpProbe(session, lean=lean, timeout_s=5,
                       headers=lambda u: {"Authorization": "Bearer k"} if u == url else {})
     assert await keyed.health(url, VLLM) is True
     assert (await keyed.metrics(url, VLLM)).kv_blocks_total == 364
     assert (await keyed.facts(url, SGLANG))["chunk_tokens"] == 4096
+
+
+async def test_the_lean_client_reads_the_pages_over_one_kept_connection(serve: Any) -> None:
+    """With ``lean``, the http:// pages go through ridge's client (the session here is closed:
+    any use of it would fail), and one kept-alive connection serves every probe."""
+    peers: set[Any] = set()
+
+    def counted(handler: Handler) -> Handler:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            assert request.transport is not None
+            peers.add(request.transport.get_extra_info("peername"))
+            return await handler(request)
+
+        return wrapped
+
+    url = await serve({"/health": counted(text("")), "/metrics": counted(text(PAGE))})
+    closed = aiohttp.ClientSession()
+    await closed.close()
+    client = Http1Client(Timeouts(connect=5.0, first_byte=5.0, idle=5.0), 16)
+    probe = HttpProbe(closed, timeout_s=5, lean=client)
+    for _ in range(3):
+        assert await probe.health(url, VLLM) is True
+        assert (await probe.metrics(url, VLLM)).kv_blocks_total == 364
+    assert len(peers) == 1
+    await client.aclose()
