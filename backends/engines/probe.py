@@ -4,10 +4,10 @@
 with one shared ``aiohttp.ClientSession`` and, when given one, ridge's own HTTP/1.1 client
 (:class:`backends.upstream.http1.Http1Client`) for ``http://`` endpoints, both owned by the
 caller: the lean client spends a fraction of aiohttp's CPU per page, and the poller asks every
-endpoint twice a second by default. Tests inject fakes. Outcomes,
-the same for every implementation: ``health`` is True on a 2xx answer, False on any other,
-and raises :class:`ProbeError` when the engine cannot be reached; ``metrics`` is the page
-normalised by the engine's dialect, or :class:`ProbeError`; ``facts``
+endpoint for its health and its metrics once a second by default. Tests inject fakes.
+Outcomes, the same for every implementation: ``health`` is True on a 2xx answer, False on any
+other, and raises :class:`ProbeError` when the engine cannot be reached; ``metrics`` is the
+page normalised by the engine's dialect, or :class:`ProbeError`; ``facts``
 (:mod:`backends.engines.facts`) never raises, leaving unknown what it cannot read, and fetches
 only the sources the engine's fact table names, when an endpoint becomes healthy.
 
