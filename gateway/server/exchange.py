@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -132,9 +132,16 @@ class Exchange(Protocol):
         """A piece of a started body; ``more`` False: the last one."""
 
 
+_SIZE_LINES: Final = tuple(b"%x\r\n" % size for size in range(1024))
+"""A chunk's size line for each size below 1 KiB (a streamed event's), made once: formatting
+one per chunk costs more than the rest of its framing."""
+
+
 def chunk(data: bytes) -> bytes:
     """``data`` (not empty) framed as one chunk of a chunked body."""
-    return b"%x\r\n%b\r\n" % (len(data), data)
+    size = len(data)
+    line = _SIZE_LINES[size] if size < 1024 else b"%x\r\n" % size
+    return line + data + b"\r\n"
 
 
 def too_large(limit: int) -> GatewayError:

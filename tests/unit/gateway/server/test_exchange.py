@@ -15,9 +15,16 @@ from gateway.server.exchange import (
     AsgiExchange,
     ClientGone,
     DisconnectWatch,
+    chunk,
     error_response,
     read_body,
 )
+
+
+@pytest.mark.parametrize("size", [1, 15, 16, 1023, 1024, 4096, 70000])
+def test_a_chunk_is_its_size_in_hex_then_its_data(size: int) -> None:
+    data = b"x" * size
+    assert chunk(data) == f"{size:x}\r\n".encode() + data + b"\r\n"
 
 
 async def test_read_body_refuses_a_declared_size_at_once_and_a_client_that_leaves() -> None:
