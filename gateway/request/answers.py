@@ -74,4 +74,4 @@ def chat_stream_ended(region: bytes) -> bool:
 
 def responses_stream_ended(region: bytes) -> bool:
     """Whether ``region`` (whole events of a Responses stream) holds its last event."""
-    return b"response." in region and _RESPONSE_END.search(region) is not None
+    return region.find(b"response.") >= 0 and _RESPONSE_END.search(region) is not None

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from gateway.request.answers import responses_stream_ended
-from gateway.request.sse import StreamScanner, _events_with
+from gateway.request.sse import _USAGE_KEY, StreamScanner, _events_with
 
 _DELTA = re.compile(rb'"delta"\s*:\s*"(?!")')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
@@ -50,11 +50,11 @@ class ResponsesScanner(StreamScanner):
         buffer = self._whole_events(chunk)
         if not buffer:
             return b""
+        self._last = buffer
         if n := len(_DELTA.findall(buffer)):
             self._tokens(n)
-        if buffer.find(b'"usage"') >= 0 and _USAGE.search(buffer):  # find: quicker than in
+        if buffer.partition(_USAGE_KEY)[1] and _USAGE.search(buffer):
             self._take_usage(buffer)
-        self.ended = self.ended or self._ends(buffer)
         return buffer
 
     def _ends(self, region: bytes) -> bool:

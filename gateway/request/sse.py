@@ -5,8 +5,11 @@ cheap byte inspection finds what ridge needs.
 holding back only an incomplete trailing event (relayed bytes end at an event boundary). Per
 complete region, by byte search, never by parsing JSON: the token events (for TTFT and the
 inter-token gaps) and the usage event, the one event parsed as JSON (``body.loads``), cut from
-the relay when ridge asked for it on its own account (``strip_usage``); and whether the stream's
-last event came (``ended``: a stream without it broke off).
+the relay when ridge asked for it on its own account (``strip_usage``); and, at the stream's end,
+whether its last event came (``ended``, looked for in the last region and what is held back: a
+stream without it broke off). Each byte search is one builtin call, which costs more than the
+search it makes, so a region gets one call per key (``bytes.split``, ``bytes.partition``: the
+cheapest calls to make) and never bytes' ``in`` (it first tries its operand as an integer).
 
 An incomplete event held back past ``max_event_bytes`` raises
 :class:`~backends.upstream.client.UpstreamStreamError`. See docs/gateway.md#streams.
@@ -18,23 +21,24 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from backends.upstream.client import UpstreamStreamError
 from gateway.request.answers import chat_stream_ended
 from gateway.request.body import loads
 
-_CONTENT = b'content"'
+_CONTENT: Final = b'content"'
 """The end of a chat stream's text keys, ``"content"`` and ``"reasoning_content"``: one search
 finds both."""
-_REASONING = b'"reasoning_'
-_TOOL_CALLS = b'"tool_calls"'
+_REASONING: Final = b'"reasoning_'
+_TOOL_CALLS: Final = b'"tool_calls"'
 """A chat stream's key whose non-empty array value is a token event."""
-_TEXT = b'"text"'
+_TEXT: Final = b'"text"'
 """A completions stream's text key."""
-_USAGE = re.compile(rb'"usage"\s*:\s*\{')
-_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
-MAX_EVENT_BYTES = 4 * 1024 * 1024  # default cap of one event held back [bytes]
+_USAGE_KEY: Final = b'"usage"'
+_USAGE: Final = re.compile(rb'"usage"\s*:\s*\{')
+_NO_CHOICES: Final = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+MAX_EVENT_BYTES: Final = 4 * 1024 * 1024  # default cap of one event held back [bytes]
 
 
 def token_events(region: bytes, completions: bool = False) -> int:
@@ -43,8 +47,8 @@ def token_events(region: bytes, completions: bool = False) -> int:
     empty, or ``"tool_calls"`` an array that is not; in a completions stream (``completions``),
     ``"text"`` a string. JSON's white space is allowed around the colon (engines write none;
     Python's json module one space). A key's quotes are the JSON's own: inside a string they
-    would be escaped. Found by ``bytes.find``, which skips through the bytes between keys far
-    faster than a regular expression tries each of them."""
+    would be escaped. Found by one ``bytes.split`` per key (:func:`_starts`), which skips through
+    the bytes between keys far faster than a regular expression tries each of them."""
     if completions:
         return _strings_after(region, _TEXT, b"")
     return _strings_after(region, _CONTENT, _REASONING) + _arrays_after(region, _TOOL_CALLS)
@@ -54,30 +58,38 @@ def _strings_after(region: bytes, key: bytes, prefix: bytes) -> int:
     """How often ``key`` opens a string that is not empty, where ``key`` starts with a quote
     or (``prefix`` not empty) follows a quote or ``prefix`` directly."""
     count, end = 0, len(region)
-    at = region.find(key)
-    while at >= 0:
+    for at in _starts(region, key):
         if not prefix or (at > 0 and region[at - 1] == 0x22) or \
                 region.endswith(prefix, 0, at):
             value = _value_at(region, at + len(key))
             if 0 <= value < end and region[value] == 0x22 and (  # '"', then not '"'
                     value + 1 == end or region[value + 1] != 0x22):
                 count += 1
-        at = region.find(key, at + len(key))
     return count
 
 
 def _arrays_after(region: bytes, key: bytes) -> int:
     """How often ``key`` opens an array that is not empty."""
     count, end = 0, len(region)
-    at = region.find(key)
-    while at >= 0:
+    for at in _starts(region, key):
         value = _value_at(region, at + len(key))
         if 0 <= value < end and region[value] == 0x5B:  # "[", then not "]"
             inside = _space_from(region, value + 1)
             if inside == end or region[inside] != 0x5D:
                 count += 1
-        at = region.find(key, at + len(key))
     return count
+
+
+def _starts(region: bytes, key: bytes) -> list[int]:
+    """Where ``key`` starts in ``region``, each time, from one split (one builtin call, where a
+    find per occurrence would be one call each)."""
+    parts = region.split(key)
+    starts: list[int] = []
+    at = -len(key)
+    for i in range(len(parts) - 1):
+        at += len(key) + len(parts[i])
+        starts.append(at)
+    return starts
 
 
 def _space_from(region: bytes, at: int) -> int:
@@ -102,8 +114,11 @@ def _value_at(region: bytes, at: int) -> int:
 
 def _boundary(buffer: bytes, end: int | None = None) -> int:
     """Index just past the last event terminator in ``buffer[:end]``, or 0."""
-    if end is None and (buffer.endswith(b"\n\n") or buffer.endswith(b"\r\n\r\n")):
-        return len(buffer)  # the common case: a piece of whole events, no search
+    n = len(buffer)
+    if end is None and n >= 2 and buffer[n - 1] == 0x0A and (  # "\n"
+            buffer[n - 2] == 0x0A or (n >= 4 and buffer[n - 2] == 0x0D and
+                                      buffer[n - 3] == 0x0A and buffer[n - 4] == 0x0D)):
+        return n  # the common case: a piece of whole events, no search (and no call)
     lf = buffer.rfind(b"\n\n", 0, end)
     crlf = buffer.rfind(b"\r\n\r\n", 0, end)
     return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
@@ -127,7 +142,7 @@ class StreamScanner:
     """Relays an SSE body and watches it (module docstring). ``clock``: seconds;
     ``completions``: a completions stream (else a chat stream: :func:`token_events`)."""
 
-    __slots__ = ("_strip_usage", "_clock", "_max_event", "_completions", "_held",
+    __slots__ = ("_strip_usage", "_clock", "_max_event", "_completions", "_held", "_last",
                  "first_token_at", "_last_token_at", "gaps", "token_events", "usage", "ended")
 
     def __init__(self, strip_usage: bool, clock: Callable[[], float] = time.perf_counter,
@@ -137,28 +152,31 @@ class StreamScanner:
         self._clock = clock
         self._max_event = max_event_bytes
         self._held = b""
+        self._last = b""
         self.first_token_at: float | None = None
         self._last_token_at: float | None = None
         self.gaps: list[float] = []
         self.token_events = 0
         self.usage: dict[str, Any] | None = None
         self.ended = False
-        """Whether the stream's last event came (:mod:`gateway.request.answers`)."""
+        """Whether the stream's last event came (:mod:`gateway.request.answers`), known once
+        :meth:`rest` was taken."""
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes of ``chunk`` (after what was held back) to relay now."""
         buffer = self._whole_events(chunk)
         if not buffer:
             return b""
+        self._last = buffer
         if n := token_events(buffer, self._completions):
             self._tokens(n)
-        if buffer.find(b'"usage"') >= 0 and _USAGE.search(buffer):  # find: quicker than in
+        if buffer.partition(_USAGE_KEY)[1] and _USAGE.search(buffer):
             buffer = self._usage(buffer)
-        self.ended = self.ended or self._ends(buffer)
         return buffer
 
     def _ends(self, region: bytes) -> bool:
-        """Whether ``region`` holds the stream's last event."""
+        """Whether ``region`` (whole events, or the unterminated rest) holds the stream's last
+        event."""
         return chat_stream_ended(region)
 
     def _whole_events(self, chunk: bytes) -> bytes:
@@ -175,9 +193,10 @@ class StreamScanner:
         return buffer
 
     def rest(self) -> bytes:
-        """What is still held back at the end of the stream (an unterminated last event)."""
+        """What is still held back at the end of the stream (an unterminated last event); sets
+        :attr:`ended` from it and the last region relayed."""
         rest, self._held = self._held, b""
-        self.ended = self.ended or self._ends(rest)
+        self.ended = self._ends(self._last) or self._ends(rest)
         return rest
 
     def _tokens(self, n: int) -> None:

@@ -66,6 +66,10 @@ def ticks(step: float = 0.5) -> Iterator[float]:
     (b'{"content":', 0),
     (b'data: {"choices":[{"delta":{"xcontent":"a","_reasoning_content":"b"}}]}\n\n', 0),
     (b'content":"a"', 0),  # no opening quote before the region's start
+    (b'content"content":"x"', 1),  # keys back to back: the second follows the first's quote
+    (b'{"content":"a","reasoning_content":"b","content":""}', 2),
+    (b'{"tool_calls":[1],"tool_calls":[],"tool_calls":[2]}', 2),
+    (chunk("a", tool_calls=[{"index": 0}]), 2),  # each key opens a token event
 ])
 def test_token_events_by_byte_search(region: bytes, expected: int) -> None:
     assert token_events(region) == expected
@@ -120,6 +124,41 @@ def test_only_whole_events_are_relayed_the_tail_waits_for_its_end() -> None:
     assert scanner.feed(b'": 1}\n\n') == b'data: {"partial": 1}\n\n'
     assert scanner.feed(b"data: [DO") == b""
     assert scanner.rest() == b"data: [DO"  # an unterminated last event, given at the end
+
+
+@pytest.mark.parametrize(("piece", "relayed"), [
+    (b"data: {}\n\n", b"data: {}\n\n"),
+    (b"data: {}\r\n\r\n", b"data: {}\r\n\r\n"),
+    (b"data: {}\n\ndata: {}\n", b"data: {}\n\n"),
+    (b"data: {}\r\n", b""),
+    (b"\n", b""),
+    (b"\n\n", b"\n\n"),
+    (b"\r\n\r\n", b"\r\n\r\n"),
+    (b"data: {}\r\n\n", b"data: {}\r\n\n"),  # a CR LF line end, then a blank line
+])
+def test_a_piece_is_relayed_up_to_its_last_blank_line(piece: bytes, relayed: bytes) -> None:
+    scanner = StreamScanner(strip_usage=False)
+    assert scanner.feed(piece) == relayed
+    assert scanner.rest() == piece[len(relayed):]
+
+
+@pytest.mark.parametrize(("pieces", "ended"), [
+    (STREAM, True),
+    (STREAM[:-1], False),  # broke off before [DONE]
+    ([b"".join(STREAM)], True),
+    ([*STREAM[:-1], b"data: [DONE]"], True),  # the last event unterminated, held back
+    ([*STREAM[:-1], b"data: [DO", b"NE]\n\n"], True),
+    ([*STREAM, b"\n"], True),  # a stray line end after the last event
+    ([DONE, chunk("x")], False),  # events after [DONE]: it was not the last
+    ([chunk("data: [DONE]")], False),  # generated text
+    ([], False),
+])
+def test_a_stream_ended_when_its_last_region_holds_done(pieces: list[bytes], ended: bool) -> None:
+    scanner = StreamScanner(strip_usage=True)
+    for piece in pieces:
+        scanner.feed(piece)
+    scanner.rest()
+    assert scanner.ended is ended
 
 
 def test_crlf_terminated_events_are_events_too() -> None:
