@@ -19,11 +19,11 @@ $(STAMP): pyproject.toml bench/pyproject.toml
 deps: $(STAMP)
 	@if [ -n "$(APT_PACKAGES)" ]; then bash deploy/apt-install.sh $(APT_PACKAGES); fi
 
-## The request hot path's modules compiled to C with mypyc, beside their sources
-## (gateway/native.py), and again whenever one's source changes. Without a C compiler the
-## sources run (make test requires it).
+## The request hot path's modules compiled to C with mypyc (and those written in C built),
+## beside their sources (gateway/native.py), and again whenever one's source changes. Without
+## a C compiler the sources run (make test requires it).
 NATIVE := build/native/.built
-NATIVE_SOURCES := $(shell $(PYTHON) -c "from gateway.native import COMPILED; print(*(m.replace('.', '/') + '.py' for m in COMPILED))")
+NATIVE_SOURCES := $(shell $(PYTHON) -c "from gateway.native import NATIVE, WRITTEN_IN_C; print(*(m.replace('.', '/') + '.py' for m in NATIVE), *(m.replace('.', '/') + '.c' for m in WRITTEN_IN_C))")
 $(NATIVE): $(STAMP) $(shell find routing -name "*.py") $(NATIVE_SOURCES) gateway/native.py deploy/compile_routing.py setup.py
 	$(BIN)/python deploy/compile_routing.py $(NATIVE_FLAGS)
 	@mkdir -p $(dir $@) && touch $@

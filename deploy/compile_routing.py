@@ -1,7 +1,7 @@
 """Compile the hot path's modules of ``gateway.native.COMPILED`` to C extension modules with
-mypyc, beside their sources: ``python deploy/compile_routing.py`` (``make native``). The build
-is the project's ``setup.py`` with ``RIDGE_COMPILE=1``, the one the container image's wheel is
-built with.
+mypyc, and those of ``gateway.native.WRITTEN_IN_C`` from their C files, beside their sources:
+``python deploy/compile_routing.py`` (``make native``). The build is the project's
+``setup.py`` with ``RIDGE_COMPILE=1``, the one the container image's wheel is built with.
 
 Needs a C compiler and Python's headers. Without them (or on any other failure) it says so and
 leaves the routing pure Python, which runs the same; ``--require`` makes that an error (exit
@@ -22,11 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.native import COMPILED, extension_of  # noqa: E402
+from gateway.native import NATIVE, extension_of  # noqa: E402
 
 BUILD = ROOT / "build" / "native"
 PACKAGES = ("routing", "gateway", "backends")
-"""The packages the compiled modules of :data:`COMPILED` are in."""
+"""The packages the compiled modules of ``NATIVE`` are in."""
 
 
 def clean() -> None:
@@ -51,7 +51,7 @@ def build() -> str | None:
         cwd=ROOT, env=env, capture_output=True, text=True)
     if run.returncode != 0:
         return (run.stdout + run.stderr).strip()[-4000:]
-    missing = [m for m in COMPILED if extension_of(m) is None]
+    missing = [m for m in NATIVE if extension_of(m) is None]
     return f"not built: {', '.join(missing)}" if missing else None
 
 
@@ -67,7 +67,7 @@ def main() -> int:
         return 0
     problem = build()
     if problem is None:
-        print(f"routing: compiled {', '.join(COMPILED)}")
+        print(f"routing: compiled {', '.join(NATIVE)}")
         return 0
     clean()
     print(f"routing: could not compile, the sources run ({problem})", file=sys.stderr)

@@ -2,14 +2,14 @@
 than its source.
 
 ridge is pure Python and runs as such wherever it is installed. ``make native``
-compiles the modules of :data:`COMPILED` with mypyc (``deploy/compile_routing.py``) into
-extension modules beside their sources, which Python imports before a source of the same
-name. The sources stay the reference: the same tests run against both
-(:func:`prefer_sources`).
+compiles the modules of :data:`COMPILED` with mypyc (``deploy/compile_routing.py``), and those
+of :data:`WRITTEN_IN_C` from their C files, into extension modules beside their sources, which
+Python imports before a source of the same name. The Python sources stay the reference: the
+same tests run against both (:func:`prefer_sources`).
 
-A compiled module older than its source would run the old code: :func:`stale` names those;
-``ridge serve`` and the test suite refuse to start until ``make native`` compiles them again
-(or ``make clean-native`` removes them). See docs/gateway.md#compiled-modules.
+A compiled module older than its source (or its C file) would run the old code: :func:`stale`
+names those; ``ridge serve`` and the test suite refuse to start until ``make native`` compiles
+them again (or ``make clean-native`` removes them). See docs/gateway.md#compiled-modules.
 """
 
 from __future__ import annotations
@@ -51,7 +51,15 @@ COMPILED = ("routing.native_value", "routing.snapshots", "routing.features",
             "routing.admission.capacity", "routing.admission.prefill_pace",
             "routing.admission.fair_queue", "routing.tokens.counters",
             *PLUGINS, *GATEWAY)
-"""The modules ``make native`` compiles: typed (mypy strict), on every request's path."""
+"""The modules ``make native`` compiles with mypyc: typed (mypy strict), on every request's
+path."""
+
+WRITTEN_IN_C = ("gateway.request.event_keys",)
+"""The modules with a C implementation too, ``<module>.c`` beside the ``.py`` reference: a
+search loop that mypyc would still run as one builtin call per search."""
+
+NATIVE = (*COMPILED, *WRITTEN_IN_C)
+"""Every module ``make native`` builds an extension module for."""
 
 ROOT = Path(__file__).resolve().parent.parent
 """The directory holding the ``routing`` package."""
@@ -60,6 +68,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def source_of(module: str, root: Path = ROOT) -> Path:
     """The source file of ``module`` (``routing.load`` → ``routing/load.py``) under ``root``."""
     return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def c_source_of(module: str, root: Path = ROOT) -> Path:
+    """The C file of a :data:`WRITTEN_IN_C` module, beside its Python source."""
+    return source_of(module, root).with_suffix(".c")
 
 
 def extension_of(module: str, root: Path = ROOT) -> Path | None:
@@ -72,14 +85,15 @@ def extension_of(module: str, root: Path = ROOT) -> Path | None:
     return None
 
 
-def compiled(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ...]:
+def compiled(modules: Sequence[str] = NATIVE, root: Path = ROOT) -> tuple[str, ...]:
     """Those of ``modules`` that have a compiled extension beside their source."""
     return tuple(m for m in modules if extension_of(m, root) is not None)
 
 
-def stale(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ...]:
-    """Those of ``modules`` whose compiled extension is older than their source, in a source
-    checkout (``pyproject.toml`` beside the packages), where sources are edited. An installed
+def stale(modules: Sequence[str] = NATIVE, root: Path = ROOT) -> tuple[str, ...]:
+    """Those of ``modules`` whose compiled extension is older than their source (or, for a
+    :data:`WRITTEN_IN_C` module, its C file), in a source checkout (``pyproject.toml`` beside
+    the packages), where sources are edited. An installed
     wheel's modules are compiled with the sources it carries, and its files' times are those
     the archive records, in no particular order: never stale."""
     if not (root / "pyproject.toml").is_file():
@@ -87,8 +101,11 @@ def stale(modules: Sequence[str] = COMPILED, root: Path = ROOT) -> tuple[str, ..
     old = []
     for module in modules:
         extension = extension_of(module, root)
+        sources = [source_of(module, root)]
+        if module in WRITTEN_IN_C:
+            sources.append(c_source_of(module, root))
         if extension is not None and \
-                extension.stat().st_mtime < source_of(module, root).stat().st_mtime:
+                extension.stat().st_mtime < max(s.stat().st_mtime for s in sources):
             old.append(module)
     return tuple(old)
 
@@ -114,7 +131,7 @@ class _Sources(MetaPathFinder):
                                                                                  target)
 
 
-def prefer_sources(modules: Sequence[str] = COMPILED) -> None:
+def prefer_sources(modules: Sequence[str] = NATIVE) -> None:
     """Import ``modules`` from their sources from now on, even where compiled extensions
     exist (call it before they are first imported)."""
     sys.meta_path.insert(0, _Sources(modules))

@@ -17,7 +17,8 @@ import re
 from typing import Any
 
 from gateway.request.answers import responses_stream_ended
-from gateway.request.sse import _USAGE_KEY, StreamScanner, _events_with
+from gateway.request.event_keys import holds_usage
+from gateway.request.sse import StreamScanner, _events_with
 
 _DELTA = re.compile(rb'"delta"\s*:\s*"(?!")')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
@@ -53,7 +54,7 @@ class ResponsesScanner(StreamScanner):
         self._last = buffer
         if n := len(_DELTA.findall(buffer)):
             self._tokens(n)
-        if buffer.partition(_USAGE_KEY)[1] and _USAGE.search(buffer):
+        if holds_usage(buffer) and _USAGE.search(buffer):
             self._take_usage(buffer)
         return buffer
 

@@ -7,9 +7,8 @@ complete region, by byte search, never by parsing JSON: the token events (for TT
 inter-token gaps) and the usage event, the one event parsed as JSON (``body.loads``), cut from
 the relay when ridge asked for it on its own account (``strip_usage``); and, at the stream's end,
 whether its last event came (``ended``, looked for in the last region and what is held back: a
-stream without it broke off). Each byte search is one builtin call, which costs more than the
-search it makes, so a region gets one call per key (``bytes.split``, ``bytes.partition``: the
-cheapest calls to make) and never bytes' ``in`` (it first tries its operand as an integer).
+stream without it broke off). The keys are found by :mod:`gateway.request.event_keys`: a call
+or two a region, as each builtin call costs more than the search it makes.
 
 An incomplete event held back past ``max_event_bytes`` raises
 :class:`~backends.upstream.client.UpstreamStreamError`. See docs/gateway.md#streams.
@@ -26,90 +25,18 @@ from typing import Any, Final
 from backends.upstream.client import UpstreamStreamError
 from gateway.request.answers import chat_stream_ended
 from gateway.request.body import loads
+from gateway.request.event_keys import chat_tokens, holds_usage, text_tokens
 
-_CONTENT: Final = b'content"'
-"""The end of a chat stream's text keys, ``"content"`` and ``"reasoning_content"``: one search
-finds both."""
-_REASONING: Final = b'"reasoning_'
-_TOOL_CALLS: Final = b'"tool_calls"'
-"""A chat stream's key whose non-empty array value is a token event."""
-_TEXT: Final = b'"text"'
-"""A completions stream's text key."""
-_USAGE_KEY: Final = b'"usage"'
 _USAGE: Final = re.compile(rb'"usage"\s*:\s*\{')
 _NO_CHOICES: Final = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 MAX_EVENT_BYTES: Final = 4 * 1024 * 1024  # default cap of one event held back [bytes]
 
 
 def token_events(region: bytes, completions: bool = False) -> int:
-    """How many token events ``region`` (whole events) holds (see the module docstring): in a
-    chat stream, how often ``"content"`` or ``"reasoning_content"`` opens a string that is not
-    empty, or ``"tool_calls"`` an array that is not; in a completions stream (``completions``),
-    ``"text"`` a string. JSON's white space is allowed around the colon (engines write none;
-    Python's json module one space). A key's quotes are the JSON's own: inside a string they
-    would be escaped. Found by one ``bytes.split`` per key (:func:`_starts`), which skips through
-    the bytes between keys far faster than a regular expression tries each of them."""
-    if completions:
-        return _strings_after(region, _TEXT, b"")
-    return _strings_after(region, _CONTENT, _REASONING) + _arrays_after(region, _TOOL_CALLS)
-
-
-def _strings_after(region: bytes, key: bytes, prefix: bytes) -> int:
-    """How often ``key`` opens a string that is not empty, where ``key`` starts with a quote
-    or (``prefix`` not empty) follows a quote or ``prefix`` directly."""
-    count, end = 0, len(region)
-    for at in _starts(region, key):
-        if not prefix or (at > 0 and region[at - 1] == 0x22) or \
-                region.endswith(prefix, 0, at):
-            value = _value_at(region, at + len(key))
-            if 0 <= value < end and region[value] == 0x22 and (  # '"', then not '"'
-                    value + 1 == end or region[value + 1] != 0x22):
-                count += 1
-    return count
-
-
-def _arrays_after(region: bytes, key: bytes) -> int:
-    """How often ``key`` opens an array that is not empty."""
-    count, end = 0, len(region)
-    for at in _starts(region, key):
-        value = _value_at(region, at + len(key))
-        if 0 <= value < end and region[value] == 0x5B:  # "[", then not "]"
-            inside = _space_from(region, value + 1)
-            if inside == end or region[inside] != 0x5D:
-                count += 1
-    return count
-
-
-def _starts(region: bytes, key: bytes) -> list[int]:
-    """Where ``key`` starts in ``region``, each time, from one split (one builtin call, where a
-    find per occurrence would be one call each)."""
-    parts = region.split(key)
-    starts: list[int] = []
-    at = -len(key)
-    for i in range(len(parts) - 1):
-        at += len(key) + len(parts[i])
-        starts.append(at)
-    return starts
-
-
-def _space_from(region: bytes, at: int) -> int:
-    """The index of the first byte at or after ``at`` that is not JSON white space."""
-    end = len(region)
-    while at < end:
-        byte = region[at]
-        if byte != 0x20 and byte != 0x0A and byte != 0x0D and byte != 0x09:  # " \n\r\t"
-            break
-        at += 1
-    return at
-
-
-def _value_at(region: bytes, at: int) -> int:
-    """Where the value after a key ending at ``at`` starts (past the colon and the white space
-    around it); -1 when no colon follows (the key was a string value)."""
-    at = _space_from(region, at)
-    if at == len(region) or region[at] != 0x3A:  # ":"
-        return -1
-    return _space_from(region, at + 1)
+    """How many token events ``region`` (whole events) holds: in a chat stream, non-empty
+    ``"content"``, ``"reasoning_content"`` or ``"tool_calls"`` values; in a completions stream
+    (``completions``), ``"text"`` ones (:mod:`gateway.request.event_keys`)."""
+    return text_tokens(region) if completions else chat_tokens(region)
 
 
 def _boundary(buffer: bytes, end: int | None = None) -> int:
@@ -170,7 +97,7 @@ class StreamScanner:
         self._last = buffer
         if n := token_events(buffer, self._completions):
             self._tokens(n)
-        if buffer.partition(_USAGE_KEY)[1] and _USAGE.search(buffer):
+        if holds_usage(buffer) and _USAGE.search(buffer):
             buffer = self._usage(buffer)
         return buffer
 

@@ -93,7 +93,7 @@ def test_the_compiled_wheel_carries_every_compiled_module_beside_its_source(
         return
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     assert wheel.name.startswith(f"ridge-0.1.0-{tag}-{tag}-linux_")  # a platform wheel
-    for module in native.COMPILED:
+    for module in native.NATIVE:
         source = "/".join(module.split(".")) + ".py"
         assert source in names
         assert any(e.startswith(source.removesuffix(".py") + ".") for e in extensions), module
@@ -134,7 +134,7 @@ def test_ridge_demo_runs_from_the_installed_wheel(wheel: Path, site: Path,
     router_file, counts = loaded.stdout.split()[0], loaded.stdout.split()[1:]
     compiled = _kind(wheel) == COMPILED
     assert router_file.endswith(".so" if compiled else ".py")
-    assert counts == [str(len(native.COMPILED) if compiled else 0), "0"]  # and none stale
+    assert counts == [str(len(native.NATIVE) if compiled else 0), "0"]  # and none stale
     model = yaml.safe_load((site / "gateway/demo/demo-fleet.yaml").read_text())[
         "pools"][0]["models"][0]
     port = _free_port()

@@ -48,9 +48,24 @@ def test_an_installed_packages_extensions_are_never_stale(tmp_path: Path) -> Non
     assert native.stale(MODULES, tmp_path) == ()
 
 
+def test_a_module_written_in_c_is_stale_when_its_c_file_is_newer(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    module = native.WRITTEN_IN_C[0]
+    source = native.source_of(module, tmp_path)
+    source.parent.mkdir(parents=True)
+    extension = source.with_name(source.stem + EXTENSION_SUFFIXES[0])
+    for path, at in ((source, 100), (native.c_source_of(module, tmp_path), 300),
+                     (extension, 200)):
+        path.write_text("")
+        os.utime(path, (at, at))
+    assert native.stale((module,), tmp_path) == (module,)
+    os.utime(extension, (400, 400))
+    assert native.stale((module,), tmp_path) == ()
+
+
 def test_the_suite_imports_what_is_built() -> None:
     """The compiled modules where they exist (after ``make native``), else the sources."""
-    for module in native.COMPILED:
+    for module in native.NATIVE:
         __import__(module)
         loaded = Path(sys.modules[module].__file__ or "").name  # (a compiled module imported
         expected = native.extension_of(module)  # by another gets a path of mypyc's making)
