@@ -70,7 +70,8 @@ static Py_ssize_t arrays_after(const char *s, Py_ssize_t n, const char *key, Py_
     return count;
 }
 
-/* The bytes of `region`, or NULL with a TypeError set (as the reference raises one). */
+/* Points `s` and `n` at the bytes of `region`: 1, or 0 with a TypeError set (as the
+ * reference raises one). */
 static int bytes_of(PyObject *region, const char **s, Py_ssize_t *n) {
     if (!PyBytes_Check(region)) {
         PyErr_Format(PyExc_TypeError, "a region is bytes, not %.100s", Py_TYPE(region)->tp_name);

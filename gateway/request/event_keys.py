@@ -22,7 +22,7 @@ both."""
 _REASONING = b'"reasoning_'
 _TOOL_CALLS = b'"tool_calls"'
 _TEXT = b'"text"'
-_USAGE = b'"usage"'
+_USAGE_KEY = b'"usage"'
 
 
 def chat_tokens(region: bytes) -> int:
@@ -37,7 +37,7 @@ def text_tokens(region: bytes) -> int:
 
 def holds_usage(region: bytes) -> bool:
     """Whether ``"usage"`` occurs in ``region``."""
-    return bool(region.partition(_USAGE)[1])  # partition: the cheapest call; never `in`
+    return bool(region.partition(_USAGE_KEY)[1])  # partition: the cheapest call; never `in`
 
 
 def _strings_after(region: bytes, key: bytes, prefix: bytes) -> int:

@@ -18,10 +18,9 @@ from typing import Any
 
 from gateway.request.answers import responses_stream_ended
 from gateway.request.event_keys import holds_usage
-from gateway.request.sse import StreamScanner, _events_with
+from gateway.request.sse import _USAGE, StreamScanner, _events_with
 
 _DELTA = re.compile(rb'"delta"\s*:\s*"(?!")')
-_USAGE = re.compile(rb'"usage"\s*:\s*\{')
 
 
 def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
